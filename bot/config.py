@@ -1,0 +1,210 @@
+"""Settings, read once from the environment (and a `.env` file) into a typed, frozen object.
+
+Tests build `Settings.from_mapping({...})` and never touch os.environ. Names are fixed by DESIGN.md.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from bot.errors import ConfigError
+
+DEFAULT_DB = "sqlite:///hilo.db"
+DEFAULT_SYSTEM_PROMPT = (
+    "You are hilo, a helpful assistant. The same person may write to you on Telegram, WhatsApp and the web; "
+    "you remember them across all of these. Answer in the person's language, briefly and kindly."
+)
+PROVIDERS = ("echo", "openai", "anthropic")
+
+
+def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a whole number: set it to e.g. {default}") from None
+    if value < minimum:
+        raise ConfigError(f"{name}={value} is too small: set it to at least {minimum}")
+    return value
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number: set it to e.g. {default}") from None
+    if value <= 0:
+        raise ConfigError(f"{name}={value} must be positive")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """One entry of the model chain: `provider:model` (`echo` alone is the offline dry-run model)."""
+
+    provider: str
+    model: str
+
+    @property
+    def label(self) -> str:
+        return self.provider if self.provider == "echo" else f"{self.provider}:{self.model}"
+
+    @classmethod
+    def parse(cls, raw: str, *, setting: str = "HILO_MODEL") -> ModelSpec:
+        raw = raw.strip()
+        if raw == "echo":
+            return cls("echo", "echo")
+        provider, sep, model = raw.partition(":")
+        if not sep or not model or provider not in PROVIDERS:
+            raise ConfigError(
+                f"{setting}: {raw!r} is not a model. Write provider:model, e.g. openai:gpt-4o-mini, "
+                "anthropic:claude-3-5-haiku-latest, or echo (offline)."
+            )
+        return cls(provider, model)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    database_url: str = DEFAULT_DB
+    model: ModelSpec = field(default_factory=lambda: ModelSpec("echo", "echo"))
+    fallback_models: tuple[ModelSpec, ...] = ()
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    context_budget: int = 8000
+    cross_surface_hours: int = 24
+    cross_surface_limit: int = 20
+    secret_key: str = ""
+    public_url: str = ""
+    openai_api_key: str = ""
+    openai_base_url: str = ""
+    anthropic_api_key: str = ""
+    anthropic_base_url: str = ""
+    model_timeout: float = 60.0
+    model_attempts: int = 3
+    max_message_chars: int = 4000
+    language: str = "en"
+    log_level: str = "info"
+    log_format: str = "console"
+    telegram_bot_token: str = ""
+    telegram_webhook_secret: str = ""
+    telegram_mode: str = "polling"
+    telegram_api_base_url: str = ""
+    twilio_account_sid: str = ""
+    twilio_auth_token: str = ""
+    twilio_whatsapp_number: str = ""
+    twilio_api_base_url: str = ""
+
+    @property
+    def models(self) -> tuple[ModelSpec, ...]:
+        """The chain: HILO_MODEL first, then HILO_FALLBACK_MODELS in order."""
+        return (self.model, *self.fallback_models)
+
+    def with_(self, **changes: object) -> Settings:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_mapping(cls, env: Mapping[str, str]) -> Settings:
+        """Build settings from a mapping of environment names. Raises ConfigError with what to set."""
+        openai_key = env.get("OPENAI_API_KEY", "").strip()
+        openai_base = env.get("OPENAI_BASE_URL", "").strip()
+        anthropic_key = env.get("ANTHROPIC_API_KEY", "").strip()
+        anthropic_base = env.get("ANTHROPIC_BASE_URL", "").strip()
+        raw_model = env.get("HILO_MODEL", "").strip()
+        if raw_model:
+            model = ModelSpec.parse(raw_model)
+        elif openai_key:
+            model = ModelSpec("openai", "gpt-4o-mini")
+        elif anthropic_key:
+            model = ModelSpec("anthropic", "claude-3-5-haiku-latest")
+        else:
+            model = ModelSpec("echo", "echo")
+        fallbacks = tuple(
+            ModelSpec.parse(part, setting="HILO_FALLBACK_MODELS")
+            for part in env.get("HILO_FALLBACK_MODELS", "").split(",")
+            if part.strip()
+        )
+        for spec in (model, *fallbacks):
+            if spec.provider == "openai" and not (openai_key or openai_base):
+                raise ConfigError(
+                    f"{spec.label} needs OPENAI_API_KEY (or OPENAI_BASE_URL for a local OpenAI-compatible "
+                    "server such as Ollama or vLLM); or set HILO_MODEL=echo to run offline."
+                )
+            if spec.provider == "anthropic" and not anthropic_key:
+                raise ConfigError(f"{spec.label} needs ANTHROPIC_API_KEY; or set HILO_MODEL=echo to run offline.")
+        database_url = (env.get("HILO_DATABASE_URL") or env.get("DATABASE_URL") or DEFAULT_DB).strip()
+        if not database_url.startswith(("sqlite://", "postgres://", "postgresql://")):
+            raise ConfigError(
+                f"HILO_DATABASE_URL={database_url!r} is not supported: use sqlite:///path/to/hilo.db "
+                "or postgresql://user:pass@host/db"
+            )
+        mode = env.get("HILO_TELEGRAM_MODE", "polling").strip() or "polling"
+        if mode not in ("polling", "webhook"):
+            raise ConfigError(f"HILO_TELEGRAM_MODE={mode!r}: set it to polling or webhook")
+        log_format = env.get("HILO_LOG_FORMAT", "console").strip() or "console"
+        if log_format not in ("console", "json"):
+            raise ConfigError(f"HILO_LOG_FORMAT={log_format!r}: set it to console or json")
+        language = env.get("HILO_LANGUAGE", "en").strip() or "en"
+        return cls(
+            database_url=database_url,
+            model=model,
+            fallback_models=fallbacks,
+            system_prompt=env.get("HILO_SYSTEM_PROMPT", "").strip() or DEFAULT_SYSTEM_PROMPT,
+            context_budget=_int(env, "HILO_CONTEXT_BUDGET", 8000, minimum=256),
+            cross_surface_hours=_int(env, "HILO_CROSS_SURFACE_HOURS", 24),
+            cross_surface_limit=_int(env, "HILO_CROSS_SURFACE_LIMIT", 20),
+            secret_key=env.get("HILO_SECRET_KEY", "").strip(),
+            public_url=env.get("HILO_PUBLIC_URL", "").strip().rstrip("/"),
+            openai_api_key=openai_key,
+            openai_base_url=openai_base,
+            anthropic_api_key=anthropic_key,
+            anthropic_base_url=anthropic_base,
+            model_timeout=_float(env, "HILO_MODEL_TIMEOUT", 60.0),
+            model_attempts=_int(env, "HILO_MODEL_ATTEMPTS", 3),
+            max_message_chars=_int(env, "HILO_MAX_MESSAGE_CHARS", 4000),
+            language=language,
+            log_level=env.get("HILO_LOG_LEVEL", "info").strip().lower() or "info",
+            log_format=log_format,
+            telegram_bot_token=env.get("TELEGRAM_BOT_TOKEN", "").strip(),
+            telegram_webhook_secret=env.get("TELEGRAM_WEBHOOK_SECRET", "").strip(),
+            telegram_mode=mode,
+            telegram_api_base_url=env.get("TELEGRAM_API_BASE_URL", "").strip(),
+            twilio_account_sid=env.get("TWILIO_ACCOUNT_SID", "").strip(),
+            twilio_auth_token=env.get("TWILIO_AUTH_TOKEN", "").strip(),
+            twilio_whatsapp_number=env.get("TWILIO_WHATSAPP_NUMBER", "").strip(),
+            twilio_api_base_url=env.get("TWILIO_API_BASE_URL", "").strip(),
+        )
+
+    @classmethod
+    def from_env(cls, dotenv_path: str | Path = ".env") -> Settings:
+        """Read os.environ, with a `.env` file in the working directory under it (the environment wins)."""
+        merged: dict[str, str] = {}
+        path = Path(dotenv_path)
+        if path.is_file():
+            from dotenv import dotenv_values
+
+            merged.update({k: v for k, v in dotenv_values(path).items() if v is not None})
+        merged.update(os.environ)
+        return cls.from_mapping(merged)
+
+
+def ensure_secret_key(settings: Settings, key_file: Path) -> Settings:
+    """HILO_SECRET_KEY, or one generated on first run and kept in `key_file` (mode 0600) so sessions survive restarts."""
+    if settings.secret_key:
+        return settings
+    if key_file.is_file():
+        key = key_file.read_text().strip()
+    else:
+        key = secrets.token_urlsafe(48)
+        key_file.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(key + "\n")
+    return settings.with_(secret_key=key)

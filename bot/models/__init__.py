@@ -1,0 +1,1 @@
+"""Model providers, the retry policy and the fallback chain. Provider SDKs are imported lazily."""

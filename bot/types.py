@@ -1,0 +1,85 @@
+"""The data that crosses module boundaries: what a surface hands in, what the pipeline hands back.
+
+Every surface normalizes its raw input once, at the edge, into one frozen `InboundMessage`; platform extras
+ride in `metadata`. Nothing past the surface knows what a Telegram update or a Twilio form looks like.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant", "tool"]
+SURFACES = ("cli", "web", "telegram", "whatsapp")
+#: Surfaces whose person has exactly one conversation with hilo (a chat, a phone number, a terminal).
+SINGLETON_SURFACES = frozenset({"cli", "telegram", "whatsapp"})
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass(frozen=True, slots=True)
+class InboundMessage:
+    """One message from a person, as every surface hands it to the pipeline.
+
+    surface: "cli" | "web" | "telegram" | "whatsapp".
+    sender: the person's id on that surface (Telegram user id, WhatsApp number, web visitor id, CLI handle).
+    external_id: the surface's id of this message; (surface, external_id) is unique, so redeliveries drop.
+    conversation_ref: the web's conversation id (None starts a new one); ignored on singleton surfaces.
+    handle: when set, the message belongs to the user with this handle (CLI, import) instead of the
+        identity (surface, sender).
+    """
+
+    surface: str
+    sender: str
+    external_id: str
+    text: str
+    received_at: datetime = field(default_factory=utcnow)
+    conversation_ref: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    handle: str | None = None
+    language: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundMessage:
+    """What the pipeline hands back to the surface to deliver.
+
+    status: "ok" (a model answered), "failed" (every model failed: `text` is the localized apology and the
+    person's message is stored), "duplicate" (a redelivery: nothing to send).
+    """
+
+    surface: str
+    recipient: str
+    text: str
+    status: Literal["ok", "failed", "duplicate"]
+    conversation_id: int | None = None
+    user_id: int | None = None
+    message_id: int | None = None
+    reply_id: int | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMessage:
+    """One message of the model's input. `block` names the context block it came from (providers ignore it)."""
+
+    role: Role
+    content: str
+    block: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCallRecord:
+    """One call to one model: a row of model_calls."""
+
+    model: str
+    provider: str
+    tokens_in: int
+    tokens_out: int
+    latency_ms: int
+    outcome: str  # "ok" | "rate_limited" | "server_error" | "timeout" | "connection" | "error" | "circuit_open"
+    fallback_from: str | None = None
+    error: str | None = None

@@ -1,0 +1,193 @@
+"""The store contract: every backend (SQLite now, Postgres later) implements `Store`.
+
+The contract is shaped by the turn, not by tables: a turn costs one write transaction to take the message
+in (`ingest`), one read transaction to gather its context (`load_context`) and one write transaction to
+keep the reply and its usage (`finish_turn`). Every read of history is filtered by user_id.
+
+Errors:
+StoreError
+ ├── NotFound (bot.errors)   a conversation that is not the caller's, an unknown handle
+ └── StoreUnavailable        the database cannot be reached or is locked past the timeout
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from bot.errors import HiloError
+from bot.types import InboundMessage, ModelCallRecord
+
+
+class StoreError(HiloError):
+    """Root of store errors."""
+
+
+class StoreUnavailable(StoreError):
+    """The database cannot be reached, or stayed locked past the timeout. Retry later."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    id: int
+    conversation_id: int
+    user_id: int
+    surface: str
+    role: str
+    content: str
+    token_count: int
+    external_id: str | None
+    created_at: datetime
+    metadata: dict[str, Any] = field(default_factory=dict)
+    #: For an assistant message, the id of the user message it answers.
+    reply_to: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """Something explicitly known about a person (`hilo remember`, later: extracted memories)."""
+
+    id: int
+    user_id: int
+    content: str
+    token_count: int
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Ingested:
+    """What `ingest` did: the user, the conversation and the stored message of this turn."""
+
+    user_id: int
+    handle: str
+    conversation_id: int
+    message: StoredMessage
+    created_user: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ContextQuery:
+    """What `load_context` gathers, all of one user.
+
+    conversation_id: the current conversation (None: no history yet, e.g. a dry run for a new person).
+    current_message_id: the message being answered; it is excluded, and so are user messages stored after
+        it (queued turns); assistant messages are all kept (they answer earlier turns).
+    at: only messages created at or before this moment count (`hilo context --at`).
+    cross_since: the start of the cross-surface window; cross-surface = messages of this user in OTHER
+        conversations whose surface differs from `surface`, created in [cross_since, at], newest
+        `cross_limit` of them.
+    recent_limit: at most this many messages of the current conversation, newest.
+    search_text: lexical search (BM25) over the user's messages outside the two sets above; `search_limit` hits.
+    """
+
+    user_id: int
+    surface: str
+    conversation_id: int | None
+    current_message_id: int | None
+    at: datetime
+    cross_since: datetime
+    cross_limit: int = 20
+    recent_limit: int = 200
+    search_text: str = ""
+    search_limit: int = 20
+    facts_limit: int = 50
+
+
+@dataclass(frozen=True, slots=True)
+class ContextRows:
+    """Raw material of context assembly. Lists are oldest first, except `recalled` (best match first)."""
+
+    facts: list[Fact]
+    conversation: list[StoredMessage]
+    cross_surface: list[StoredMessage]
+    recalled: list[StoredMessage]
+
+
+@dataclass(frozen=True, slots=True)
+class ImportRow:
+    """One line of `hilo import`."""
+
+    user: str
+    surface: str
+    role: str
+    content: str
+    created_at: datetime
+    token_count: int
+    external_id: str | None = None
+    conversation: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ImportResult:
+    inserted: int
+    skipped: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationInfo:
+    id: int
+    surface: str
+    title: str | None
+    created_at: datetime
+    updated_at: datetime
+    message_count: int
+
+
+class Store(Protocol):
+    """A database of people, their conversations and messages. Every method is async and never blocks the loop."""
+
+    async def open(self) -> None:
+        """Connect and apply pending migrations."""
+
+    async def close(self) -> None:
+        """Release connections. Safe to call twice."""
+
+    async def migrate(self) -> list[str]:
+        """Apply pending migrations; return the names applied."""
+
+    async def ingest(self, msg: InboundMessage, token_count: int) -> Ingested | None:
+        """One write transaction: drop a redelivery (None), resolve the user (by msg.handle, else by identity
+        (surface, sender), creating it on first contact), resolve the conversation (singleton surfaces: the
+        one of (user, surface); web: msg.conversation_ref, which must be the user's (NotFound otherwise), or a
+        new one) and store the message."""
+
+    async def load_context(self, query: ContextQuery) -> ContextRows:
+        """One read transaction gathering everything context assembly needs (see ContextQuery)."""
+
+    async def finish_turn(
+        self, turn: Ingested, reply: str | None, reply_tokens: int, calls: Sequence[ModelCallRecord],
+        metadata: dict[str, Any] | None = None,
+    ) -> StoredMessage | None:
+        """One write transaction: store the reply (if any) answering turn.message and the model_calls rows."""
+
+    async def import_rows(self, rows: Sequence[ImportRow]) -> ImportResult:
+        """Store many messages in one transaction, skipping (surface, external_id) already stored."""
+
+    async def user_id(self, handle: str, *, create: bool = False) -> int | None:
+        """The user with this handle (created when `create`), or None."""
+
+    async def find_conversation(self, user_id: int, surface: str) -> int | None:
+        """The user's singleton conversation on a surface, or (web) their latest one."""
+
+    async def create_conversation(self, user_id: int, surface: str, title: str | None = None) -> int:
+        """A new owned (non-singleton) conversation."""
+
+    async def conversations(self, user_id: int) -> list[ConversationInfo]:
+        """The user's conversations, most recently updated first."""
+
+    async def messages(self, user_id: int, conversation_id: int, limit: int = 200) -> list[StoredMessage]:
+        """Messages of one of the user's conversations, oldest first (NotFound if not the user's)."""
+
+    async def remember(self, user_id: int, content: str, token_count: int) -> Fact:
+        """Store an explicit fact about the user."""
+
+    async def inspect(self, handle: str) -> dict[str, Any] | None:
+        """Everything stored about the person (JSON-ready), or None if unknown."""
+
+    async def forget(self, handle: str) -> bool:
+        """Delete everything about the person. True if there was someone to forget."""
+
+    async def model_calls(self, user_id: int) -> list[dict[str, Any]]:
+        """The user's model_calls rows, oldest first (JSON-ready)."""

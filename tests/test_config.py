@@ -1,0 +1,76 @@
+"""Settings are read once from a mapping; a wrong setting fails with what to set."""
+
+from pathlib import Path
+
+import pytest
+
+from bot.config import ModelSpec, Settings, ensure_secret_key
+from bot.errors import ConfigError
+
+
+def test_defaults_run_offline_on_sqlite() -> None:
+    s = Settings.from_mapping({})
+    assert s.database_url == "sqlite:///hilo.db"
+    assert s.model == ModelSpec("echo", "echo")
+    assert s.fallback_models == ()
+    assert s.context_budget == 8000 and s.cross_surface_hours == 24
+
+
+def test_database_url_falls_back_to_DATABASE_URL() -> None:
+    assert Settings.from_mapping({"DATABASE_URL": "sqlite:///x.db"}).database_url == "sqlite:///x.db"
+    both = {"DATABASE_URL": "sqlite:///x.db", "HILO_DATABASE_URL": "sqlite:///y.db"}
+    assert Settings.from_mapping(both).database_url == "sqlite:///y.db"
+
+
+def test_model_chain_parsed_in_order() -> None:
+    s = Settings.from_mapping({
+        "HILO_MODEL": "openai:gpt-4o-mini", "OPENAI_API_KEY": "k", "ANTHROPIC_API_KEY": "k",
+        "HILO_FALLBACK_MODELS": "anthropic:claude-3-5-haiku-latest, echo",
+    })
+    assert [m.label for m in s.models] == ["openai:gpt-4o-mini", "anthropic:claude-3-5-haiku-latest", "echo"]
+
+
+def test_key_picks_a_default_model() -> None:
+    assert Settings.from_mapping({"OPENAI_API_KEY": "k"}).model.provider == "openai"
+    assert Settings.from_mapping({"ANTHROPIC_API_KEY": "k"}).model.provider == "anthropic"
+
+
+def test_openai_compatible_server_needs_no_key() -> None:
+    s = Settings.from_mapping({"HILO_MODEL": "openai:llama3", "OPENAI_BASE_URL": "http://127.0.0.1:11434/v1"})
+    assert s.model.label == "openai:llama3"
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({"HILO_MODEL": "gpt-4"}, "provider:model"),
+        ({"HILO_MODEL": "foo:bar"}, "provider:model"),
+        ({"HILO_MODEL": "openai:gpt-4o"}, "OPENAI_API_KEY"),
+        ({"HILO_FALLBACK_MODELS": "anthropic:claude"}, "ANTHROPIC_API_KEY"),
+        ({"HILO_CONTEXT_BUDGET": "lots"}, "HILO_CONTEXT_BUDGET"),
+        ({"HILO_CONTEXT_BUDGET": "10"}, "at least 256"),
+        ({"HILO_DATABASE_URL": "mysql://x"}, "sqlite:///"),
+        ({"HILO_TELEGRAM_MODE": "push"}, "polling or webhook"),
+    ],
+)
+def test_wrong_settings_say_what_to_set(env: dict[str, str], says: str) -> None:
+    with pytest.raises(ConfigError, match=says):
+        Settings.from_mapping(env)
+
+
+def test_dotenv_is_read_and_environment_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    env_file = tmp_path / ".env"
+    env_file.write_text("HILO_CONTEXT_BUDGET=3000\nHILO_CROSS_SURFACE_HOURS=48\n")
+    monkeypatch.setenv("HILO_CROSS_SURFACE_HOURS", "36")
+    s = Settings.from_env(env_file)
+    assert s.context_budget == 3000
+    assert s.cross_surface_hours == 36
+
+
+def test_secret_key_generated_once_and_kept(tmp_path: Path) -> None:
+    key_file = tmp_path / "hilo.secret"
+    first = ensure_secret_key(Settings(), key_file)
+    second = ensure_secret_key(Settings(), key_file)
+    assert first.secret_key and first.secret_key == second.secret_key
+    assert key_file.stat().st_mode & 0o077 == 0
+    assert ensure_secret_key(Settings(secret_key="mine"), key_file).secret_key == "mine"

@@ -1,0 +1,265 @@
+"""`hilo`: the command line (contract in DESIGN.md). Commands that call no model import no provider SDK."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
+from typing import Any
+
+from bot.config import Settings
+from bot.errors import ConfigError, HiloError
+from bot.types import SURFACES
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    settings = Settings.from_env()
+    if getattr(args, "db", None):
+        settings = settings.with_(database_url=args.db)
+    return settings
+
+
+def _parse_at(raw: str | None) -> datetime | None:
+    if not raw:
+        return None
+    try:
+        at = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError(f"--at {raw!r} is not an ISO date-time, e.g. 2026-11-29T10:00:00Z") from None
+    return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
+
+
+async def _with_store(settings: Settings, fn: Callable[[Any], Awaitable[int]]) -> int:
+    from memory.open import open_store
+
+    store = open_store(settings.database_url)
+    await store.open()
+    try:
+        return await fn(store)
+    finally:
+        await store.close()
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from bot import log
+    from bot.app import create_app
+
+    settings = _settings(args)
+    log.configure(settings.log_level, settings.log_format)
+    app = create_app(settings)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", proxy_headers=True,
+                timeout_graceful_shutdown=30)
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from memory.open import open_store
+
+    async def run() -> int:
+        store = open_store(_settings(args).database_url)
+        applied = await store.migrate()
+        await store.close()
+        print("\n".join(f"applied {name}" for name in applied) or "the database is up to date")
+        return 0
+
+    return asyncio.run(run())
+
+
+def _pipeline(settings: Settings, store: Any, *, with_model: bool) -> Any:
+    from bot.pipeline import Pipeline
+
+    chain = None
+    if with_model:
+        from bot.models.factory import build_chain
+
+        chain = build_chain(settings)
+    return Pipeline(settings, store, chain)
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from surfaces import cli as cli_surface
+
+    settings = _settings(args)
+
+    async def run(store: Any) -> int:
+        pipeline = _pipeline(settings, store, with_model=True)
+        try:
+            if args.message:
+                return await cli_surface.one_turn(pipeline, args.user, args.surface, " ".join(args.message))
+            return await cli_surface.repl(pipeline, args.user, args.surface)
+        finally:
+            await pipeline.chain.aclose()
+
+    return asyncio.run(_with_store(settings, run))
+
+
+def cmd_context(args: argparse.Namespace) -> int:
+    from memory.context import render_text
+
+    settings = _settings(args)
+    at = _parse_at(args.at)
+
+    async def run(store: Any) -> int:
+        pipeline = _pipeline(settings, store, with_model=False)
+        user_id = await store.user_id(args.user)
+        conversation_id = await store.find_conversation(user_id, args.surface) if user_id is not None else None
+
+        async def one(text: str) -> Any:
+            return await pipeline.assemble_context(
+                user_id=user_id, surface=args.surface, conversation_id=conversation_id,
+                current_message_id=None, text=text, at=at,
+            )
+
+        if args.message == ["-"]:
+            while line := await asyncio.to_thread(sys.stdin.readline):
+                if line.strip():
+                    print(json.dumps((await one(line.rstrip("\n"))).to_json(), ensure_ascii=False), flush=True)
+            return 0
+        ctx = await one(" ".join(args.message))
+        print(json.dumps(ctx.to_json(), ensure_ascii=False, indent=2) if args.json else render_text(ctx))
+        return 0
+
+    return asyncio.run(_with_store(settings, run))
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from memory.importer import import_file
+
+    settings = _settings(args)
+
+    async def run(store: Any) -> int:
+        result = await import_file(store, args.file)
+        print(f"imported {result.inserted} messages, skipped {result.skipped} already stored")
+        return 0
+
+    return asyncio.run(_with_store(settings, run))
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+
+    async def run(store: Any) -> int:
+        data = await store.inspect(args.user)
+        if args.json:
+            print(json.dumps(data, ensure_ascii=False, indent=2, default=str))
+            return 0
+        if data is None:
+            print(f"nothing is stored about {args.user}")
+            return 0
+        print(f"user {data['user']['handle']} (id {data['user']['id']}, since {data['user']['created_at']})")
+        for ident in data.get("identities", []):
+            print(f"  identity {ident['surface']}:{ident['external_user_id']}")
+        for fact in data.get("facts", []):
+            print(f"  fact: {fact['content']}")
+        for conv in data.get("conversations", []):
+            print(f"  conversation {conv['id']} on {conv['surface']} ({len(conv['messages'])} messages)")
+            for m in conv["messages"]:
+                print(f"    [{m['created_at']}] {m['role']}: {m['content']}")
+        print(f"  model calls: {len(data.get('model_calls', []))}")
+        return 0
+
+    return asyncio.run(_with_store(settings, run))
+
+
+def cmd_remember(args: argparse.Namespace) -> int:
+    from bot import catalog, tokens
+
+    settings = _settings(args)
+    text = " ".join(args.text).strip()
+    if not text:
+        raise ConfigError("hilo remember needs a TEXT to store")
+
+    async def run(store: Any) -> int:
+        user_id = await store.user_id(args.user, create=True)
+        fact = await store.remember(user_id, text, tokens.count(text))
+        print(f"{catalog.t('remembered', settings.language)} (fact {fact.id})")
+        return 0
+
+    return asyncio.run(_with_store(settings, run))
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    from bot import catalog
+
+    settings = _settings(args)
+
+    async def run(store: Any) -> int:
+        existed = await store.forget(args.user)
+        print(catalog.t("forgotten" if existed else "nothing_to_forget", settings.language, handle=args.user))
+        return 0
+
+    return asyncio.run(_with_store(settings, run))
+
+
+def parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--db", metavar="URL", help="database URL (overrides HILO_DATABASE_URL)")
+    p = argparse.ArgumentParser(prog="hilo", description="One assistant on every surface, one memory per person.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("serve", parents=[common], help="run the daemon (web API, webhooks, background jobs)")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8000)
+    s.set_defaults(fn=cmd_serve)
+
+    sub.add_parser("migrate", parents=[common], help="apply pending migrations").set_defaults(fn=cmd_migrate)
+
+    s = sub.add_parser("chat", parents=[common], help="one full turn, or a REPL without MESSAGE")
+    s.add_argument("--user", required=True, metavar="U")
+    s.add_argument("--surface", default="cli", choices=SURFACES)
+    s.add_argument("message", nargs="*", metavar="MESSAGE")
+    s.set_defaults(fn=cmd_chat)
+
+    s = sub.add_parser("context", parents=[common], help="dry run of context assembly (no model, no writes)")
+    s.add_argument("--user", required=True, metavar="U")
+    s.add_argument("--surface", required=True, choices=SURFACES)
+    s.add_argument("--at", metavar="ISO", help="assemble as of this moment")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("message", nargs="+", metavar="MESSAGE|-")
+    s.set_defaults(fn=cmd_context)
+
+    s = sub.add_parser("import", parents=[common], help="import messages from a JSONL file (idempotent)")
+    s.add_argument("file", metavar="FILE.jsonl")
+    s.set_defaults(fn=cmd_import)
+
+    s = sub.add_parser("inspect", parents=[common], help="everything stored about a person")
+    s.add_argument("--user", required=True, metavar="U")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_inspect)
+
+    s = sub.add_parser("remember", parents=[common], help="store an explicit fact about a person")
+    s.add_argument("--user", required=True, metavar="U")
+    s.add_argument("text", nargs="+", metavar="TEXT")
+    s.set_defaults(fn=cmd_remember)
+
+    s = sub.add_parser("forget", parents=[common], help="delete everything about a person")
+    s.add_argument("--user", required=True, metavar="U")
+    s.set_defaults(fn=cmd_forget)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    from bot import log
+
+    # Logs go to stderr; one-shot commands only say what went wrong (serve reconfigures from settings).
+    log.configure("warning", "console")
+    try:
+        return int(args.fn(args))
+    except ConfigError as exc:
+        print(f"hilo: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except HiloError as exc:
+        print(f"hilo: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

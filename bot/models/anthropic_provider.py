@@ -1,0 +1,137 @@
+"""Anthropic's messages API as a ModelProvider.
+
+System messages (the prompt and the context blocks) are concatenated into the `system` parameter; consecutive
+messages of the same role are merged, and the conversation starts with a user turn, as the API requires.
+The `anthropic` SDK is imported inside the constructor, never at module import. The client never retries
+(max_retries=0); `bot.models.retry` does. Messages and keys are never logged or put into error messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from bot.errors import ConfigError
+from bot.models.base import (
+    Completion,
+    ConnectionFailed,
+    ModelError,
+    PermanentError,
+    error_for_status,
+    error_for_transport,
+)
+from bot.types import ChatMessage
+
+DEFAULT_MAX_TOKENS = 1024
+#: Stands in for a missing first user turn (the API refuses a conversation that starts with the assistant).
+_OPENING = "(earlier conversation)"
+#: Error types Anthropic sends inside a 200 stream (`event: error`), as the HTTP status they stand for.
+_STREAM_ERROR_STATUS = {"overloaded_error": 529, "rate_limit_error": 429, "api_error": 500, "timeout_error": 504}
+
+
+def to_anthropic(messages: Sequence[ChatMessage]) -> tuple[str, list[dict[str, str]]]:
+    """(system, messages) for the messages API."""
+    system = "\n\n".join(m.content for m in messages if m.role == "system")
+    turns: list[dict[str, str]] = []
+    for m in messages:
+        if m.role == "system":
+            continue
+        role = "assistant" if m.role == "assistant" else "user"
+        content = f"[tool result]\n{m.content}" if m.role == "tool" else m.content
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"] += "\n\n" + content
+        else:
+            turns.append({"role": role, "content": content})
+    if not turns or turns[0]["role"] != "user":
+        turns.insert(0, {"role": "user", "content": _OPENING})
+    return system, turns
+
+
+def classify(label: str, exc: BaseException) -> ModelError:
+    """Map an anthropic (or transport) exception to the ModelError tree."""
+    import anthropic
+
+    if isinstance(exc, ModelError):
+        return exc
+    if isinstance(exc, anthropic.APIStatusError):
+        status = exc.status_code
+        if status < 400:  # an error event inside a streamed 200 response
+            body = exc.body if isinstance(exc.body, dict) else {}
+            error = body.get("error", body)
+            kind = error.get("type") if isinstance(error, dict) else None
+            status = _STREAM_ERROR_STATUS.get(str(kind), 500)
+        return error_for_status(label, status, exc.response.headers)
+    transport = error_for_transport(label, exc)
+    if transport is not None:
+        return transport
+    return PermanentError(f"{label}: unexpected {type(exc).__name__} from the Anthropic SDK")
+
+
+class AnthropicProvider:
+    """Messages through `anthropic.AsyncAnthropic` (one client for every model of this provider)."""
+
+    name = "anthropic"
+
+    def __init__(
+        self, *, api_key: str = "", base_url: str = "", timeout: float = 60.0,
+        max_tokens: int = DEFAULT_MAX_TOKENS, client: Any = None,
+    ) -> None:
+        if client is None:
+            if not api_key:
+                raise ConfigError("anthropic models need ANTHROPIC_API_KEY; or set HILO_MODEL=echo to run offline.")
+            import anthropic
+
+            client = anthropic.AsyncAnthropic(
+                api_key=api_key, base_url=base_url or None, timeout=timeout, max_retries=0,
+            )
+        self._client = client
+        self.max_tokens = max_tokens
+
+    def _params(self, model: str, messages: Sequence[ChatMessage], timeout: float) -> dict[str, Any]:
+        system, turns = to_anthropic(messages)
+        params: dict[str, Any] = {"model": model, "max_tokens": self.max_tokens, "messages": turns,
+                                  "timeout": timeout}
+        if system:
+            params["system"] = system
+        return params
+
+    async def complete(self, model: str, messages: Sequence[ChatMessage], *, timeout: float) -> Completion:
+        label = f"anthropic:{model}"
+        try:
+            response = await self._client.messages.create(**self._params(model, messages, timeout))
+        except Exception as exc:
+            raise classify(label, exc) from exc
+        text = "".join(getattr(block, "text", "") for block in response.content if block.type == "text")
+        return Completion(text, response.usage.input_tokens, response.usage.output_tokens)
+
+    async def stream(
+        self, model: str, messages: Sequence[ChatMessage], *, timeout: float,
+    ) -> AsyncIterator[str | Completion]:
+        label = f"anthropic:{model}"
+        parts: list[str] = []
+        tokens_in = tokens_out = 0
+        stopped = False
+        try:
+            stream = await self._client.messages.create(**self._params(model, messages, timeout), stream=True)
+            try:
+                async for event in stream:
+                    if event.type == "message_start":
+                        tokens_in = event.message.usage.input_tokens or 0
+                        tokens_out = event.message.usage.output_tokens or 0
+                    elif event.type == "content_block_delta" and event.delta.type == "text_delta":
+                        parts.append(event.delta.text)
+                        yield event.delta.text
+                    elif event.type == "message_delta":
+                        tokens_out = event.usage.output_tokens or tokens_out
+                    elif event.type == "message_stop":
+                        stopped = True
+            finally:
+                await stream.close()
+        except Exception as exc:
+            raise classify(label, exc) from exc
+        if not stopped:
+            raise ConnectionFailed(f"{label}: stream ended before message_stop")
+        yield Completion("".join(parts), tokens_in, tokens_out)
+
+    async def aclose(self) -> None:
+        await self._client.close()

@@ -1,0 +1,184 @@
+"""The model chain: HILO_MODEL, then each HILO_FALLBACK_MODELS entry, each retried by `bot.models.retry`.
+
+    chain = ModelChain(settings.models, {"openai": OpenAIProvider(...)}, policy=RetryPolicy(attempts=3))
+    result = await chain.complete(messages)          # ChainResult(completion, spec, calls)
+    async for event in chain.stream(messages):       # str deltas, Reset(), then one ChainResult
+        ...
+
+Every attempt is a ModelCallRecord in `calls` (fallback calls carry `fallback_from` = the primary's label).
+When every model failed, AllModelsFailed(calls) is raised.
+
+Each model has a circuit breaker: after `failure_threshold` consecutive failed turns it is skipped for
+`cooldown` seconds (a "circuit_open" record with 0 latency), then half-open: one trial turn closes it on
+success or reopens it on failure. The clock is injectable.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from bot.config import ModelSpec
+from bot.errors import ConfigError
+from bot.models.base import AllModelsFailed, Completion, ModelError, ModelProvider, Reset
+from bot.models.retry import RetryPolicy, complete_with_retry, stream_with_retry
+from bot.types import ChatMessage, ModelCallRecord
+
+__all__ = ["AllModelsFailed", "ChainResult", "CircuitBreaker", "ModelChain", "Reset"]
+
+
+@dataclass(frozen=True, slots=True)
+class ChainResult:
+    """The answer of the chain: which model gave it and every call made for it (failed ones included)."""
+
+    completion: Completion
+    spec: ModelSpec
+    calls: list[ModelCallRecord] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return self.completion.text
+
+
+class CircuitBreaker:
+    """Consecutive failed turns of one model: closed -> open (skip) -> half-open (one trial) -> closed/open."""
+
+    def __init__(self, threshold: int = 5, cooldown: float = 30.0, clock: Callable[[], float] = time.monotonic):
+        self.threshold = threshold
+        self.cooldown = cooldown
+        self._clock = clock
+        self.failures = 0
+        self.opened_at: float | None = None
+        self._trial = False
+
+    @property
+    def state(self) -> str:
+        if self.opened_at is None:
+            return "closed"
+        if self._trial or self._clock() - self.opened_at >= self.cooldown:
+            return "half_open"
+        return "open"
+
+    def allow(self) -> bool:
+        """May this turn call the model? In half-open state only one turn (the trial) may, until it ends."""
+        if self.opened_at is None:
+            return True
+        if self._trial or self._clock() - self.opened_at < self.cooldown:
+            return False
+        self._trial = True
+        return True
+
+    def success(self) -> None:
+        self.failures = 0
+        self.opened_at = None
+        self._trial = False
+
+    def failure(self) -> None:
+        self.failures += 1
+        if self._trial or self.failures >= self.threshold:
+            self.opened_at = self._clock()
+        self._trial = False
+
+    def abandon(self) -> None:
+        """The turn was cancelled: it proves nothing, so a half-open trial slot is given back."""
+        self._trial = False
+
+
+class ModelChain:
+    """Tries each model in order, each through the retry policy, behind its circuit breaker."""
+
+    def __init__(
+        self, specs: Sequence[ModelSpec], providers: Mapping[str, ModelProvider], *,
+        policy: RetryPolicy | None = None, timeout: float = 60.0, failure_threshold: int = 5,
+        cooldown: float = 30.0, clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not specs:
+            raise ConfigError("no model configured: set HILO_MODEL (or leave it unset for the offline echo model)")
+        missing = sorted({s.provider for s in specs} - set(providers))
+        if missing:
+            raise ConfigError(f"no provider built for {', '.join(missing)}: check HILO_MODEL / HILO_FALLBACK_MODELS")
+        self.specs = tuple(specs)
+        self.providers = dict(providers)
+        self.policy = policy or RetryPolicy()
+        self.timeout = timeout
+        self.breakers = {s.label: CircuitBreaker(failure_threshold, cooldown, clock) for s in self.specs}
+
+    @property
+    def primary(self) -> ModelSpec:
+        return self.specs[0]
+
+    def _fallback_from(self, index: int) -> str | None:
+        return self.specs[0].label if index > 0 else None
+
+    def _skipped(self, spec: ModelSpec, index: int) -> ModelCallRecord:
+        return ModelCallRecord(spec.label, spec.provider, 0, 0, 0, "circuit_open", self._fallback_from(index),
+                               "CircuitOpen")
+
+    async def complete(self, messages: Sequence[ChatMessage]) -> ChainResult:
+        """The first answer of the chain. Raises AllModelsFailed (with every call) when no model answered."""
+        calls: list[ModelCallRecord] = []
+        last: ModelError | None = None
+        for index, spec in enumerate(self.specs):
+            breaker = self.breakers[spec.label]
+            if not breaker.allow():
+                calls.append(self._skipped(spec, index))
+                continue
+            try:
+                completion = await complete_with_retry(
+                    self.providers[spec.provider], spec, messages, policy=self.policy, timeout=self.timeout,
+                    calls=calls, fallback_from=self._fallback_from(index),
+                )
+            except ModelError as exc:
+                breaker.failure()
+                last = exc
+                continue
+            except BaseException:
+                breaker.abandon()
+                raise
+            breaker.success()
+            return ChainResult(completion, spec, calls)
+        raise AllModelsFailed(calls, last)
+
+    async def stream(self, messages: Sequence[ChatMessage]) -> AsyncGenerator[str | Reset | ChainResult, None]:
+        """Text deltas as they arrive; `Reset()` when a model failed after partial output (discard what was
+        shown; the retry or the next model answers in full); finally one ChainResult. Raises AllModelsFailed."""
+        calls: list[ModelCallRecord] = []
+        last: ModelError | None = None
+        for index, spec in enumerate(self.specs):
+            breaker = self.breakers[spec.label]
+            if not breaker.allow():
+                calls.append(self._skipped(spec, index))
+                continue
+            completion: Completion | None = None
+            events = stream_with_retry(
+                self.providers[spec.provider], spec, messages, policy=self.policy, timeout=self.timeout,
+                calls=calls, fallback_from=self._fallback_from(index),
+            )
+            try:
+                async for event in events:
+                    if isinstance(event, Completion):
+                        completion = event
+                    else:
+                        yield event
+            except ModelError as exc:
+                breaker.failure()
+                last = exc
+                continue
+            except BaseException:
+                breaker.abandon()
+                raise
+            finally:
+                await events.aclose()
+            if completion is None:  # pragma: no cover - stream_with_retry always ends with one or raises
+                breaker.failure()
+                continue
+            breaker.success()
+            yield ChainResult(completion, spec, calls)
+            return
+        raise AllModelsFailed(calls, last)
+
+    async def aclose(self) -> None:
+        """Close every provider's HTTP client."""
+        for provider in self.providers.values():
+            await provider.aclose()

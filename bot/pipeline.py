@@ -1,0 +1,193 @@
+"""One turn, as data (DESIGN.md "One turn"): dedup, identity, conversation, persist, context, model, persist.
+
+A turn costs three database round trips: `ingest` (one write transaction: dedup, identity, conversation and
+the person's message, stored BEFORE the model is called), `load_context` (one read transaction) and
+`finish_turn` (one write transaction: reply and usage rows). Turns of one conversation run one at a time,
+in arrival order (an in-process lock per conversation; on Postgres an advisory lock takes its place).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from bot import catalog, log, tokens
+from bot.config import Settings
+from bot.errors import InputError
+from bot.types import InboundMessage, ModelCallRecord, OutboundMessage, utcnow
+from memory.context import AssembledContext, assemble
+from memory.store import ContextQuery, Ingested, Store
+
+logger = log.get("hilo.pipeline")
+
+#: Called with each text delta while the model streams; `reset=True` means "discard what you showed so far"
+#: (the model failed mid-answer and another attempt starts over).
+DeltaSink = Callable[[str, bool], Awaitable[None]]
+
+
+class _TurnLocks:
+    """One asyncio.Lock per conversation, created on demand and dropped when nobody holds or waits on it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[int, tuple[asyncio.Lock, int]] = {}
+
+    def __call__(self, key: int) -> _Held:
+        return _Held(self, key)
+
+    def acquire_ref(self, key: int) -> asyncio.Lock:
+        lock, refs = self._locks.get(key, (asyncio.Lock(), 0))
+        self._locks[key] = (lock, refs + 1)
+        return lock
+
+    def release_ref(self, key: int) -> None:
+        lock, refs = self._locks[key]
+        if refs <= 1:
+            del self._locks[key]
+        else:
+            self._locks[key] = (lock, refs - 1)
+
+    def __len__(self) -> int:
+        return len(self._locks)
+
+
+class _Held:
+    def __init__(self, locks: _TurnLocks, key: int) -> None:
+        self._locks, self._key = locks, key
+        self._lock: asyncio.Lock | None = None
+
+    async def __aenter__(self) -> None:
+        self._lock = self._locks.acquire_ref(self._key)
+        try:
+            await self._lock.acquire()
+        except BaseException:
+            self._locks.release_ref(self._key)
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._lock is not None
+        self._lock.release()
+        self._locks.release_ref(self._key)
+
+
+@dataclass(frozen=True, slots=True)
+class Timings:
+    """Milliseconds spent before the model (dedup + identity + persist + context) and in it."""
+
+    pre_model_ms: float
+    model_ms: float
+
+
+class Pipeline:
+    """Turns InboundMessages into OutboundMessages. Owns no connections: the app's lifespan owns store and chain."""
+
+    def __init__(self, settings: Settings, store: Store, chain: Any) -> None:
+        self.settings = settings
+        self.store = store
+        self.chain = chain
+        self._locks = _TurnLocks()
+
+    def validate(self, msg: InboundMessage) -> None:
+        """Refuse empty or oversized text before anything is stored (the surface answers with the catalogue)."""
+        if not msg.text.strip():
+            raise InputError("empty_message")
+        if len(msg.text) > self.settings.max_message_chars:
+            raise InputError("message_too_long", length=len(msg.text), limit=self.settings.max_message_chars)
+
+    async def handle(self, msg: InboundMessage, *, on_delta: DeltaSink | None = None) -> OutboundMessage:
+        """Run one turn. A redelivery returns status "duplicate"; when every model fails the person gets the
+        catalogue's "try again shortly" text (status "failed") and their message stays stored."""
+        self.validate(msg)
+        lang = catalog.language(msg.language, self.settings.language)
+        started = time.perf_counter()
+        n_tokens = await _count(msg.text)
+        turn = await self.store.ingest(msg, n_tokens)
+        if turn is None:
+            logger.info("turn.duplicate", surface=msg.surface, external_id=msg.external_id)
+            return OutboundMessage(msg.surface, msg.sender, "", "duplicate")
+        async with self._locks(turn.conversation_id):
+            ctx = await self.context_for(turn)
+            pre_model_ms = (time.perf_counter() - started) * 1000
+            reply, calls = await self._call_model(ctx, on_delta)
+            reply_tokens = await _count(reply) if reply is not None else 0
+            stored = await self.store.finish_turn(turn, reply, reply_tokens, calls)
+        logger.info(
+            "turn.done", surface=msg.surface, user_id=turn.user_id, conversation_id=turn.conversation_id,
+            message_id=turn.message.id, chars_in=len(msg.text), chars_out=len(reply or ""),
+            context_tokens=ctx.tokens["total"], calls=len(calls), outcome="ok" if reply is not None else "failed",
+            pre_model_ms=round(pre_model_ms, 2),
+        )
+        if reply is None:
+            return OutboundMessage(
+                msg.surface, msg.sender, catalog.t("model_unavailable", lang), "failed",
+                conversation_id=turn.conversation_id, user_id=turn.user_id, message_id=turn.message.id,
+            )
+        return OutboundMessage(
+            msg.surface, msg.sender, reply, "ok", conversation_id=turn.conversation_id, user_id=turn.user_id,
+            message_id=turn.message.id, reply_id=stored.id if stored else None,
+        )
+
+    async def context_for(self, turn: Ingested) -> AssembledContext:
+        """The model's input for a stored message (one read transaction)."""
+        m = turn.message
+        return await self.assemble_context(
+            user_id=turn.user_id, surface=m.surface, conversation_id=turn.conversation_id,
+            # `at` is now, not the message's time: a turn that waited for the one before it must see its reply.
+            current_message_id=m.id, text=m.content, n_tokens=m.token_count, at=utcnow(),
+        )
+
+    async def assemble_context(
+        self, *, user_id: int | None, surface: str, conversation_id: int | None, current_message_id: int | None,
+        text: str, n_tokens: int | None = None, at: datetime | None = None,
+    ) -> AssembledContext:
+        """Context assembly without side effects; `hilo context` uses it for its dry run."""
+        s = self.settings
+        at = at or utcnow()
+        if n_tokens is None:
+            n_tokens = await _count(text)
+        rows = None
+        if user_id is not None:
+            rows = await self.store.load_context(ContextQuery(
+                user_id=user_id, surface=surface, conversation_id=conversation_id,
+                current_message_id=current_message_id, at=at,
+                cross_since=at - timedelta(hours=s.cross_surface_hours), cross_limit=s.cross_surface_limit,
+                search_text=text,
+            ))
+        from memory.store import ContextRows
+
+        return assemble(
+            rows or ContextRows([], [], [], []), system_prompt=s.system_prompt, new_text=text,
+            new_tokens=n_tokens, budget=s.context_budget, surface=surface, now=at,
+        )
+
+    async def _call_model(
+        self, ctx: AssembledContext, on_delta: DeltaSink | None,
+    ) -> tuple[str | None, Sequence[ModelCallRecord]]:
+        from bot.models.base import AllModelsFailed
+
+        try:
+            if on_delta is None:
+                result = await self.chain.complete(ctx.messages)
+                return result.completion.text, result.calls
+            from bot.models.chain import ChainResult, Reset
+
+            async for event in self.chain.stream(ctx.messages):
+                if isinstance(event, ChainResult):
+                    return event.completion.text, event.calls
+                if isinstance(event, Reset):
+                    await on_delta("", True)
+                else:
+                    await on_delta(event, False)
+            raise RuntimeError("model stream ended without a result")
+        except AllModelsFailed as exc:
+            return None, exc.calls
+
+
+async def _count(text: str) -> int:
+    # Pure-Python BPE: a long text would hold the loop for milliseconds, so it goes to a thread.
+    if len(text) < 512:
+        return tokens.count(text)
+    return await asyncio.to_thread(tokens.count, text)

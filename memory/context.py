@@ -1,0 +1,292 @@
+"""Context assembly: a priority window under a token budget (DESIGN.md, "Context assembly").
+
+`assemble` is a pure function of the rows `Store.load_context` gathered: no I/O, and no stored message is
+re-tokenized (their cached `token_count` is used; only fixed header and label text is counted).
+
+Blocks, in the order the model reads them:
+1. system         the system prompt, always;
+2. memory         facts, then recalled messages (data, not instructions), one system message;
+3. cross_surface  the person's latest messages on other surfaces, oldest first, one system message;
+4. conversation   the current conversation: last 2 exchanges always, older exchanges newest first;
+5. new_message    the message being answered, always, last.
+
+Budget, in the order it is spent:
+- `avail` = budget - system - new message. If negative, `over_budget` is set, the total exceeds the
+  budget and every other block is empty: the system prompt and the new message are never dropped.
+- The last two exchanges of the conversation are reserved first (when even they do not fit, the newest
+  of their messages that fit, contiguous).
+- Memory gets at most `shares.memory * avail`, cross-surface at most `shares.cross_surface * avail`,
+  both capped by what the reservation left.
+- What remains (including any unused share) goes to older exchanges, newest first, whole exchanges only,
+  stopping at the first that does not fit (the conversation never has a gap).
+So tokens["total"] == sum of item tokens + block headers <= budget, unless over_budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from bot.tokens import MESSAGE_OVERHEAD
+from bot.types import ChatMessage, Role
+from memory.context_render import (
+    CROSS_SURFACE_HEADER,
+    MEMORY_HEADER,
+    data_line,
+    fact_label,
+    fixed_tokens,
+    header_tokens,
+    message_label,
+    render_block,
+    render_text,
+)
+from memory.store import ContextRows, Fact, StoredMessage
+
+__all__ = ["AssembledContext", "BlockShares", "ContextItem", "assemble", "render_text"]
+
+BLOCKS = ("system", "memory", "cross_surface", "conversation", "new_message")
+_ROLES: dict[str, Role] = {"user": "user", "assistant": "assistant", "tool": "tool", "system": "system"}
+
+
+@dataclass(frozen=True, slots=True)
+class BlockShares:
+    """The most each optional block may take, as a fraction of the budget left after system + new message."""
+
+    memory: float = 0.25
+    cross_surface: float = 0.20
+
+    def __post_init__(self) -> None:
+        in_range = 0 <= self.memory <= 1 and 0 <= self.cross_surface <= 1
+        if not (in_range and self.memory + self.cross_surface <= 1):
+            raise ValueError(f"block shares must be in [0, 1] and sum to at most 1, got {self}")
+
+
+@dataclass(frozen=True, slots=True)
+class ContextItem:
+    """One item of the window. `preview` is for the printout only and is not part of the JSON."""
+
+    block: str
+    kind: str
+    tokens: int
+    message_id: int | None = None
+    external_id: str | None = None
+    surface: str | None = None
+    created_at: datetime | None = None
+    source_external_ids: tuple[str, ...] = ()
+    preview: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "block": self.block,
+            "kind": self.kind,
+            "tokens": self.tokens,
+            "message_id": self.message_id,
+            "external_id": self.external_id,
+            "surface": self.surface,
+            "created_at": self.created_at.isoformat() if self.created_at else None,
+            "source_external_ids": list(self.source_external_ids),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class AssembledContext:
+    """The model's input and how it was spent.
+
+    messages: what the provider sends, in order (each ChatMessage names its block).
+    items: one per system prompt, fact, recalled/cross-surface/conversation message and new message.
+    tokens: {"total", "budget", "system", "memory", "cross_surface", "conversation", "new_message"}; a
+        block's tokens are its items' plus its header (memory, cross_surface); total is their sum.
+    over_budget: system prompt + new message alone exceed the budget (total > budget, other blocks empty).
+    """
+
+    messages: list[ChatMessage]
+    items: list[ContextItem]
+    tokens: dict[str, int]
+    over_budget: bool = False
+
+    def header_tokens(self) -> dict[str, int]:
+        """Per block, the tokens not carried by an item (the data blocks' headers)."""
+        return {b: self.tokens[b] - sum(i.tokens for i in self.items if i.block == b) for b in BLOCKS}
+
+    def to_json(self) -> dict[str, Any]:
+        """The `hilo context --json` object."""
+        return {
+            "messages": [{"role": m.role, "content": m.content} for m in self.messages],
+            "items": [item.to_json() for item in self.items],
+            "tokens": dict(self.tokens),
+        }
+
+
+@dataclass(slots=True)
+class _Block:
+    items: list[ContextItem] = field(default_factory=list)
+    messages: list[ChatMessage] = field(default_factory=list)
+    tokens: int = 0
+
+
+def assemble(
+    rows: ContextRows,
+    *,
+    system_prompt: str,
+    new_text: str,
+    new_tokens: int,
+    budget: int,
+    surface: str,
+    shares: BlockShares | None = None,
+    now: datetime | None = None,
+) -> AssembledContext:
+    """Fit `rows` into `budget` tokens by block priority (see the module docstring for the rules).
+
+    new_tokens: the cached token count of `new_text`. surface: the surface of the new message (messages
+    of that surface never count as cross-surface). now: the time of the turn; when given, data lines say
+    how long ago each message was, and the new message's item carries it as created_at.
+    """
+    shares = shares or BlockShares()
+    system_cost = fixed_tokens(system_prompt) + MESSAGE_OVERHEAD
+    system = _Block([ContextItem("system", "system_prompt", system_cost, preview=system_prompt)],
+                    [ChatMessage("system", system_prompt, block="system")], system_cost)
+    new_cost = new_tokens + MESSAGE_OVERHEAD
+    new = _Block([ContextItem("new_message", "new_message", new_cost, surface=surface, created_at=now,
+                              preview=new_text)],
+                 [ChatMessage("user", new_text, block="new_message")], new_cost)
+    avail = budget - system.tokens - new.tokens
+    if avail < 0:
+        return _build(budget, system, _Block(), _Block(), _Block(), new, over_budget=True)
+
+    exchanges = _exchanges(rows.conversation)
+    reserved = [m for exchange in exchanges[-2:] for m in exchange]
+    kept = _newest_that_fit(reserved, avail)
+    rest = avail - _cost(kept)
+
+    conversation_ids = {m.id for m in rows.conversation}
+    cross_ids = {m.id for m in rows.cross_surface}
+    memory = _memory(rows.facts, rows.recalled, conversation_ids | cross_ids,
+                     min(int(avail * shares.memory), rest), now)
+    rest -= memory.tokens
+    cross = _cross_surface(rows.cross_surface, conversation_ids, surface,
+                           min(int(avail * shares.cross_surface), rest), now)
+    rest -= cross.tokens
+
+    if len(kept) == len(reserved):  # older exchanges only behind a complete reservation: no gaps
+        for exchange in reversed(exchanges[:-2]):
+            cost = _cost(exchange)
+            if cost > rest:
+                break
+            kept = [*exchange, *kept]
+            rest -= cost
+    return _build(budget, system, memory, cross, _conversation(kept), new, over_budget=False)
+
+
+def _exchanges(messages: Sequence[StoredMessage]) -> list[list[StoredMessage]]:
+    """Group a conversation into exchanges: a user message and everything after it up to the next one
+    (replies, tool calls, tool results). Messages before the first user message form their own group."""
+    groups: list[list[StoredMessage]] = []
+    for m in messages:
+        if m.role == "user" or not groups:
+            groups.append([m])
+        else:
+            groups[-1].append(m)
+    return groups
+
+
+def _cost(messages: Iterable[StoredMessage]) -> int:
+    return sum(m.token_count + MESSAGE_OVERHEAD for m in messages)
+
+
+def _newest_that_fit(messages: list[StoredMessage], limit: int) -> list[StoredMessage]:
+    """The longest suffix of `messages` whose cost fits in `limit`."""
+    spent, start = 0, len(messages)
+    while start > 0 and spent + messages[start - 1].token_count + MESSAGE_OVERHEAD <= limit:
+        start -= 1
+        spent += messages[start].token_count + MESSAGE_OVERHEAD
+    return messages[start:]
+
+
+def _sources(m: StoredMessage) -> tuple[str, ...]:
+    # A summary of several messages names them in metadata; an ordinary message has none.
+    sources = m.metadata.get("source_external_ids") or ()
+    return tuple(str(s) for s in sources) if isinstance(sources, (list, tuple)) else ()
+
+
+def _message_item(block: str, kind: str, m: StoredMessage, cost: int) -> ContextItem:
+    return ContextItem(block, kind, cost, m.id, m.external_id, m.surface, m.created_at, _sources(m),
+                       m.content)
+
+
+def _memory(facts: Sequence[Fact], recalled: Sequence[StoredMessage], exclude: set[int], cap: int,
+            now: datetime | None) -> _Block:
+    """Facts first (in order), then recalled messages (best first), each taken if it still fits."""
+    header = header_tokens(MEMORY_HEADER)
+    spent = header
+    fact_lines: list[tuple[str, ContextItem]] = []
+    for fact in facts:
+        line, cost = data_line(fact_label(fact.created_at), fact.content, fact.token_count)
+        if spent + cost <= cap:
+            spent += cost
+            fact_lines.append((line, ContextItem("memory", "fact", cost, created_at=fact.created_at,
+                                                 preview=fact.content)))
+    seen = set(exclude)
+    picked: list[tuple[StoredMessage, str, int]] = []
+    for m in recalled:
+        if m.id in seen:
+            continue
+        seen.add(m.id)
+        line, cost = data_line(message_label(m.created_at, m.surface, m.role, now), m.content, m.token_count)
+        if spent + cost <= cap:
+            spent += cost
+            picked.append((m, line, cost))
+    # Chosen by relevance, shown as a timeline: a question and its answer end up next to each other.
+    picked.sort(key=lambda p: (p[0].created_at, p[0].id))
+    entries = fact_lines + [
+        (line, _message_item("memory", "recalled_message", m, cost)) for m, line, cost in picked
+    ]
+    return _data_block("memory", MEMORY_HEADER, header, entries)
+
+
+def _cross_surface(messages: Sequence[StoredMessage], exclude: set[int], surface: str, cap: int,
+                   now: datetime | None) -> _Block:
+    """The newest messages of other surfaces that fit (contiguous: a window, not a sample), oldest first."""
+    header = header_tokens(CROSS_SURFACE_HEADER)
+    spent = header
+    seen = set(exclude)
+    entries: list[tuple[str, ContextItem]] = []
+    for m in sorted(messages, key=lambda m: (m.created_at, m.id), reverse=True):
+        if m.id in seen or m.surface == surface:
+            continue
+        seen.add(m.id)
+        line, cost = data_line(message_label(m.created_at, m.surface, m.role, now), m.content, m.token_count)
+        if spent + cost > cap:
+            break
+        spent += cost
+        entries.append((line, _message_item("cross_surface", "cross_surface_message", m, cost)))
+    entries.reverse()
+    return _data_block("cross_surface", CROSS_SURFACE_HEADER, header, entries)
+
+
+def _data_block(block: str, header: str, header_cost: int, entries: list[tuple[str, ContextItem]]) -> _Block:
+    if not entries:
+        return _Block()
+    items = [item for _, item in entries]
+    content = render_block(header, [line for line, _ in entries])
+    total = header_cost + sum(i.tokens for i in items)
+    return _Block(items, [ChatMessage("system", content, block=block)], total)
+
+
+def _conversation(messages: list[StoredMessage]) -> _Block:
+    items = [_message_item("conversation", "message", m, m.token_count + MESSAGE_OVERHEAD) for m in messages]
+    chat = [ChatMessage(_ROLES.get(m.role, "user"), m.content, block="conversation") for m in messages]
+    return _Block(items, chat, sum(i.tokens for i in items))
+
+
+def _build(budget: int, system: _Block, memory: _Block, cross: _Block, conversation: _Block, new: _Block,
+           *, over_budget: bool) -> AssembledContext:
+    blocks = dict(zip(BLOCKS, (system, memory, cross, conversation, new), strict=True))
+    counts = {name: b.tokens for name, b in blocks.items()}
+    return AssembledContext(
+        messages=[m for b in blocks.values() for m in b.messages],
+        items=[i for b in blocks.values() for i in b.items],
+        tokens={"total": sum(counts.values()), "budget": budget, **counts},
+        over_budget=over_budget,
+    )

@@ -1,0 +1,142 @@
+"""Schema migrations: numbered, named, append-only SQL files, recorded in `schema_migrations`.
+
+Files live in the `migrations` package, one folder per dialect: `migrations/sqlite/0001_core.sql`,
+`migrations/postgres/0001_core.sql`, ... A migration is never edited once released: a change is a new file.
+Each one is applied in its own transaction together with its row in `schema_migrations(name, applied_at)`,
+so a failure leaves the database at the previous migration.
+
+The dialect-agnostic part (discovery, planning, the bookkeeping SQL) is shared; `apply_sqlite` is the
+SQLite driver. A Postgres driver runs the same plan with its own connection (a whole file can be sent as
+one script there).
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import resources
+
+from memory.store import StoreError
+
+#: A migration file name: four digits, an underscore, a snake_case name.
+NAME_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+CREATE_TABLE = (
+    "CREATE TABLE IF NOT EXISTS schema_migrations ("
+    "name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
+)
+SELECT_APPLIED = "SELECT name FROM schema_migrations ORDER BY name"
+INSERT_APPLIED = "INSERT INTO schema_migrations(name, applied_at) VALUES (?, ?)"
+
+
+class MigrationError(StoreError):
+    """A migration could not be applied, or the database is newer than this build."""
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One SQL file. `name` is its file name without `.sql` (e.g. "0001_core")."""
+
+    name: str
+    sql: str
+
+
+def discover(dialect: str) -> list[Migration]:
+    """The migrations shipped for a dialect ("sqlite", "postgres"), in order."""
+    folder = resources.files("migrations").joinpath(dialect)
+    found: list[Migration] = []
+    for entry in folder.iterdir():
+        if entry.is_file() and NAME_RE.match(entry.name):
+            found.append(Migration(entry.name[: -len(".sql")], entry.read_text(encoding="utf-8")))
+    found.sort(key=lambda m: m.name)
+    numbers = [m.name[:4] for m in found]
+    if len(set(numbers)) != len(numbers):
+        raise MigrationError(f"two {dialect} migrations share a number: {numbers}")
+    return found
+
+
+def plan(available: Sequence[Migration], applied: Iterable[str]) -> list[Migration]:
+    """The migrations still to apply, in order.
+
+    A name recorded in the database but unknown here means the database was migrated by a newer hilo:
+    refuse rather than run old code against a newer schema.
+    """
+    done = set(applied)
+    unknown = sorted(done - {m.name for m in available})
+    if unknown:
+        raise MigrationError(
+            f"the database has migrations this build does not know ({', '.join(unknown)}): "
+            "upgrade hilo, or point --db at another database"
+        )
+    return [m for m in available if m.name not in done]
+
+
+def utc_stamp() -> str:
+    """Now as fixed-width UTC ISO text, the format of every timestamp column."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def split_sqlite(script: str) -> list[str]:
+    """Split a script into statements. sqlite3.complete_statement knows about strings, comments and the
+    `BEGIN ... END;` of triggers, so a ';' only ends a statement when the statement is complete."""
+    statements: list[str] = []
+    buffer = ""
+    for piece in script.split(";"):
+        buffer += piece + ";"
+        if sqlite3.complete_statement(buffer):
+            if _strip_comments(buffer).strip(" \t\r\n;"):
+                statements.append(buffer.strip())
+            buffer = ""
+    if _strip_comments(buffer).strip(" \t\r\n;"):
+        raise MigrationError(f"incomplete SQL statement at the end of a migration: {buffer.strip()[:80]!r}")
+    return statements
+
+
+def _strip_comments(sql: str) -> str:
+    return "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--"))
+
+
+def apply_sqlite(conn: sqlite3.Connection, migrations: Sequence[Migration] | None = None) -> list[str]:
+    """Apply pending migrations on an autocommit connection (isolation_level=None); return the names applied.
+
+    Each migration runs inside BEGIN IMMEDIATE, which takes the write lock first: two processes starting
+    together apply each migration once (the second sees it recorded and skips it).
+    """
+    if conn.isolation_level is not None:
+        raise MigrationError("apply_sqlite needs an autocommit connection (isolation_level=None)")
+    available = list(migrations) if migrations is not None else discover("sqlite")
+    conn.execute(CREATE_TABLE)
+    applied_now: list[str] = []
+    for migration in plan(available, _applied(conn)):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if migration.name in _applied(conn):  # another process got there first
+                conn.execute("ROLLBACK")
+                continue
+            for statement in split_sqlite(migration.sql):
+                conn.execute(statement)
+            conn.execute(INSERT_APPLIED, (migration.name, utc_stamp()))
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise MigrationError(f"migration {migration.name} failed: {exc}") from exc
+            raise
+        applied_now.append(migration.name)
+    return applied_now
+
+
+def applied_sqlite(conn: sqlite3.Connection) -> list[str]:
+    """The names recorded in schema_migrations (empty on a blank database)."""
+    exists = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
+    ).fetchone()
+    return _applied(conn) if exists else []
+
+
+def _applied(conn: sqlite3.Connection) -> list[str]:
+    return [row[0] for row in conn.execute(SELECT_APPLIED)]

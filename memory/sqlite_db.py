@@ -1,0 +1,119 @@
+"""What the SQLite queries stand on: a counting connection wrapper, timestamps, row conversion, FTS queries.
+
+Timestamps are stored as fixed-width UTC ISO text ('YYYY-MM-DDTHH:MM:SS.ffffffZ'), so comparing the text
+compares the moments, and every index on a timestamp column is an index on time.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from memory.search_terms import search_terms
+from memory.store import Fact, StoredMessage
+
+Params = Sequence[Any] | dict[str, Any]
+
+#: The columns of a message, in the order `to_message` reads them (alias `m`).
+MSG_COLS = (
+    "m.id, m.conversation_id, m.user_id, m.surface, m.role, m.content, m.token_count, m.external_id, "
+    "m.created_at, m.metadata, m.reply_to"
+)
+FACT_COLS = "id, user_id, content, token_count, created_at"
+
+
+class Db:
+    """The connection as the queries see it: every statement is fully stepped (RETURNING rows are read
+    before COMMIT) and counted in `counters["statements"]` (an executemany counts once: one prepared
+    statement, like one batched call on Postgres)."""
+
+    def __init__(self, conn: sqlite3.Connection, counters: dict[str, int]) -> None:
+        self.conn = conn
+        self.counters = counters
+
+    def all(self, sql: str, params: Params = ()) -> list[Any]:
+        self.counters["statements"] += 1
+        return self.conn.execute(sql, params).fetchall()
+
+    def one(self, sql: str, params: Params = ()) -> Any:
+        rows = self.all(sql, params)
+        return rows[0] if rows else None
+
+    def run(self, sql: str, params: Params = ()) -> int:
+        """Execute a statement without result rows; return the number of rows it changed."""
+        self.counters["statements"] += 1
+        return self.conn.execute(sql, params).rowcount
+
+    def many(self, sql: str, rows: Iterable[Params]) -> int:
+        """executemany; return the number of rows changed (ON CONFLICT DO NOTHING skips count 0)."""
+        self.counters["statements"] += 1
+        return self.conn.executemany(sql, rows).rowcount
+
+
+def to_ts(moment: datetime) -> str:
+    """A datetime as stored. Naive datetimes are taken as UTC."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def from_ts(text: str) -> datetime:
+    """A stored timestamp as an aware UTC datetime."""
+    return datetime.fromisoformat(text)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def dump_metadata(metadata: dict[str, Any] | None) -> str:
+    # default=str: a stray datetime or Path in platform extras must not lose the person's message.
+    return json.dumps(metadata or {}, ensure_ascii=False, default=str, separators=(",", ":"))
+
+
+def load_metadata(text: str | None) -> dict[str, Any]:
+    if not text or text == "{}":
+        return {}
+    value = json.loads(text)
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def to_message(row: Sequence[Any]) -> StoredMessage:
+    """A row selected with MSG_COLS."""
+    return StoredMessage(
+        id=row[0], conversation_id=row[1], user_id=row[2], surface=row[3], role=row[4], content=row[5],
+        token_count=row[6], external_id=row[7], created_at=from_ts(row[8]),
+        metadata=load_metadata(row[9]), reply_to=row[10],
+    )
+
+
+def message_json(message: StoredMessage) -> dict[str, Any]:
+    """A message as `inspect` shows it."""
+    return {
+        "id": message.id, "role": message.role, "content": message.content, "surface": message.surface,
+        "external_id": message.external_id, "token_count": message.token_count,
+        "created_at": to_ts(message.created_at), "reply_to": message.reply_to, "metadata": message.metadata,
+    }
+
+
+def to_fact(row: Sequence[Any]) -> Fact:
+    """A row selected with FACT_COLS."""
+    return Fact(id=row[0], user_id=row[1], content=row[2], token_count=row[3], created_at=from_ts(row[4]))
+
+
+def fts_query(text: str, user_id: int) -> str | None:
+    """A safe FTS5 query for free text, restricted to one owner; None when there is nothing to search.
+
+    Each search term (see memory.search_terms) becomes a quoted string: a word token holds no '"', so
+    nothing the person typed is read as FTS syntax (no column filters, NEAR, '*', '^'). Terms are OR-ed
+    (BM25 ranks rows matching more and rarer words first). The AND with `owner : "u<id>"` lets FTS5 skip
+    through other people's rows instead of scoring them.
+    """
+    words = search_terms(text)
+    if not words:
+        return None
+    terms = " OR ".join(f'"{word}"' for word in words)
+    return f'owner : "u{int(user_id)}" AND content : ({terms})'

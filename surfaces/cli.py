@@ -1,0 +1,54 @@
+"""The terminal surface (`hilo chat`): a line typed by an operator becomes one InboundMessage.
+
+The person is named by handle (`--user`), and the message is filed under `--surface` (default "cli"), so an
+operator can play a Telegram or WhatsApp user from the terminal. Each line gets a fresh external id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import uuid
+
+from bot.errors import InputError
+from bot.pipeline import Pipeline
+from bot.types import InboundMessage
+
+
+def inbound(handle: str, surface: str, text: str, conversation_ref: str | None = None) -> InboundMessage:
+    return InboundMessage(
+        surface=surface, sender=handle, external_id=f"cli-{uuid.uuid4().hex}", text=text,
+        conversation_ref=conversation_ref, handle=handle,
+    )
+
+
+async def one_turn(pipeline: Pipeline, handle: str, surface: str, text: str) -> int:
+    """One full turn; prints the reply. Exit code 0 on an answer, 1 when every model failed or input was refused."""
+    conversation_ref = None
+    if surface == "web":  # the web has many conversations: the terminal continues the latest one
+        user_id = await pipeline.store.user_id(handle)
+        if user_id is not None:
+            latest = await pipeline.store.find_conversation(user_id, "web")
+            conversation_ref = str(latest) if latest is not None else None
+    try:
+        out = await pipeline.handle(inbound(handle, surface, text, conversation_ref))
+    except InputError as exc:
+        from bot import catalog
+
+        print(catalog.t(exc.key, None, **exc.params), file=sys.stderr)
+        return 1
+    print(out.text)
+    return 0 if out.status == "ok" else 1
+
+
+async def repl(pipeline: Pipeline, handle: str, surface: str) -> int:
+    """Read lines until EOF; stdin is read in a thread so the loop never blocks."""
+    interactive = sys.stdin.isatty()
+    while True:
+        if interactive:
+            print("you> ", end="", flush=True)
+        line = await asyncio.to_thread(sys.stdin.readline)
+        if not line:
+            return 0
+        if line.strip():
+            await one_turn(pipeline, handle, surface, line.rstrip("\n"))

@@ -1,0 +1,326 @@
+"""A loopback fake of the OpenAI and Anthropic HTTP APIs, scriptable per request, for the real SDKs to talk to.
+
+Routes: POST /v1/chat/completions (JSON, or SSE ending in `data: [DONE]` with a usage chunk) and POST /v1/messages
+(JSON, or SSE events message_start .. message_stop with usage). It listens on 127.0.0.1 only, on a free port,
+served by uvicorn in a background thread.
+
+Scripting: each request takes the next behaviour from its model's queue (`script(model=...)`), else from the
+shared queue (`enqueue(...)`), else the model's default, else `ok()`, which answers
+"fake reply to: <last user message>". Behaviours: `ok(text)`, `rate_limited(retry_after)`, `status(503)`,
+`overloaded()` (529), `slow(seconds)`, `cut(after_chunks)`.
+
+Use from a test module: `from tests.fakes import model_server as fake`, then module-level
+`model_server_session = fake.model_server_session; model_server = fake.model_server` (or list
+"tests.fakes.model_server" in a conftest's `pytest_plugins`), then take the `model_server` fixture; its `.base_url`
+is "http://127.0.0.1:PORT" (OpenAI SDK: base_url + "/v1"; Anthropic SDK: base_url as is).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+
+@dataclass(frozen=True, slots=True)
+class Behaviour:
+    """What the fake does with one request. Build these with the helpers below."""
+
+    kind: str = "ok"  # "ok" | "status" | "cut"
+    text: str | None = None
+    status: int = 200
+    headers: tuple[tuple[str, str], ...] = ()
+    delay: float = 0.0  # seconds to sleep before answering (slow)
+    after_chunks: int = 2  # cut: text chunks sent before the connection is dropped
+
+
+def ok(text: str | None = None) -> Behaviour:
+    """Answer normally (JSON or SSE as the request asks); `text` defaults to "fake reply to: <last user>"."""
+    return Behaviour("ok", text=text)
+
+
+def status(code: int, headers: dict[str, str] | None = None) -> Behaviour:
+    """Answer an HTTP error in the provider's error shape (503, 500, 401, 400 ...)."""
+    return Behaviour("status", status=code, headers=tuple((headers or {}).items()))
+
+
+def rate_limited(retry_after: float | None = 1.0, *, ms: bool = False) -> Behaviour:
+    """429 with a `retry-after` header in seconds (or `retry-after-ms` when ms=True); None sends no header."""
+    headers: dict[str, str] = {}
+    if retry_after is not None:
+        if ms:
+            headers["retry-after-ms"] = str(int(retry_after * 1000))
+        else:
+            headers["retry-after"] = f"{retry_after:g}"
+    return status(429, headers)
+
+
+def overloaded() -> Behaviour:
+    """Anthropic's 529 overloaded_error."""
+    return status(529)
+
+
+def slow(seconds: float, then: Behaviour | None = None) -> Behaviour:
+    """Sleep before answering with `then` (default ok())."""
+    return replace(then or ok(), delay=seconds)
+
+
+def cut(after_chunks: int = 2, text: str | None = None) -> Behaviour:
+    """Stream `after_chunks` text chunks, then drop the connection (a JSON request gets a truncated body)."""
+    return Behaviour("cut", text=text, after_chunks=after_chunks)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedRequest:
+    path: str
+    model: str
+    body: dict[str, Any]
+    headers: dict[str, str]
+
+    @property
+    def stream(self) -> bool:
+        return bool(self.body.get("stream"))
+
+
+@dataclass
+class _Script:
+    queue: deque[Behaviour] = field(default_factory=deque)
+    default: Behaviour | None = None
+
+
+class _Cut(Exception):
+    """Raised inside a streaming body to make uvicorn drop the connection mid-response."""
+
+
+def _last_user(messages: Iterable[Any]) -> str:
+    for message in reversed(list(messages)):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, list):  # Anthropic content blocks
+                return " ".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
+            return str(content)
+    return ""
+
+
+def _words(text: str) -> list[str]:
+    parts = text.split(" ")
+    return [p + (" " if i < len(parts) - 1 else "") for i, p in enumerate(parts)]
+
+
+def _sse(data: Any, event: str | None = None) -> bytes:
+    head = f"event: {event}\n" if event else ""
+    payload = data if isinstance(data, str) else json.dumps(data)
+    return f"{head}data: {payload}\n\n".encode()
+
+
+class FakeModelServer:
+    """The fake provider. `start()` / `stop()`; `reset()` between tests; `.requests` records what arrived."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._shared: deque[Behaviour] = deque()
+        self._scripts: dict[str, _Script] = {}
+        self.requests: list[RecordedRequest] = []
+        self.port = 0
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self.app = Starlette(routes=[
+            Route("/v1/chat/completions", self._openai, methods=["POST"]),
+            Route("/v1/messages", self._anthropic, methods=["POST"]),
+        ])
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    # -- scripting ----------------------------------------------------------------------------------------
+    def enqueue(self, *behaviours: Behaviour) -> None:
+        """Behaviours for the next requests of any model (after that model's own script)."""
+        with self._lock:
+            self._shared.extend(behaviours)
+
+    def script(self, model: str, behaviours: Iterable[Behaviour] = (), default: Behaviour | None = None) -> None:
+        """Behaviours for the next requests naming `model`; `default` answers once they are used up."""
+        with self._lock:
+            entry = self._scripts.setdefault(model, _Script())
+            entry.queue.extend(behaviours)
+            if default is not None:
+                entry.default = default
+
+    def reset(self) -> None:
+        with self._lock:
+            self._shared.clear()
+            self._scripts.clear()
+            self.requests = []
+
+    def requests_for(self, model: str) -> list[RecordedRequest]:
+        with self._lock:
+            return [r for r in self.requests if r.model == model]
+
+    def _next(self, model: str) -> Behaviour:
+        with self._lock:
+            entry = self._scripts.get(model)
+            if entry and entry.queue:
+                return entry.queue.popleft()
+            if self._shared:
+                return self._shared.popleft()
+            if entry and entry.default is not None:
+                return entry.default
+            return ok()
+
+    # -- lifecycle ----------------------------------------------------------------------------------------
+    def start(self) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            self.app, host="127.0.0.1", port=self.port, log_level="critical", lifespan="off",
+            ws="none", http="h11", loop="asyncio", timeout_graceful_shutdown=1, access_log=False,
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, name="fake-model-server", daemon=True,
+        )
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("fake model server did not start")
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        if self._server is not None and self._thread is not None:
+            self._server.should_exit = True
+            self._thread.join(timeout=10)
+        self._server = None
+        self._thread = None
+
+    # -- routes -------------------------------------------------------------------------------------------
+    async def _receive(self, request: Request, path: str) -> tuple[RecordedRequest, Behaviour]:
+        body = json.loads(await request.body() or b"{}")
+        record = RecordedRequest(path, str(body.get("model", "")), body, dict(request.headers))
+        with self._lock:
+            self.requests.append(record)
+        behaviour = self._next(record.model)
+        if behaviour.delay:
+            await asyncio.sleep(behaviour.delay)
+        return record, behaviour
+
+    async def _openai(self, request: Request) -> Response:
+        record, b = await self._receive(request, "/v1/chat/completions")
+        if b.kind == "status":
+            kind = {429: "rate_limit_exceeded", 401: "invalid_api_key"}.get(b.status, "server_error")
+            return JSONResponse({"error": {"message": f"fake {b.status}", "type": kind, "code": kind}},
+                                status_code=b.status, headers=dict(b.headers))
+        model, messages = record.model, record.body.get("messages", [])
+        text = b.text if b.text is not None else f"fake reply to: {_last_user(messages)}"
+        usage = {"prompt_tokens": sum(len(str(m.get("content", "")).split()) for m in messages),
+                 "completion_tokens": len(text.split())}
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        if not record.stream:
+            if b.kind == "cut":
+                return _truncated_json()
+            return JSONResponse({
+                "id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                             "finish_reason": "stop", "logprobs": None}],
+                "usage": usage,
+            })
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            return _sse({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": model,
+                         "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]})
+
+        async def events() -> AsyncIterator[bytes]:
+            yield chunk({"role": "assistant", "content": ""})
+            for i, word in enumerate(_words(text)):
+                if b.kind == "cut" and i >= b.after_chunks:
+                    raise _Cut()
+                yield chunk({"content": word})
+            yield chunk({}, "stop")
+            if (record.body.get("stream_options") or {}).get("include_usage"):
+                yield _sse({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0,
+                            "model": model, "choices": [], "usage": usage})
+            yield _sse("[DONE]")
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    async def _anthropic(self, request: Request) -> Response:
+        record, b = await self._receive(request, "/v1/messages")
+        if b.kind == "status":
+            kind = {429: "rate_limit_error", 529: "overloaded_error", 401: "authentication_error",
+                    400: "invalid_request_error"}.get(b.status, "api_error")
+            return JSONResponse({"type": "error", "error": {"type": kind, "message": f"fake {b.status}"}},
+                                status_code=b.status, headers=dict(b.headers))
+        model, messages = record.model, record.body.get("messages", [])
+        text = b.text if b.text is not None else f"fake reply to: {_last_user(messages)}"
+        tokens_in = len(str(record.body.get("system", "")).split()) + sum(
+            len(str(m.get("content", "")).split()) for m in messages)
+        tokens_out = len(text.split())
+        message = {"id": "msg_fake", "type": "message", "role": "assistant", "model": model,
+                   "stop_reason": None, "stop_sequence": None}
+        if not record.stream:
+            if b.kind == "cut":
+                return _truncated_json()
+            return JSONResponse({**message, "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
+                                 "usage": {"input_tokens": tokens_in, "output_tokens": tokens_out}})
+
+        async def events() -> AsyncIterator[bytes]:
+            yield _sse({"type": "message_start", "message": {
+                **message, "content": [], "usage": {"input_tokens": tokens_in, "output_tokens": 1}}},
+                "message_start")
+            yield _sse({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                       "content_block_start")
+            yield _sse({"type": "ping"}, "ping")
+            for i, word in enumerate(_words(text)):
+                if b.kind == "cut" and i >= b.after_chunks:
+                    raise _Cut()
+                yield _sse({"type": "content_block_delta", "index": 0,
+                            "delta": {"type": "text_delta", "text": word}}, "content_block_delta")
+            yield _sse({"type": "content_block_stop", "index": 0}, "content_block_stop")
+            yield _sse({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                        "usage": {"output_tokens": tokens_out}}, "message_delta")
+            yield _sse({"type": "message_stop"}, "message_stop")
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+
+def _truncated_json() -> Response:
+    async def body() -> AsyncIterator[bytes]:
+        yield b'{"id": "cut", "choi'
+        raise _Cut()
+
+    return StreamingResponse(body(), media_type="application/json")
+
+
+@pytest.fixture(scope="session")
+def model_server_session() -> Iterator[FakeModelServer]:
+    """One fake provider for the whole test session."""
+    server = FakeModelServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def model_server(model_server_session: FakeModelServer) -> Iterator[FakeModelServer]:
+    """The session's fake provider, with no script and no recorded requests."""
+    model_server_session.reset()
+    yield model_server_session
+    model_server_session.reset()

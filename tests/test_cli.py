@@ -1,0 +1,123 @@
+"""The CLI contract of DESIGN.md, run as a real process against a real SQLite file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def hilo(tmp_path: Path):  # type: ignore[no-untyped-def]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HILO_", "OPENAI_", "ANTHROPIC_"))}
+    env.pop("DATABASE_URL", None)
+    env["HILO_DATABASE_URL"] = f"sqlite:///{tmp_path / 'hilo.db'}"
+    env["PYTHONPATH"] = str(REPO)
+
+    def run(*args: str, stdin: str | None = None, code: int = 0) -> str:
+        proc = subprocess.run([sys.executable, "-m", "bot.cli", *args], cwd=tmp_path, env=env, input=stdin,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == code, proc.stderr
+        return proc.stdout if code == 0 else proc.stderr
+
+    return run
+
+
+def test_chat_on_telegram_then_context_on_whatsapp_shows_it_cross_surface(hilo) -> None:  # type: ignore[no-untyped-def]
+    reply = hilo("chat", "--user", "alice", "--surface", "telegram", "I live in Valencia")
+    assert reply.startswith("[echo")
+    ctx = json.loads(hilo("context", "--user", "alice", "--surface", "whatsapp", "--json", "where do I live?"))
+    cross = [i for i in ctx["items"] if i["block"] == "cross_surface"]
+    assert [i["surface"] for i in cross] == ["telegram", "telegram"]  # what alice said, and the reply
+    assert any("I live in Valencia" in m["content"] for m in ctx["messages"])
+    assert ctx["messages"][-1] == {"role": "user", "content": "where do I live?"}
+    assert set(ctx["tokens"]) >= {"total", "budget", "system", "memory", "cross_surface", "conversation",
+                                  "new_message"}
+    assert ctx["tokens"]["total"] <= ctx["tokens"]["budget"]
+
+
+def test_context_writes_nothing_and_at_looks_back(hilo) -> None:  # type: ignore[no-untyped-def]
+    hilo("chat", "--user", "alice", "--surface", "telegram", "I live in Valencia")
+    before = hilo("inspect", "--user", "alice", "--json")
+    hilo("context", "--user", "alice", "--surface", "whatsapp", "where do I live?")
+    assert hilo("inspect", "--user", "alice", "--json") == before
+    past = json.loads(hilo("context", "--user", "alice", "--surface", "whatsapp", "--json",
+                           "--at", "2000-01-01T00:00:00Z", "where do I live?"))
+    assert [i["block"] for i in past["items"]] == ["system", "new_message"]
+
+
+def test_context_batch_mode_prints_one_json_per_line(hilo) -> None:  # type: ignore[no-untyped-def]
+    hilo("chat", "--user", "bob", "--surface", "cli", "my dog is called Rufo")
+    out = hilo("context", "--user", "bob", "--surface", "cli", "-", stdin="first\nsecond\n\nthird\n")
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [x["messages"][-1]["content"] for x in lines] == ["first", "second", "third"]
+
+
+def test_commands_without_a_model_import_no_provider_sdk(tmp_path: Path) -> None:
+    code = (
+        "import sys; from bot.cli import main; "
+        f"main(['context', '--db', 'sqlite:///{tmp_path / 'x.db'}', '--user', 'u', '--surface', 'cli', 'hi']); "
+        "print('SDKS', 'openai' in sys.modules, 'anthropic' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert "SDKS False False" in out.stdout, out.stderr
+
+
+def test_forget_leaves_nothing(hilo) -> None:  # type: ignore[no-untyped-def]
+    hilo("chat", "--user", "alice", "--surface", "telegram", "I live in Valencia")
+    hilo("remember", "--user", "alice", "alice is vegetarian")
+    assert "Valencia" in hilo("inspect", "--user", "alice")
+    assert "deleted" in hilo("forget", "--user", "alice")
+    assert json.loads(hilo("inspect", "--user", "alice", "--json")) is None
+    ctx = json.loads(hilo("context", "--user", "alice", "--surface", "whatsapp", "--json", "Valencia vegetarian"))
+    assert [i["block"] for i in ctx["items"]] == ["system", "new_message"]
+
+
+def test_remember_feeds_the_memory_block(hilo) -> None:  # type: ignore[no-untyped-def]
+    hilo("remember", "--user", "carol", "carol prefers Spanish")
+    ctx = json.loads(hilo("context", "--user", "carol", "--surface", "web", "--json", "hola"))
+    facts = [i for i in ctx["items"] if i["kind"] == "fact"]
+    assert len(facts) == 1 and facts[0]["block"] == "memory"
+
+
+def test_import_twice_stores_each_message_once(hilo, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    lines = [
+        {"user": "dana", "surface": "telegram", "role": "user", "content": f"message {i}",
+         "created_at": f"2026-11-01T10:{i:02d}:00Z", "external_id": f"tg-{i}"}
+        for i in range(50)
+    ] + [{"user": "dana", "surface": "web", "role": "assistant", "content": "web reply",
+          "created_at": "2026-11-01T11:00:00Z", "external_id": "w-1", "conversation": "support-1"}]
+    path = tmp_path / "history.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    assert "imported 51 messages, skipped 0" in hilo("import", str(path))
+    assert "imported 0 messages, skipped 51" in hilo("import", str(path))
+    data = json.loads(hilo("inspect", "--user", "dana", "--json"))
+    contents = [m["content"] for c in data["conversations"] for m in c["messages"]]
+    assert len(contents) == 51 and len(set(contents)) == 51
+
+
+def test_import_names_the_bad_line_and_writes_nothing(hilo, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "bad.jsonl"
+    good = {"user": "eve", "surface": "telegram", "role": "user", "content": "hi", "created_at": "2026-11-01T10:00:00Z"}
+    path.write_text(json.dumps(good) + "\n" + json.dumps({**good, "role": "robot"}) + "\n")
+    err = hilo("import", str(path), code=1)
+    assert "line 2" in err and "role" in err
+    assert json.loads(hilo("inspect", "--user", "eve", "--json")) is None
+
+
+def test_migrate_is_idempotent(hilo) -> None:  # type: ignore[no-untyped-def]
+    first = hilo("migrate")
+    assert "applied 0001" in first
+    assert "up to date" in hilo("migrate")
+
+
+def test_a_wrong_setting_stops_with_what_to_set(hilo) -> None:  # type: ignore[no-untyped-def]
+    err = hilo("migrate", "--db", "mysql://nope", code=2)
+    assert "HILO_DATABASE_URL" in err or "sqlite:///" in err

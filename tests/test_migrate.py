@@ -1,0 +1,184 @@
+"""Migrations: discovered from the package, applied in order on a blank database and on an older one, each
+in its own transaction, recorded in schema_migrations. Also: opening a store by URL."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import closing
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from bot.errors import ConfigError
+from memory.migrate import (
+    Migration,
+    MigrationError,
+    applied_sqlite,
+    apply_sqlite,
+    discover,
+    plan,
+    split_sqlite,
+)
+from memory.open import open_store, sqlite_path
+from memory.sqlite_store import SqliteStore
+from memory.store import ContextQuery
+
+CORE_TABLES = {"users", "identities", "conversations", "messages", "model_calls", "facts", "messages_fts"}
+
+
+@pytest.fixture
+def conn(tmp_path: Path) -> Iterator[sqlite3.Connection]:
+    with closing(sqlite3.connect(tmp_path / "m.db", isolation_level=None)) as c:
+        c.execute("PRAGMA foreign_keys = ON")
+        yield c
+
+
+def tables(conn: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+
+
+def test_discover_finds_numbered_files_in_order() -> None:
+    names = [m.name for m in discover("sqlite")]
+    assert names[:3] == ["0001_core", "0002_facts", "0003_messages_fts"]
+    assert names == sorted(names)
+    assert [int(n[:4]) for n in names] == list(range(1, len(names) + 1)), "numbers are contiguous"
+
+
+def test_blank_database_gets_every_migration_once(conn: sqlite3.Connection) -> None:
+    every = [m.name for m in discover("sqlite")]
+    assert applied_sqlite(conn) == []
+    assert apply_sqlite(conn) == every
+    assert CORE_TABLES <= tables(conn)
+    rows = conn.execute("SELECT name, applied_at FROM schema_migrations ORDER BY name").fetchall()
+    assert [r[0] for r in rows] == every
+    assert all(len(r[1]) == len("2024-01-01T00:00:00.000000Z") and r[1].endswith("Z") for r in rows)
+    assert apply_sqlite(conn) == [], "a second run applies nothing"
+
+
+def test_upgrade_keeps_data_and_indexes_old_messages(tmp_path: Path, conn: sqlite3.Connection) -> None:
+    every = discover("sqlite")
+    assert apply_sqlite(conn, every[:1]) == ["0001_core"]
+    assert "facts" not in tables(conn)
+    ts = "2024-01-01T00:00:00.000000Z"
+    conn.execute("INSERT INTO users(id, handle, created_at) VALUES (1, 'ana', ?)", (ts,))
+    conn.execute(
+        "INSERT INTO conversations(id, user_id, surface, singleton, created_at, updated_at) "
+        "VALUES (1, 1, 'cli', 1, ?, ?)", (ts, ts),
+    )
+    conn.execute(
+        "INSERT INTO messages(conversation_id, user_id, surface, role, content, external_id, created_at) "
+        "VALUES (1, 1, 'cli', 'user', 'the old lighthouse keeper', 'x1', ?)", (ts,),
+    )
+
+    assert apply_sqlite(conn) == [m.name for m in every[1:]]
+    assert conn.execute("SELECT handle FROM users").fetchall() == [("ana",)]
+    assert conn.execute("SELECT content FROM messages").fetchall() == [("the old lighthouse keeper",)]
+    hits = conn.execute("SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'lighthouse'").fetchall()
+    assert len(hits) == 1, "messages stored before the FTS migration are indexed"
+    conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('integrity-check')")
+
+
+async def test_store_recalls_messages_from_before_the_upgrade(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    with closing(sqlite3.connect(path, isolation_level=None)) as c:
+        apply_sqlite(c, discover("sqlite")[:1])
+        ts = "2024-01-01T00:00:00.000000Z"
+        c.execute("INSERT INTO users(handle, created_at) VALUES ('ana', ?)", (ts,))
+        c.execute("INSERT INTO conversations(user_id, surface, singleton, created_at, updated_at) "
+                  "VALUES (1, 'cli', 1, ?, ?)", (ts, ts))
+        c.execute("INSERT INTO messages(conversation_id, user_id, surface, role, content, created_at) "
+                  "VALUES (1, 1, 'cli', 'user', 'my cat is called Pixel', ?)", (ts,))
+    store = SqliteStore(path)
+    await store.open()
+    try:
+        assert store.applied == [m.name for m in discover("sqlite")[1:]]
+        now = datetime.now(UTC)
+        rows = await store.load_context(ContextQuery(
+            user_id=1, surface="web", conversation_id=None, current_message_id=None, at=now,
+            cross_since=now - timedelta(hours=1), search_text="what is my cat called?",
+        ))
+        assert [m.content for m in rows.recalled] == ["my cat is called Pixel"]
+    finally:
+        await store.close()
+
+
+def test_failed_migration_rolls_back_and_is_not_recorded(conn: sqlite3.Connection) -> None:
+    good = discover("sqlite")
+    broken = Migration("9999_broken", "CREATE TABLE half_done (x INTEGER);\nCREATE TABLEX oops (y);")
+    with pytest.raises(MigrationError, match="9999_broken"):
+        apply_sqlite(conn, [*good, broken])
+    assert "half_done" not in tables(conn)
+    assert applied_sqlite(conn) == [m.name for m in good], "earlier migrations stay applied"
+    assert not conn.in_transaction
+
+
+def test_database_newer_than_the_build_is_refused(conn: sqlite3.Connection) -> None:
+    apply_sqlite(conn)
+    conn.execute("INSERT INTO schema_migrations(name, applied_at) VALUES ('9000_future', 'x')")
+    with pytest.raises(MigrationError, match="upgrade hilo"):
+        apply_sqlite(conn)
+
+
+def test_plan_lists_only_pending() -> None:
+    ms = [Migration("0001_a", ""), Migration("0002_b", ""), Migration("0003_c", "")]
+    assert [m.name for m in plan(ms, ["0001_a", "0003_c"])] == ["0002_b"]
+
+
+def test_split_keeps_triggers_and_comment_semicolons_whole() -> None:
+    script = """
+    -- a comment; with a semicolon
+    CREATE TABLE t (x TEXT DEFAULT ';');
+    CREATE TRIGGER tr AFTER INSERT ON t BEGIN
+        INSERT INTO t(x) SELECT 'y' WHERE 0;
+        DELETE FROM t WHERE 0;
+    END;
+    -- trailing comment
+    """
+    statements = split_sqlite(script)
+    assert len(statements) == 2
+    assert statements[1].startswith("CREATE TRIGGER") and statements[1].endswith("END;")
+
+
+async def test_migrate_on_a_fresh_store_reports_names_then_nothing(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "fresh.db")
+    try:
+        assert await store.migrate() == [m.name for m in discover("sqlite")]
+        assert await store.migrate() == []
+    finally:
+        await store.close()
+    reopened = SqliteStore(tmp_path / "fresh.db")
+    await reopened.open()
+    assert reopened.applied == []
+    await reopened.close()
+
+
+def test_sqlite_urls() -> None:
+    assert sqlite_path("sqlite:///hilo.db") == "hilo.db"
+    assert sqlite_path("sqlite:///data/hilo.db") == "data/hilo.db"
+    assert sqlite_path("sqlite:////var/lib/hilo/hilo.db") == "/var/lib/hilo/hilo.db"
+    store = open_store("sqlite:////tmp/x/hilo.db")
+    assert isinstance(store, SqliteStore) and store.path == "/tmp/x/hilo.db"
+    with pytest.raises(ConfigError, match="sqlite:///hilo.db"):
+        open_store("sqlite:///")
+
+
+@pytest.mark.parametrize("url", ["postgres://u:p@localhost/hilo", "postgresql://localhost/hilo"])
+def test_postgres_url_says_what_to_do(url: str) -> None:
+    with pytest.raises(ConfigError, match="Postgres support is not in this build yet.*sqlite:///hilo.db"):
+        open_store(url)
+
+
+def test_unknown_url_scheme_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="sqlite:///hilo.db"):
+        open_store("mysql://localhost/hilo")
+
+
+async def test_unopenable_path_is_store_unavailable(tmp_path: Path) -> None:
+    from memory.store import StoreUnavailable
+
+    store = SqliteStore(tmp_path / "missing-dir" / "hilo.db")
+    with pytest.raises(StoreUnavailable, match="directory exists"):
+        await store.open()
+    await store.close()

@@ -1,0 +1,216 @@
+"""One turn end to end: real SQLite store, real model chain (echo, or the real SDKs against the fake provider)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.config import Settings
+from bot.errors import InputError, NotFound
+from bot.models.factory import build_chain
+from bot.models.retry import RetryPolicy
+from bot.pipeline import Pipeline
+from bot.types import InboundMessage
+from memory.open import open_store
+from tests.fakes.model_server import FakeModelServer, slow, status
+
+
+def msg(surface: str, sender: str, ext: str, text: str, **kw: Any) -> InboundMessage:
+    return InboundMessage(surface=surface, sender=sender, external_id=ext, text=text, **kw)
+
+
+async def no_sleep(_: float) -> None:
+    return None
+
+
+@pytest.fixture
+def db_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'hilo.db'}"
+
+
+@pytest.fixture
+async def store(db_url: str) -> AsyncIterator[Any]:
+    st = open_store(db_url)
+    await st.open()
+    yield st
+    await st.close()
+
+
+def echo_pipeline(store: Any, **settings: Any) -> Pipeline:
+    s = Settings(**settings)
+    return Pipeline(s, store, build_chain(s))
+
+
+@pytest.fixture
+async def fake_pipeline(model_server: FakeModelServer) -> AsyncIterator[Any]:
+    """Builds pipelines whose chain talks to the fake provider through the real SDKs; closes them after."""
+    chains: list[Any] = []
+
+    def build(store: Any, server: FakeModelServer, env: dict[str, str]) -> Pipeline:
+        s = Settings.from_mapping({"OPENAI_BASE_URL": server.base_url + "/v1", "ANTHROPIC_API_KEY": "x",
+                                   "ANTHROPIC_BASE_URL": server.base_url, **env})
+        chain = build_chain(s, policy=RetryPolicy(attempts=2, sleep=no_sleep), timeout=5)
+        chains.append(chain)
+        return Pipeline(s, store, chain)
+
+    yield build
+    for chain in chains:
+        await chain.aclose()
+
+
+async def test_one_turn_stores_message_reply_and_usage(store: Any) -> None:
+    p = echo_pipeline(store)
+    out = await p.handle(msg("telegram", "42", "u1", "hello there"))
+    assert out.status == "ok" and "hello there" in out.text
+    data = await store.inspect("telegram:42")
+    [conv] = data["conversations"]
+    assert [(m["role"], m["content"]) for m in conv["messages"]] == [("user", "hello there"), ("assistant", out.text)]
+    assert conv["messages"][1]["reply_to"] == conv["messages"][0]["id"]
+    [call] = data["model_calls"]
+    assert call["model"] == "echo" and call["outcome"] == "ok" and call["tokens_in"] > 0
+
+
+async def test_redelivery_is_dropped_also_after_restart(db_url: str) -> None:
+    st = open_store(db_url)
+    await st.open()
+    p = echo_pipeline(st)
+    assert (await p.handle(msg("whatsapp", "+34600", "SM1", "hola"))).status == "ok"
+    assert (await p.handle(msg("whatsapp", "+34600", "SM1", "hola"))).status == "duplicate"
+    await st.close()
+    st2 = open_store(db_url)  # a new process: only the database remembers
+    await st2.open()
+    try:
+        out = await echo_pipeline(st2).handle(msg("whatsapp", "+34600", "SM1", "hola"))
+        assert out.status == "duplicate"
+        data = await st2.inspect("whatsapp:+34600")
+        assert len(data["conversations"][0]["messages"]) == 2
+        assert len(data["model_calls"]) == 1
+    finally:
+        await st2.close()
+
+
+async def test_history_survives_a_restart(db_url: str) -> None:
+    st = open_store(db_url)
+    await st.open()
+    await echo_pipeline(st).handle(msg("telegram", "7", "a", "my cat is called Mishi"))
+    await st.close()
+    st2 = open_store(db_url)
+    await st2.open()
+    try:
+        user_id = await st2.user_id("telegram:7")
+        ctx = await echo_pipeline(st2).assemble_context(
+            user_id=user_id, surface="telegram", conversation_id=await st2.find_conversation(user_id, "telegram"),
+            current_message_id=None, text="what is my cat called?")
+        assert any("Mishi" in m.content for m in ctx.messages if m.block == "conversation")
+    finally:
+        await st2.close()
+
+
+async def test_first_contact_creates_a_user_and_one_singleton_conversation(store: Any) -> None:
+    p = echo_pipeline(store)
+    a = await p.handle(msg("telegram", "42", "1", "one"))
+    b = await p.handle(msg("telegram", "42", "2", "two"))
+    c = await p.handle(msg("telegram", "43", "3", "other person"))
+    assert a.user_id == b.user_id != c.user_id
+    assert a.conversation_id == b.conversation_id != c.conversation_id
+
+
+async def test_web_has_many_conversations_each_owned(store: Any) -> None:
+    p = echo_pipeline(store)
+    first = await p.handle(msg("web", "v1", "v1:1", "first"))
+    same = await p.handle(msg("web", "v1", "v1:2", "again", conversation_ref=str(first.conversation_id)))
+    new = await p.handle(msg("web", "v1", "v1:3", "fresh start"))
+    assert same.conversation_id == first.conversation_id != new.conversation_id
+    with pytest.raises(NotFound):
+        await p.handle(msg("web", "v2", "v2:1", "let me in", conversation_ref=str(first.conversation_id)))
+    other = await store.inspect("web:v2")
+    assert other is None or all(not c["messages"] for c in other["conversations"])
+
+
+@pytest.mark.parametrize("text", ["", "   ", "x" * 4001])
+async def test_refused_input_stores_nothing(store: Any, text: str) -> None:
+    with pytest.raises(InputError) as info:
+        await echo_pipeline(store).handle(msg("telegram", "42", "e1", text))
+    assert info.value.key in ("empty_message", "message_too_long")
+    assert await store.inspect("telegram:42") is None
+
+
+async def test_people_never_see_each_other(store: Any) -> None:
+    p = echo_pipeline(store)
+    await p.handle(msg("telegram", "alice", "a1", "my secret password is tangerine"))
+    out = await p.handle(msg("telegram", "bob", "b1", "what is the secret password tangerine?"))
+    assert "my secret password" not in out.text
+    bob = await store.user_id("telegram:bob")
+    ctx = await p.assemble_context(user_id=bob, surface="whatsapp", conversation_id=None,
+                                   current_message_id=None, text="password tangerine")
+    assert not any("my secret password" in m.content for m in ctx.messages)
+
+
+async def test_cross_surface_message_reaches_the_model(store: Any) -> None:
+    p = echo_pipeline(store)
+    await p.handle(msg("telegram", "alice", "t1", "I live in Valencia", handle="alice"))
+    out = await p.handle(msg("whatsapp", "alice", "w1", "where do I live?", handle="alice"))
+    assert "I live in Valencia" in out.text  # echo shows what it recalled
+
+
+async def test_turns_of_one_conversation_never_interleave(store: Any, model_server: FakeModelServer, fake_pipeline: Any) -> None:
+    p = fake_pipeline(store, model_server, {"HILO_MODEL": "openai:m1"})
+    model_server.enqueue(slow(0.5))  # the first turn's model is slow
+    first = asyncio.create_task(p.handle(msg("telegram", "9", "s1", "first question")))
+    await asyncio.sleep(0.1)
+    second = asyncio.create_task(p.handle(msg("telegram", "9", "s2", "second question")))
+    out1, out2 = await asyncio.gather(first, second)
+    assert out1.text == "fake reply to: first question"
+    # the second turn started after the first had its answer: the model saw question 1 AND its reply
+    second_request = model_server.requests_for("m1")[-1].body["messages"]
+    contents = [m["content"] for m in second_request]
+    assert "first question" in contents and "fake reply to: first question" in contents
+    assert contents[-1] == "second question"
+    data = await store.inspect("telegram:9")
+    roles = [(m["role"], m["content"]) for m in data["conversations"][0]["messages"]]
+    assert roles == [("user", "first question"), ("user", "second question"),
+                     ("assistant", out1.text), ("assistant", out2.text)] or roles == [
+        ("user", "first question"), ("assistant", out1.text), ("user", "second question"), ("assistant", out2.text)]
+
+
+async def test_primary_down_fallback_answers_and_both_are_recorded(
+    store: Any, model_server: FakeModelServer, fake_pipeline: Any
+) -> None:
+    model_server.script("primary", default=status(503))
+    p = fake_pipeline(store, model_server,
+                      {"HILO_MODEL": "openai:primary", "HILO_FALLBACK_MODELS": "anthropic:backup"})
+    out = await p.handle(msg("telegram", "5", "f1", "are you there?"))
+    assert out.status == "ok" and out.text == "fake reply to: are you there?"
+    calls = (await store.inspect("telegram:5"))["model_calls"]
+    assert [(c["model"], c["outcome"]) for c in calls] == [
+        ("openai:primary", "server_error"), ("openai:primary", "server_error"), ("anthropic:backup", "ok")]
+    assert calls[-1]["fallback_from"] == "openai:primary"
+
+
+async def test_all_models_down_gives_a_clear_reply_and_keeps_the_message(
+    store: Any, model_server: FakeModelServer, fake_pipeline: Any
+) -> None:
+    model_server.script("primary", default=status(503))
+    model_server.script("backup", default=status(500))
+    p = fake_pipeline(store, model_server,
+                      {"HILO_MODEL": "openai:primary", "HILO_FALLBACK_MODELS": "openai:backup"})
+    out = await p.handle(msg("telegram", "5", "d1", "hola", language="es"))
+    assert out.status == "failed" and "vuelve a intentarlo" in out.text
+    data = await store.inspect("telegram:5")
+    assert [m["content"] for m in data["conversations"][0]["messages"]] == ["hola"]
+    assert len(data["model_calls"]) == 4 and all(c["outcome"] == "server_error" for c in data["model_calls"])
+
+
+async def test_rate_limited_then_success(store: Any, model_server: FakeModelServer, fake_pipeline: Any) -> None:
+    from tests.fakes.model_server import rate_limited
+
+    model_server.enqueue(rate_limited(0.01))
+    p = fake_pipeline(store, model_server, {"HILO_MODEL": "openai:m1"})
+    out = await p.handle(msg("telegram", "5", "r1", "hi"))
+    assert out.status == "ok"
+    calls = (await store.inspect("telegram:5"))["model_calls"]
+    assert [c["outcome"] for c in calls] == ["rate_limited", "ok"]

@@ -1,0 +1,404 @@
+"""The Store contract, one suite for every backend.
+
+Tests talk to the `Store` Protocol only. What a test must check underneath (rows left after `forget`,
+the full-text index, recorded migrations) goes through the backend's small inspection adapter, so adding
+Postgres is adding one adapter class to BACKENDS: no test changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import closing
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Protocol
+
+import pytest
+
+from bot.errors import NotFound
+from bot.types import InboundMessage, ModelCallRecord
+from memory.open import open_store
+from memory.store import ContextQuery, ImportRow, Ingested, Store, StoreError
+
+NOW = datetime.now(UTC).replace(microsecond=0)
+T0 = NOW - timedelta(days=2)  # test messages happen after T0; replies are stamped with the real clock
+LATER = NOW + timedelta(hours=1)
+TABLES = ("users", "identities", "conversations", "messages", "model_calls", "facts")
+
+
+class Backend(Protocol):
+    """How the suite makes stores on one database and looks underneath them."""
+
+    def make(self) -> Store: ...
+    def counts(self, user_id: int) -> dict[str, int]: ...
+    def fts_hits(self, word: str) -> list[int]: ...
+    def migrations(self) -> list[str]: ...
+
+
+class SqliteBackend:
+    def __init__(self, tmp_path: Path) -> None:
+        self.path = tmp_path / "hilo.db"
+
+    def make(self) -> Store:
+        return open_store(f"sqlite:///{self.path}")  # an absolute path: sqlite:////tmp/...
+
+    def _all(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        with closing(sqlite3.connect(self.path)) as conn:
+            return conn.execute(sql, params).fetchall()
+
+    def counts(self, user_id: int) -> dict[str, int]:
+        found = {t: self._all(f"SELECT count(*) FROM {t} WHERE {'id' if t == 'users' else 'user_id'} = ?",
+                              (user_id,))[0][0] for t in TABLES}
+        found["fts"] = self._all("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH ?",
+                                 (f'owner : "u{user_id}"',))[0][0]
+        return found
+
+    def fts_hits(self, word: str) -> list[int]:
+        return [r[0] for r in self._all("SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?", (f'"{word}"',))]
+
+    def migrations(self) -> list[str]:
+        return [r[0] for r in self._all("SELECT name FROM schema_migrations ORDER BY name")]
+
+
+BACKENDS: dict[str, type[SqliteBackend]] = {"sqlite": SqliteBackend}
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    return BACKENDS[request.param](tmp_path)
+
+
+@pytest.fixture
+async def store(backend: Backend) -> AsyncIterator[Store]:
+    s = backend.make()
+    await s.open()
+    yield s
+    await s.close()
+
+
+def msg(surface: str, sender: str, ext: str, text: str, at: datetime = T0, *, ref: str | None = None,
+        handle: str | None = None, **metadata: Any) -> InboundMessage:
+    return InboundMessage(surface=surface, sender=sender, external_id=ext, text=text, received_at=at,
+                          conversation_ref=ref, handle=handle, metadata=metadata)
+
+
+async def put(store: Store, m: InboundMessage) -> Ingested:
+    turn = await store.ingest(m, token_count=len(m.text.split()))
+    assert turn is not None
+    return turn
+
+
+def query(turn: Ingested, **kw: Any) -> ContextQuery:
+    base = ContextQuery(user_id=turn.user_id, surface=turn.message.surface, conversation_id=turn.conversation_id,
+                        current_message_id=turn.message.id, at=LATER, cross_since=T0 - timedelta(days=30))
+    return replace(base, **kw)
+
+
+def call(outcome: str = "ok", model: str = "m1") -> ModelCallRecord:
+    return ModelCallRecord(model=model, provider="fake", tokens_in=10, tokens_out=5, latency_ms=12, outcome=outcome)
+
+
+# -- ingest: idempotency, identity, conversations -------------------------------------------------------
+
+async def test_redelivery_is_dropped_even_after_reopen(store: Store, backend: Backend) -> None:
+    first = await put(store, msg("telegram", "42", "u1", "hello"))
+    assert await store.ingest(msg("telegram", "42", "u1", "hello again"), 2) is None
+    await store.close()
+    reopened = backend.make()
+    await reopened.open()
+    try:
+        assert await reopened.ingest(msg("telegram", "42", "u1", "hello"), 1) is None
+        assert backend.counts(first.user_id)["messages"] == 1
+        # the same external id on another surface is another message
+        assert await reopened.ingest(msg("whatsapp", "+1", "u1", "hola"), 1) is not None
+    finally:
+        await reopened.close()
+
+
+async def test_concurrent_redeliveries_store_one_message(store: Store, backend: Backend) -> None:
+    results = await asyncio.gather(*(store.ingest(msg("telegram", "7", "same", "hi"), 1) for _ in range(10)))
+    stored = [r for r in results if r is not None]
+    assert len(stored) == 1
+    assert backend.counts(stored[0].user_id)["messages"] == 1
+
+
+async def test_first_contact_creates_user_and_identity_then_reuses_them(store: Store, backend: Backend) -> None:
+    a = await put(store, msg("telegram", "12345", "m1", "hi"))
+    b = await put(store, msg("telegram", "12345", "m2", "again"))
+    assert a.created_user and not b.created_user
+    assert a.handle == b.handle == "telegram:12345"
+    assert a.user_id == b.user_id and a.conversation_id == b.conversation_id
+    assert await store.user_id("telegram:12345") == a.user_id
+    assert backend.counts(a.user_id)["identities"] == 1
+    other = await put(store, msg("telegram", "999", "m3", "hey"))
+    assert other.user_id != a.user_id and other.conversation_id != a.conversation_id
+
+
+async def test_handle_names_the_user_whatever_the_surface(store: Store) -> None:
+    a = await put(store, msg("cli", "ana", "c1", "hi", handle="ana"))
+    b = await put(store, msg("telegram", "555", "t1", "hi", handle="ana"))
+    assert a.handle == b.handle == "ana" and a.user_id == b.user_id
+    assert a.conversation_id != b.conversation_id
+
+
+async def test_one_singleton_conversation_per_user_and_surface(store: Store) -> None:
+    t1 = await put(store, msg("telegram", "1", "a", "x", handle="ana"))
+    t2 = await put(store, msg("telegram", "1", "b", "y", handle="ana"))
+    w1 = await put(store, msg("whatsapp", "+34", "c", "z", handle="ana"))
+    assert t1.conversation_id == t2.conversation_id != w1.conversation_id
+    assert await store.find_conversation(t1.user_id, "telegram") == t1.conversation_id
+    assert {c.surface for c in await store.conversations(t1.user_id)} == {"telegram", "whatsapp"}
+
+
+async def test_web_conversations_are_owned(store: Store, backend: Backend) -> None:
+    a1 = await put(store, msg("web", "visitor-a", "w1", "first chat", handle="ana"))
+    a2 = await put(store, msg("web", "visitor-a", "w2", "same chat", ref=str(a1.conversation_id), handle="ana"))
+    a3 = await put(store, msg("web", "visitor-a", "w3", "a new chat", handle="ana"))
+    assert a1.conversation_id == a2.conversation_id != a3.conversation_id
+    with pytest.raises(NotFound):
+        await store.ingest(msg("web", "visitor-b", "w4", "sneaky", ref=str(a1.conversation_id), handle="bob"), 1)
+    with pytest.raises(NotFound):
+        await store.ingest(msg("web", "visitor-a", "w5", "bad ref", ref="not-a-number", handle="ana"), 1)
+    bob = await store.user_id("bob")
+    assert bob is None or backend.counts(bob)["messages"] == 0, "a refused message leaves nothing behind"
+    assert await put(store, msg("web", "visitor-b", "w4", "retry without ref", handle="bob"))
+    assert [m.id for m in await store.messages(a1.user_id, a1.conversation_id)] == [a1.message.id, a2.message.id]
+    created = await store.create_conversation(a1.user_id, "web", title="notes")
+    infos = await store.conversations(a1.user_id)
+    assert infos[0].id == created and infos[0].title == "notes" and infos[0].message_count == 0
+    assert {i.id: i.message_count for i in infos}[a1.conversation_id] == 2
+
+
+async def test_metadata_and_timestamps_round_trip(store: Store) -> None:
+    at = datetime(2024, 3, 1, 8, 30, 15, 123456, tzinfo=UTC)
+    turn = await put(store, msg("web", "v", "meta", "hi", at, handle="ana", locale="es", nested={"k": [1]}))
+    [stored] = await store.messages(turn.user_id, turn.conversation_id)
+    assert stored.created_at == at and stored.created_at.tzinfo is not None
+    assert stored.metadata == {"locale": "es", "nested": {"k": [1]}} == turn.message.metadata
+
+
+# -- load_context --------------------------------------------------------------------------------------
+
+async def test_context_excludes_current_and_queued_turns_but_keeps_replies(store: Store) -> None:
+    t = [await put(store, msg("telegram", "1", f"m{i}", f"message {i}", T0 + timedelta(minutes=i))) for i in range(4)]
+    r0 = await store.finish_turn(t[0], "reply to 0", 3, [call()])
+    r1 = await store.finish_turn(t[1], "reply to 1", 3, [call()])  # stored after the queued t[3]
+    assert r0 and r1 and r1.id > t[3].message.id
+    rows = await store.load_context(query(t[2]))  # answering message 2 while message 3 waits
+    assert [m.content for m in rows.conversation] == ["message 0", "reply to 0", "message 1", "reply to 1"]
+    assert rows.conversation[1].reply_to == t[0].message.id
+
+
+async def test_context_recent_limit_keeps_the_newest(store: Store) -> None:
+    t = [await put(store, msg("cli", "ana", f"c{i}", f"line {i}", T0 + timedelta(minutes=i), handle="ana"))
+         for i in range(10)]
+    rows = await store.load_context(query(t[-1], recent_limit=3))
+    assert [m.content for m in rows.conversation] == ["line 6", "line 7", "line 8"]
+    rows = await store.load_context(query(t[-1], at=T0 + timedelta(minutes=4, seconds=30)))
+    assert [m.content for m in rows.conversation] == [f"line {i}" for i in range(5)], "nothing after `at`"
+
+
+async def test_cross_surface_window_edges_and_limit(store: Store) -> None:
+    at, since = T0 + timedelta(hours=10), T0 + timedelta(hours=2)
+    us = timedelta(microseconds=1)
+    for ext, when in [("before", since - us), ("edge", since), ("mid", since + timedelta(hours=1)),
+                      ("last", at), ("after", at + us)]:
+        await put(store, msg("telegram", "1", ext, f"telegram {ext}", when, handle="ana"))
+    other_web = await put(store, msg("web", "v", "w-other", "other web chat", since + timedelta(hours=2), handle="ana"))
+    current = await put(store, msg("web", "v", "w-now", "what did I say?", at, handle="ana"))
+    assert other_web.conversation_id != current.conversation_id
+    rows = await store.load_context(query(current, at=at, cross_since=since))
+    assert [m.content for m in rows.cross_surface] == ["telegram edge", "telegram mid", "telegram last"]
+    assert all(m.surface == "telegram" for m in rows.cross_surface)
+    rows = await store.load_context(query(current, at=at, cross_since=since, cross_limit=2))
+    assert [m.content for m in rows.cross_surface] == ["telegram mid", "telegram last"]
+
+
+async def test_recall_ranks_by_relevance_and_skips_what_is_already_there(store: Store) -> None:
+    old = [
+        ("w1", "my grandmother's banana bread recipe uses walnuts"),
+        ("w2", "I bought bread at the bakery"),
+        ("w3", "the weather is nice today"),
+        ("w4", "banana smoothies are great"),
+    ]
+    for i, (ext, text) in enumerate(old):
+        await put(store, msg("web", "v", ext, text, T0 + timedelta(minutes=i), handle="ana"))
+    recent = await put(store, msg("telegram", "1", "t1", "banana bread recipe again", T0 + timedelta(hours=5),
+                                  handle="ana"))
+    current = await put(store, msg("whatsapp", "+1", "wa1", "banana bread recipe?", T0 + timedelta(hours=6),
+                                   handle="ana"))
+    rows = await store.load_context(query(current, cross_since=T0 + timedelta(hours=4),
+                                          search_text="Can you send the banana bread recipe?"))
+    assert [m.external_id for m in rows.cross_surface] == ["t1"]
+    recalled = [m.external_id for m in rows.recalled]
+    assert recalled[0] == "w1"
+    assert set(recalled) == {"w1", "w2", "w4"}, "not the cross-surface one, not the current one, not unrelated"
+    assert recent.message.id not in {m.id for m in rows.recalled}
+
+
+async def test_recall_is_safe_for_any_text(store: Store) -> None:
+    turn = await put(store, msg("cli", "ana", "c1", "plain words here", handle="ana"))
+    for text in ['" OR owner : *', "NEAR(a b) AND ^x", "col:val - (", "", "?!", "a b c", "ünïcödé wörds", "x" * 5000]:
+        rows = await store.load_context(query(turn, search_text=text, current_message_id=None, conversation_id=None))
+        assert all(m.user_id == turn.user_id for m in rows.recalled)
+    rows = await store.load_context(query(turn, search_text="WORDS", current_message_id=None, conversation_id=None))
+    assert [m.external_id for m in rows.recalled] == ["c1"], "case-insensitive, and a dry run sees everything"
+
+
+async def test_facts_newest_limit_oldest_first(store: Store) -> None:
+    uid = await store.user_id("ana", create=True)
+    assert uid is not None
+    for i in range(5):
+        fact = await store.remember(uid, f"fact {i}", 2)
+    assert fact.content == "fact 4" and fact.user_id == uid
+    turn = await put(store, msg("cli", "ana", "c1", "hi", handle="ana"))
+    rows = await store.load_context(query(turn, facts_limit=3))
+    assert [f.content for f in rows.facts] == ["fact 2", "fact 3", "fact 4"]
+
+
+async def test_people_never_see_each_other(store: Store) -> None:
+    a = await put(store, msg("telegram", "A", "a1", "secret banana plans of Ana", T0))
+    b = await put(store, msg("telegram", "B", "b1", "secret banana plans of Bob", T0))
+    await put(store, msg("web", "vb", "b2", "Bob's banana web chat", T0 + timedelta(minutes=1), handle=b.handle))
+    await store.remember(b.user_id, "Bob likes bananas", 3)
+    await store.finish_turn(b, "banana reply for Bob", 4, [call()])
+    a2 = await put(store, msg("telegram", "A", "a2", "banana?", T0 + timedelta(minutes=2)))
+    rows = await store.load_context(query(a2, search_text="secret banana plans"))
+    assert [m.external_id for m in rows.conversation + rows.recalled] == ["a1"], "Ana sees her own rows"
+    for q in [query(a2, search_text="secret banana plans Bob web chat"),
+              query(a2, conversation_id=b.conversation_id, search_text="banana")]:  # even a wrong conversation id
+        rows = await store.load_context(q)
+        everything = rows.conversation + rows.cross_surface + rows.recalled
+        assert all(m.user_id == a.user_id for m in everything)
+        assert not any("Bob" in m.content for m in everything) and rows.facts == []
+    with pytest.raises(NotFound):
+        await store.messages(a.user_id, b.conversation_id)
+    inspected = await store.inspect(a.handle)
+    assert inspected is not None and "Bob" not in repr(inspected)
+    assert await store.model_calls(a.user_id) == []
+
+
+# -- finish_turn ---------------------------------------------------------------------------------------
+
+async def test_finish_turn_stores_reply_and_calls_together(store: Store) -> None:
+    turn = await put(store, msg("telegram", "1", "m1", "hi"))
+    calls = [call("rate_limited", "big"), replace(call("ok", "small"), fallback_from="big")]
+    reply = await store.finish_turn(turn, "hello!", 2, calls, metadata={"model": "small"})
+    assert reply is not None and reply.role == "assistant" and reply.reply_to == turn.message.id
+    assert reply.external_id is None and reply.conversation_id == turn.conversation_id
+    assert reply.metadata == {"model": "small"} and reply.created_at >= turn.message.created_at
+    stored = await store.messages(turn.user_id, turn.conversation_id)
+    assert [m.content for m in stored] == ["hi", "hello!"]
+    rows = await store.model_calls(turn.user_id)
+    assert [(r["model"], r["outcome"], r["fallback_from"], r["message_id"]) for r in rows] == [
+        ("big", "rate_limited", None, turn.message.id), ("small", "ok", "big", turn.message.id)]
+    [info] = await store.conversations(turn.user_id)
+    assert info.updated_at >= reply.created_at
+
+
+async def test_finish_turn_without_reply_keeps_the_failed_calls(store: Store) -> None:
+    turn = await put(store, msg("telegram", "1", "m1", "hi"))
+    assert await store.finish_turn(turn, None, 0, [call("server_error")]) is None
+    assert [m.role for m in await store.messages(turn.user_id, turn.conversation_id)] == ["user"]
+    assert [r["outcome"] for r in await store.model_calls(turn.user_id)] == ["server_error"]
+
+
+async def test_finish_turn_is_atomic(store: Store) -> None:
+    turn = await put(store, msg("telegram", "1", "m1", "hi"))
+    broken = replace(call(), model=None)  # type: ignore[arg-type]  # violates NOT NULL
+    with pytest.raises(StoreError):
+        await store.finish_turn(turn, "never stored", 2, [call(), broken])
+    assert [m.role for m in await store.messages(turn.user_id, turn.conversation_id)] == ["user"]
+    assert await store.model_calls(turn.user_id) == []
+
+
+# -- import, inspect, forget ---------------------------------------------------------------------------
+
+async def test_import_is_idempotent_and_files_rows_into_conversations(store: Store) -> None:
+    live = await put(store, msg("telegram", "1", "live", "live message", handle="ana"))
+    rows = [ImportRow("ana", "telegram", "user", f"tg {i}", T0 + timedelta(minutes=i), 2, f"tg-{i}") for i in range(3)]
+    rows += [ImportRow("ana", "web", "user", "web a", T0, 2, "wa", "chat-a"),
+             ImportRow("ana", "web", "assistant", "web a reply", T0, 3, "wa-r", "chat-a"),
+             ImportRow("ana", "web", "user", "web b", T0, 2, "wb", "chat-b"),
+             ImportRow("ana", "web", "user", "web loose", T0, 2, "wl"),
+             ImportRow("bob", "cli", "user", "no external id", T0, 3)]
+    first = await store.import_rows(rows)
+    assert (first.inserted, first.skipped) == (len(rows), 0)
+    second = await store.import_rows(rows)
+    assert (second.inserted, second.skipped) == (1, len(rows) - 1), "rows without external_id always go in"
+    assert await store.ingest(msg("telegram", "1", "tg-0", "redelivered?", handle="ana"), 1) is None
+    infos = {(i.surface, i.id): i.message_count for i in await store.conversations(live.user_id)}
+    assert infos[("telegram", live.conversation_id)] == 4, "imported telegram rows join the singleton"
+    assert sorted(n for (s, _), n in infos.items() if s == "web") == [1, 1, 2]
+    assert await store.import_rows([]) == type(first)(inserted=0, skipped=0)
+
+
+async def test_inspect_shows_everything_json_ready(store: Store) -> None:
+    import json
+
+    turn = await put(store, msg("telegram", "42", "m1", "hi there", T0, lang="en"))
+    await store.finish_turn(turn, "hello", 1, [call()])
+    await store.remember(turn.user_id, "likes tea", 2)
+    data = await store.inspect(turn.handle)
+    assert data is not None
+    json.dumps(data)
+    assert data["user"]["handle"] == "telegram:42" and data["user"]["id"] == turn.user_id
+    assert [(i["surface"], i["external_user_id"]) for i in data["identities"]] == [("telegram", "42")]
+    [conv] = data["conversations"]
+    assert conv["surface"] == "telegram" and conv["id"] == turn.conversation_id
+    assert [(m["role"], m["content"], m["external_id"], m["reply_to"]) for m in conv["messages"]] == [
+        ("user", "hi there", "m1", None), ("assistant", "hello", None, turn.message.id)]
+    assert conv["messages"][0]["metadata"] == {"lang": "en"}
+    assert conv["messages"][0]["created_at"].startswith(T0.strftime("%Y-%m-%dT%H:%M:%S"))
+    assert [f["content"] for f in data["facts"]] == ["likes tea"]
+    assert [c["model"] for c in data["model_calls"]] == ["m1"]
+    assert await store.inspect("nobody") is None
+
+
+async def test_forget_leaves_nothing(store: Store, backend: Backend) -> None:
+    ana = await put(store, msg("telegram", "1", "a1", "zanzibar holiday plans"))
+    await put(store, msg("web", "v", "a2", "more zanzibar", handle=ana.handle))
+    await store.finish_turn(ana, "zanzibar reply", 2, [call()])
+    await store.remember(ana.user_id, "going to zanzibar", 3)
+    await store.import_rows([ImportRow(ana.handle, "whatsapp", "user", "zanzibar import", T0, 2, "imp")])
+    bob = await put(store, msg("telegram", "2", "b1", "zanzibar for Bob too"))
+    assert backend.counts(ana.user_id)["fts"] == 4
+    assert await store.forget(ana.handle) is True
+    assert await store.inspect(ana.handle) is None
+    assert backend.counts(ana.user_id) == dict.fromkeys([*TABLES, "fts"], 0)
+    assert backend.fts_hits("zanzibar") == [bob.message.id]
+    assert await store.forget(ana.handle) is False
+    again = await put(store, msg("telegram", "1", "a3", "hello again"))
+    assert again.created_user and again.user_id != ana.user_id, "a returning person starts afresh"
+
+
+async def test_user_id_lookup_and_creation(store: Store) -> None:
+    assert await store.user_id("zoe") is None
+    uid = await store.user_id("zoe", create=True)
+    assert uid is not None and await store.user_id("zoe") == uid == await store.user_id("zoe", create=True)
+    assert await store.find_conversation(uid, "telegram") is None
+    web = await store.create_conversation(uid, "web")
+    assert await store.find_conversation(uid, "web") == web
+
+
+async def test_migrations_are_recorded(store: Store, backend: Backend) -> None:
+    recorded = backend.migrations()
+    assert recorded and recorded == sorted(recorded)
+    assert await store.migrate() == []
+
+
+async def test_a_turn_is_three_transactions(store: Store) -> None:
+    counters = getattr(store, "counters", None)
+    if counters is None:
+        pytest.skip("this backend does not count its work")
+    await put(store, msg("telegram", "1", "warm", "warm up"))
+    before = dict(counters)
+    turn = await put(store, msg("telegram", "1", "m1", "hi"))
+    await store.load_context(query(turn, search_text="hi there"))
+    await store.finish_turn(turn, "hello", 1, [call()])
+    assert counters["transactions"] - before["transactions"] == 3
+    assert counters["round_trips"] - before["round_trips"] == 3
+    assert counters["statements"] - before["statements"] <= 10

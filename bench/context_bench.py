@@ -38,12 +38,17 @@ from memory.context import assemble  # noqa: E402
 from memory.open import open_store  # noqa: E402
 from memory.store import ContextQuery, ContextRows, ImportRow  # noqa: E402
 
-WORDS = ("valencia dog rufo paella meeting tomorrow invoice order refund shipping password garden bike train "
-         "doctor appointment birthday gift coffee weather beach project deadline report football guitar").split()
+TOPICS = ("valencia dog rufo paella meeting tomorrow invoice order refund shipping password garden bike train "
+          "doctor appointment birthday gift coffee weather beach project deadline report football guitar").split()
+_SYL = ("ka", "lo", "mi", "ra", "te", "so", "nu", "pe", "di", "ga", "vo", "ze", "li", "ba", "tu", "ne")
+#: A Zipf-like vocabulary (3,000 words; word k drawn with weight 1/k), like natural text: a few words are in
+#: most messages, most words in few.
+VOCAB = TOPICS + ["".join(random.Random(k).choice(_SYL) for _ in range(3)) + str(k) for k in range(3000)]
+WEIGHTS = [1.0 / (k + 1) for k in range(len(VOCAB))]
 
 
 def sentence(rng: random.Random) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 30))).capitalize() + "."
+    return " ".join(rng.choices(VOCAB, WEIGHTS, k=rng.randint(6, 30))).capitalize() + "."
 
 
 def seed_rows(handle: str, n: int, now: datetime, rng: random.Random) -> list[ImportRow]:

@@ -104,7 +104,7 @@ def to_fact(row: Sequence[Any]) -> Fact:
     return Fact(id=row[0], user_id=row[1], content=row[2], token_count=row[3], created_at=from_ts(row[4]))
 
 
-def fts_query(text: str, user_id: int) -> str | None:
+def fts_query(text: str, user_id: int, words: list[str] | None = None) -> str | None:
     """A safe FTS5 query for free text, restricted to one owner; None when there is nothing to search.
 
     Each search term (see memory.search_terms) becomes a quoted string: a word token holds no '"', so
@@ -112,8 +112,35 @@ def fts_query(text: str, user_id: int) -> str | None:
     (BM25 ranks rows matching more and rarer words first). The AND with `owner : "u<id>"` lets FTS5 skip
     through other people's rows instead of scoring them.
     """
-    words = search_terms(text)
+    words = search_terms(text) if words is None else words
     if not words:
         return None
     terms = " OR ".join(f'"{word}"' for word in words)
     return f'owner : "u{int(user_id)}" AND content : ({terms})'
+
+
+#: A term found in more than this share of all messages is not searched (its BM25 weight is near zero).
+COMMON_TERM_SHARE = 0.05
+#: At most this many terms, the rarest, are searched.
+MAX_SEARCHED_TERMS = 8
+
+
+def selective_terms(db: Db, text: str) -> list[str]:
+    """The search terms of `text` worth a lexical search, rarest first.
+
+    One vocabulary read (fts5vocab) gives each term's document frequency; terms in more than
+    COMMON_TERM_SHARE of the messages are dropped, since scoring every row that holds them is what makes a
+    search slow, and their weight in the ranking is small. Terms the index has never seen are dropped too:
+    they cannot match.
+    """
+    words = search_terms(text)
+    if not words:
+        return []
+    total = db.one("SELECT max(id) FROM messages")[0] or 0
+    freq = dict(db.all(
+        "SELECT term, doc FROM messages_fts_vocab WHERE term IN (SELECT value FROM json_each(?))",
+        (json.dumps(words),),
+    ))
+    limit = max(50, int(total * COMMON_TERM_SHARE))
+    kept = sorted((w for w in words if 0 < freq.get(w, 0) <= limit), key=lambda w: freq[w])
+    return kept[:MAX_SEARCHED_TERMS]

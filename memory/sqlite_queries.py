@@ -20,6 +20,7 @@ from memory.sqlite_db import (
     dump_metadata,
     from_ts,
     fts_query,
+    selective_terms,
     to_fact,
     to_message,
     to_ts,
@@ -164,7 +165,7 @@ def load_context(db: Db, q: ContextQuery) -> ContextRows:
         )
         cross = [to_message(r) for r in reversed(rows)]
     recalled: list[StoredMessage] = []
-    match = fts_query(q.search_text, q.user_id) if q.search_limit > 0 else None
+    match = fts_query("", q.user_id, selective_terms(db, q.search_text)) if q.search_limit > 0 else None
     if match is not None:
         excluded = [m.id for m in conversation] + [m.id for m in cross] + ([cur] if cur is not None else [])
         # CROSS JOIN keeps FTS5 as the outer loop: rank the matches, then look each row up by id.

@@ -1,14 +1,13 @@
 """The daemon's ASGI app: Starlette routes, and a lifespan that owns every component's start and stop.
 
-Start: open the store (pending migrations applied), build the model chain, the pipeline and the surfaces.
-Stop (SIGTERM): stop accepting background work, drain turns in flight, close the chain and the store.
+Start: open the store (pending migrations applied), build the model chain and the pipeline, start each
+surface. Stop (SIGTERM): stop the surfaces, drain turns in flight, close the chain and the store.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,17 +21,9 @@ from bot.config import Settings, ensure_secret_key
 from bot.pipeline import Pipeline
 from bot.tasks import TaskSet
 from memory.store import Store
+from surfaces.base import Runtime, Surface
 
 logger = log.get("hilo.app")
-
-
-@dataclass
-class Components:
-    settings: Settings
-    store: Store
-    chain: Any
-    pipeline: Pipeline
-    tasks: TaskSet
 
 
 def secret_file(settings: Settings) -> Path:
@@ -43,11 +34,14 @@ def secret_file(settings: Settings) -> Path:
     return Path(".hilo-secret")
 
 
-def create_app(settings: Settings, *, store: Store | None = None, chain: Any = None) -> Starlette:
-    """The app. Tests may pass their own store or chain; otherwise they are built from settings at start."""
-    from surfaces.web import Sessions, WebAPI
+def create_app(
+    settings: Settings, *, store: Store | None = None, chain: Any = None, surfaces: list[Surface] | None = None,
+) -> Starlette:
+    """The app. Tests may pass their own store, chain or surfaces; otherwise they come from settings."""
+    from surfaces.registry import enabled
 
     settings = ensure_secret_key(settings, secret_file(settings))
+    active = surfaces if surfaces is not None else enabled(settings)
     state: dict[str, Any] = {}
 
     @contextlib.asynccontextmanager
@@ -55,38 +49,38 @@ def create_app(settings: Settings, *, store: Store | None = None, chain: Any = N
         from bot.models.factory import build_chain
         from memory.open import open_store
 
-        own_store = store is None
         st = store if store is not None else open_store(settings.database_url)
         await st.open()
         ch = chain if chain is not None else build_chain(settings)
-        pipeline = Pipeline(settings, st, ch)
-        tasks = TaskSet()
-        comps = Components(settings, st, ch, pipeline, tasks)
-        state["components"] = comps
-        web.pipeline = pipeline
-        logger.info("daemon.started", version=__version__, models=[m.label for m in settings.models])
+        runtime = Runtime(settings, st, ch, Pipeline(settings, st, ch), TaskSet())
+        state["runtime"] = runtime
+        started: list[Surface] = []
         try:
+            for surface in active:
+                await surface.start(runtime)
+                started.append(surface)
+            logger.info("daemon.started", version=__version__, models=[m.label for m in settings.models],
+                        surfaces=[s.name for s in started])
             yield
         finally:
-            await tasks.drain()
+            for surface in reversed(started):
+                try:
+                    await surface.stop()
+                except Exception as exc:  # one surface failing to stop must not keep the others running
+                    logger.error("surface.stop_failed", surface=surface.name, error=type(exc).__name__)
+            await runtime.tasks.drain()
             if chain is None:
                 await ch.aclose()
-            if own_store:
+            if store is None:
                 await st.close()
             logger.info("daemon.stopped")
-
-    web = WebAPI(pipeline=None, sessions=Sessions(settings.secret_key))  # type: ignore[arg-type]
 
     async def health(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok", "version": __version__})
 
-    async def index(request: Request) -> JSONResponse:
-        return JSONResponse({
-            "name": "hilo", "version": __version__,
-            "api": ["POST /api/session", "POST /api/messages", "GET /api/conversations",
-                    "GET /api/conversations/{id}/messages"],
-        })
-
-    app = Starlette(routes=[Route("/", index), Route("/healthz", health), *web.routes()], lifespan=lifespan)
+    routes = [Route("/healthz", health)]
+    for surface in active:
+        routes.extend(surface.routes())
+    app = Starlette(routes=routes, lifespan=lifespan)
     app.state.hilo = state
     return app

@@ -22,13 +22,15 @@ from typing import Any
 from itsdangerous import BadSignature, URLSafeSerializer
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
-from bot import catalog, log
+from bot import __version__, catalog, log
+from bot.config import Settings
 from bot.errors import InputError, NotFound
 from bot.pipeline import Pipeline
 from bot.types import InboundMessage
 from memory.store import StoredMessage, StoreUnavailable
+from surfaces.base import Runtime
 
 logger = log.get("hilo.web")
 
@@ -79,18 +81,43 @@ def message_json(m: StoredMessage) -> dict[str, Any]:
     }
 
 
-class WebAPI:
-    def __init__(self, pipeline: Pipeline, sessions: Sessions) -> None:
-        self.pipeline = pipeline
-        self.sessions = sessions
+class WebSurface:
+    """The web JSON API (and, in its own module, the widget). Always on."""
 
-    def routes(self) -> list[Route]:
+    name = "web"
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.sessions = Sessions(settings.secret_key)
+        self._pipeline: Pipeline | None = None
+
+    @property
+    def pipeline(self) -> Pipeline:
+        if self._pipeline is None:
+            raise RuntimeError("the web surface has not started")
+        return self._pipeline
+
+    async def start(self, runtime: Runtime) -> None:
+        self._pipeline = runtime.pipeline
+
+    async def stop(self) -> None:
+        return None
+
+    def routes(self) -> list[BaseRoute]:
         return [
+            Route("/", self.index),
             Route("/api/session", self.new_session, methods=["POST"]),
             Route("/api/messages", self.post_message, methods=["POST"]),
             Route("/api/conversations", self.list_conversations, methods=["GET"]),
             Route("/api/conversations/{conversation_id:int}/messages", self.list_messages, methods=["GET"]),
         ]
+
+    async def index(self, request: Request) -> JSONResponse:
+        return JSONResponse({
+            "name": "hilo", "version": __version__,
+            "api": ["POST /api/session", "POST /api/messages", "GET /api/conversations",
+                    "GET /api/conversations/{id}/messages"],
+        })
 
     async def new_session(self, request: Request) -> JSONResponse:
         _, token = self.sessions.issue()

@@ -1,0 +1,43 @@
+"""What the app needs from a surface: its HTTP routes, and a lifecycle the daemon's lifespan owns.
+
+A surface turns raw input into one InboundMessage (checking it is genuine BEFORE parsing), hands it to the
+pipeline, and delivers the OutboundMessage. Webhook surfaces acknowledge fast and run the turn as a tracked
+task (`runtime.tasks.spawn`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from starlette.routing import BaseRoute
+
+if TYPE_CHECKING:
+    from bot.config import Settings
+    from bot.pipeline import Pipeline
+    from bot.tasks import TaskSet
+    from memory.store import Store
+
+
+@dataclass
+class Runtime:
+    """What the lifespan built, handed to each surface at start."""
+
+    settings: Settings
+    store: Store
+    chain: Any
+    pipeline: Pipeline
+    tasks: TaskSet
+
+
+class Surface(Protocol):
+    name: str
+
+    def routes(self) -> list[BaseRoute]:
+        """Routes mounted on the app (known before start; they answer 503 until started)."""
+
+    async def start(self, runtime: Runtime) -> None:
+        """Connect (e.g. start polling, register a webhook). Called once the store and pipeline are ready."""
+
+    async def stop(self) -> None:
+        """Stop receiving; turns in flight are drained by the app after every surface has stopped."""

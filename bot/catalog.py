@@ -25,6 +25,11 @@ MESSAGES: dict[str, dict[str, str]] = {
         "forgotten": "Everything about {handle} has been deleted.",
         "nothing_to_forget": "There is nothing stored about {handle}.",
         "remembered": "Noted: I will remember that.",
+        # -- commands (bot/commands.py) --
+        # -- telegram --
+        # -- whatsapp --
+        # -- web widget --
+        # -- identity linking --
     },
     "es": {
         "model_unavailable": (
@@ -42,6 +47,11 @@ MESSAGES: dict[str, dict[str, str]] = {
         "forgotten": "Se ha borrado todo lo relativo a {handle}.",
         "nothing_to_forget": "No hay nada guardado sobre {handle}.",
         "remembered": "Anotado: lo recordaré.",
+        # -- commands (bot/commands.py) --
+        # -- telegram --
+        # -- whatsapp --
+        # -- web widget --
+        # -- identity linking --
     },
 }
 

@@ -34,6 +34,7 @@ from memory.sqlite_db import (
 )
 from memory.store import (
     ContextQuery,
+    Delivery,
     ContextRows,
     ConversationInfo,
     Fact,
@@ -245,6 +246,34 @@ class SqliteStore:
         ))
         return [_call_json(r) for r in rows]
 
+    async def identity_user(self, surface: str, external_user_id: str) -> int | None:
+        row = await self._tx("read", lambda db: db.one(
+            "SELECT user_id FROM identities WHERE surface = ? AND external_user_id = ?", (surface, external_user_id),
+        ))
+        return None if row is None else int(row[0])
+
+    async def record_delivery(self, delivery: Delivery) -> int:
+        now = to_ts(utcnow())
+        d = delivery
+        row = await self._tx("write", lambda db: db.one(
+            "INSERT INTO deliveries(user_id, message_id, surface, recipient, part, parts, status, provider_ref, "
+            "error, attempts, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            (d.user_id, d.message_id, d.surface, d.recipient, d.part, d.parts, d.status, d.provider_ref, d.error,
+             d.attempts, now, now),
+        ))
+        return int(row[0])
+
+    async def update_delivery(self, surface: str, provider_ref: str, status: str, error: str | None = None) -> bool:
+        now = to_ts(utcnow())
+        changed = await self._tx("write", lambda db: db.run(
+            "UPDATE deliveries SET status = ?, error = COALESCE(?, error), updated_at = ? "
+            "WHERE surface = ? AND provider_ref = ?", (status, error, now, surface, provider_ref),
+        ))
+        return changed > 0
+
+    async def deliveries(self, user_id: int) -> list[dict[str, Any]]:
+        return await self._tx("read", lambda db: _deliveries(db, user_id))
+
     async def inspect(self, handle: str) -> dict[str, Any] | None:
         return await self._tx("read", lambda db: _inspect(db, handle))
 
@@ -253,6 +282,15 @@ class SqliteStore:
         # model_calls and facts with the user row.
         row = await self._tx("write", lambda db: db.one("DELETE FROM users WHERE handle = ? RETURNING id", (handle,)))
         return row is not None
+
+
+DELIVERY_COLS = ("id", "message_id", "surface", "recipient", "part", "parts", "status", "provider_ref", "error",
+                 "attempts", "created_at", "updated_at")
+
+
+def _deliveries(db: Db, user_id: int) -> list[dict[str, Any]]:
+    rows = db.all(f"SELECT {', '.join(DELIVERY_COLS)} FROM deliveries WHERE user_id = ? ORDER BY id", (user_id,))
+    return [dict(zip(DELIVERY_COLS, r)) for r in rows]
 
 
 def _call_json(row: Sequence[Any]) -> dict[str, Any]:
@@ -287,4 +325,5 @@ def _inspect(db: Db, handle: str) -> dict[str, Any] | None:
         ],
         "facts": [{"id": f[0], "content": f[2], "token_count": f[3], "created_at": f[4]} for f in facts],
         "model_calls": [_call_json(r) for r in calls],
+        "deliveries": _deliveries(db, uid),
     }

@@ -135,6 +135,22 @@ class ConversationInfo:
     message_count: int
 
 
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One part of a reply as sent to a surface. status: "sent" | "failed" (and later provider statuses)."""
+
+    user_id: int
+    message_id: int | None
+    surface: str
+    recipient: str
+    status: str
+    part: int = 1
+    parts: int = 1
+    provider_ref: str | None = None
+    error: str | None = None
+    attempts: int = 1
+
+
 class Store(Protocol):
     """A database of people, their conversations and messages. Every method is async and never blocks the loop."""
 
@@ -191,3 +207,15 @@ class Store(Protocol):
 
     async def model_calls(self, user_id: int) -> list[dict[str, Any]]:
         """The user's model_calls rows, oldest first (JSON-ready)."""
+
+    async def identity_user(self, surface: str, external_user_id: str) -> int | None:
+        """The user an identity (surface, id on that surface) belongs to, or None."""
+
+    async def record_delivery(self, delivery: Delivery) -> int:
+        """Record one sent (or finally failed) part of a reply; returns the delivery id."""
+
+    async def update_delivery(self, surface: str, provider_ref: str, status: str, error: str | None = None) -> bool:
+        """A provider's later word on a sent part (delivered, read, undelivered...). False if unknown."""
+
+    async def deliveries(self, user_id: int) -> list[dict[str, Any]]:
+        """The user's deliveries, oldest first (JSON-ready)."""

@@ -402,3 +402,28 @@ async def test_a_turn_is_three_transactions(store: Store) -> None:
     assert counters["transactions"] - before["transactions"] == 3
     assert counters["round_trips"] - before["round_trips"] == 3
     assert counters["statements"] - before["statements"] <= 10
+
+
+async def test_deliveries_are_recorded_updated_and_forgotten(store: Any) -> None:
+    from memory.store import Delivery
+
+    turn = await store.ingest(InboundMessage(surface="whatsapp", sender="+34600", external_id="SMd1", text="hi"), 1)
+    reply = await store.finish_turn(turn, "hello", 1, [])
+    sent = await store.record_delivery(Delivery(turn.user_id, reply.id, "whatsapp", "+34600", "sent",
+                                                part=1, parts=2, provider_ref="SMout1"))
+    await store.record_delivery(Delivery(turn.user_id, reply.id, "whatsapp", "+34600", "failed", part=2, parts=2,
+                                         error="63016", attempts=3))
+    assert await store.update_delivery("whatsapp", "SMout1", "delivered") is True
+    assert await store.update_delivery("whatsapp", "SMunknown", "delivered") is False
+    assert await store.update_delivery("telegram", "SMout1", "read") is False  # refs are per surface
+    rows = await store.deliveries(turn.user_id)
+    assert [(r["id"], r["status"], r["part"], r["error"]) for r in rows] == [
+        (sent, "delivered", 1, None), (rows[1]["id"], "failed", 2, "63016")]
+    assert await store.identity_user("whatsapp", "+34600") == turn.user_id
+    assert await store.identity_user("whatsapp", "+34999") is None
+    other = await store.ingest(InboundMessage(surface="whatsapp", sender="+34999", external_id="SMd2", text="x"), 1)
+    assert await store.deliveries(other.user_id) == []
+    inspected = await store.inspect(turn.handle)
+    assert len(inspected["deliveries"]) == 2
+    assert await store.forget(turn.handle)
+    assert await store.deliveries(turn.user_id) == []

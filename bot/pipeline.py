@@ -137,11 +137,13 @@ class Pipeline:
             user_id=turn.user_id, surface=m.surface, conversation_id=turn.conversation_id,
             # `at` is now, not the message's time: a turn that waited for the one before it must see its reply.
             current_message_id=m.id, text=m.content, n_tokens=m.token_count, at=utcnow(),
+            # In a group others read the answer: the person's private memory stays out of it.
+            private=m.metadata.get("audience") != "group",
         )
 
     async def assemble_context(
         self, *, user_id: int | None, surface: str, conversation_id: int | None, current_message_id: int | None,
-        text: str, n_tokens: int | None = None, at: datetime | None = None,
+        text: str, n_tokens: int | None = None, at: datetime | None = None, private: bool = True,
     ) -> AssembledContext:
         """Context assembly without side effects; `hilo context` uses it for its dry run."""
         s = self.settings
@@ -153,8 +155,9 @@ class Pipeline:
             rows = await self.store.load_context(ContextQuery(
                 user_id=user_id, surface=surface, conversation_id=conversation_id,
                 current_message_id=current_message_id, at=at,
-                cross_since=at - timedelta(hours=s.cross_surface_hours), cross_limit=s.cross_surface_limit,
-                search_text=text,
+                cross_since=at - timedelta(hours=s.cross_surface_hours),
+                cross_limit=s.cross_surface_limit if private else 0,
+                search_text=text, search_limit=20 if private else 0, facts_limit=50 if private else 0,
             ))
         from memory.store import ContextRows
 

@@ -27,7 +27,11 @@ class InboundMessage:
     surface: "cli" | "web" | "telegram" | "whatsapp".
     sender: the person's id on that surface (Telegram user id, WhatsApp number, web visitor id, CLI handle).
     external_id: the surface's id of this message; (surface, external_id) is unique, so redeliveries drop.
-    conversation_ref: the web's conversation id (None starts a new one); ignored on singleton surfaces.
+    conversation_ref: on the web, the conversation id (None starts a new one); on singleton surfaces, None
+        for the person's one conversation there, or the name of a shared place (a Telegram group,
+        "group:-100123") for the person's own conversation in it.
+    metadata: platform extras. `audience: "group"` marks a message read by others too: its context holds
+        only that conversation (never the person's memory or other surfaces).
     handle: when set, the message belongs to the user with this handle (CLI, import) instead of the
         identity (surface, sender).
     """

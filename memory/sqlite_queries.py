@@ -85,13 +85,9 @@ def ingest(db: Db, msg: InboundMessage, token_count: int) -> Ingested:
         )
         if row is not None:
             user_id, handle = row
-        else:  # first contact: a user named after the surface, and the identity that finds it next time
+        else:
             handle = f"{msg.surface}:{msg.sender}"
-            user_id, created = user_by_handle(db, handle, at)
-            db.run(
-                "INSERT INTO identities(surface, external_user_id, user_id, created_at) VALUES (?, ?, ?, ?)",
-                (msg.surface, msg.sender, user_id, at),
-            )
+            user_id, created = _first_contact(db, msg.surface, msg.sender, at)
     assert user_id is not None
     conversation_id = _conversation(db, msg, user_id, at)
     metadata = dump_metadata(msg.metadata)
@@ -112,9 +108,34 @@ def ingest(db: Db, msg: InboundMessage, token_count: int) -> Ingested:
                     created_user=created)
 
 
+def _first_contact(db: Db, surface: str, sender: str, at: str) -> tuple[int, bool]:
+    """A user named after the surface, and the identity that finds it next time."""
+    user_id, created = user_by_handle(db, f"{surface}:{sender}", at)
+    assert user_id is not None
+    db.run(
+        "INSERT INTO identities(surface, external_user_id, user_id, created_at) VALUES (?, ?, ?, ?)",
+        (surface, sender, user_id, at),
+    )
+    return user_id, created
+
+
+def identity_user(db: Db, surface: str, sender: str, at: str) -> int:
+    """The user of an identity, created on first contact."""
+    row = db.one("SELECT user_id FROM identities WHERE surface = ? AND external_user_id = ?", (surface, sender))
+    return int(row[0]) if row is not None else _first_contact(db, surface, sender, at)[0]
+
+
 def _conversation(db: Db, msg: InboundMessage, user_id: int, at: str) -> int:
     if msg.surface in SINGLETON_SURFACES:
-        return int(db.one(UPSERT_SINGLETON, (user_id, msg.surface, at, at))[0])
+        if msg.conversation_ref is None:
+            return int(db.one(UPSERT_SINGLETON, (user_id, msg.surface, at, at))[0])
+        # A named place on a singleton surface (a Telegram group): the person's own conversation there.
+        return int(db.one(
+            "INSERT INTO conversations(user_id, surface, singleton, title, external_ref, created_at, updated_at) "
+            "VALUES (?, ?, 0, NULL, ?, ?, ?) ON CONFLICT(user_id, surface, external_ref) "
+            "WHERE external_ref IS NOT NULL DO UPDATE SET updated_at = max(updated_at, excluded.updated_at) "
+            "RETURNING id", (user_id, msg.surface, msg.conversation_ref, at, at),
+        )[0])
     if msg.conversation_ref is None:
         title = msg.text.strip().split("\n", 1)[0][:60] or None
         return int(db.one(

@@ -252,6 +252,24 @@ class SqliteStore:
         ))
         return None if row is None else int(row[0])
 
+    async def set_opt_out(self, surface: str, external_user_id: str, opted_out: bool) -> int:
+        now = to_ts(utcnow())
+
+        def write(db: Db) -> int:
+            user_id = queries.identity_user(db, surface, external_user_id, now)
+            db.run("UPDATE identities SET opted_out_at = ? WHERE surface = ? AND external_user_id = ?",
+                   (now if opted_out else None, surface, external_user_id))
+            return user_id
+
+        return await self._tx("write", write)
+
+    async def is_opted_out(self, surface: str, external_user_id: str) -> bool:
+        row = await self._tx("read", lambda db: db.one(
+            "SELECT opted_out_at IS NOT NULL FROM identities WHERE surface = ? AND external_user_id = ?",
+            (surface, external_user_id),
+        ))
+        return bool(row and row[0])
+
     async def record_delivery(self, delivery: Delivery) -> int:
         now = to_ts(utcnow())
         d = delivery

@@ -211,6 +211,13 @@ class Store(Protocol):
     async def identity_user(self, surface: str, external_user_id: str) -> int | None:
         """The user an identity (surface, id on that surface) belongs to, or None."""
 
+    async def set_opt_out(self, surface: str, external_user_id: str, opted_out: bool) -> int:
+        """Stop (or resume) replies to an identity, creating it (and its user) on first contact; returns the
+        user id."""
+
+    async def is_opted_out(self, surface: str, external_user_id: str) -> bool:
+        """Whether the identity asked not to be written to."""
+
     async def record_delivery(self, delivery: Delivery) -> int:
         """Record one sent (or finally failed) part of a reply; returns the delivery id."""
 

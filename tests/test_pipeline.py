@@ -214,3 +214,14 @@ async def test_rate_limited_then_success(store: Any, model_server: FakeModelServ
     assert out.status == "ok"
     calls = (await store.inspect("telegram:5"))["model_calls"]
     assert [c["outcome"] for c in calls] == ["rate_limited", "ok"]
+
+
+async def test_in_a_group_the_persons_private_memory_stays_out(store: Any) -> None:
+    p = echo_pipeline(store)
+    await p.handle(msg("telegram", "55", "p1", "my bank pin is 4321 tangerine"))
+    await p.handle(msg("whatsapp", "55", "w1", "tangerine pin note", handle="telegram:55"))
+    out = await p.handle(msg("telegram", "55", "g1", "what is my pin tangerine?", conversation_ref="group:-1",
+                             metadata={"audience": "group"}))
+    assert "4321" not in out.text and "pin note" not in out.text
+    private = await p.handle(msg("telegram", "55", "p2", "what is my pin tangerine?"))
+    assert "pin note" in private.text  # the same question in private recalls across surfaces

@@ -427,3 +427,27 @@ async def test_deliveries_are_recorded_updated_and_forgotten(store: Any) -> None
     assert len(inspected["deliveries"]) == 2
     assert await store.forget(turn.handle)
     assert await store.deliveries(turn.user_id) == []
+
+
+async def test_opt_out_is_per_identity_and_survives_until_opt_in(store: Any) -> None:
+    assert await store.is_opted_out("whatsapp", "+34611") is False
+    uid = await store.set_opt_out("whatsapp", "+34611", True)  # first contact may be "STOP"
+    assert await store.is_opted_out("whatsapp", "+34611") is True
+    assert await store.is_opted_out("whatsapp", "+34612") is False
+    turn = await store.ingest(InboundMessage(surface="whatsapp", sender="+34611", external_id="SMo1", text="x"), 1)
+    assert turn.user_id == uid  # the same person
+    assert await store.set_opt_out("whatsapp", "+34611", False) == uid
+    assert await store.is_opted_out("whatsapp", "+34611") is False
+
+
+async def test_a_named_place_on_a_singleton_surface_is_its_own_conversation(store: Any) -> None:
+    def m(ext: str, ref: str | None) -> InboundMessage:
+        return InboundMessage(surface="telegram", sender="77", external_id=ext, text="hi", conversation_ref=ref)
+
+    private = await store.ingest(m("g1", None), 1)
+    group = await store.ingest(m("g2", "group:-100"), 1)
+    group_again = await store.ingest(m("g3", "group:-100"), 1)
+    other_group = await store.ingest(m("g4", "group:-200"), 1)
+    assert private.conversation_id != group.conversation_id == group_again.conversation_id
+    assert other_group.conversation_id not in (private.conversation_id, group.conversation_id)
+    assert private.user_id == group.user_id == other_group.user_id

@@ -20,7 +20,7 @@ from bot.config import Settings
 from bot.errors import InputError
 from bot.types import InboundMessage, ModelCallRecord, OutboundMessage, utcnow
 from memory.context import AssembledContext, assemble
-from memory.store import ContextQuery, Ingested, Store
+from memory.store import ContextQuery, Ingested, Store, StoreError
 
 logger = log.get("hilo.pipeline")
 
@@ -113,7 +113,12 @@ class Pipeline:
             pre_model_ms = (time.perf_counter() - started) * 1000
             reply, calls = await self._call_model(ctx, on_delta)
             reply_tokens = await _count(reply) if reply is not None else 0
-            stored = await self.store.finish_turn(turn, reply, reply_tokens, calls)
+            try:
+                stored = await self.store.finish_turn(turn, reply, reply_tokens, calls)
+            except StoreError as exc:
+                # The person's message is already stored; an answer they can read beats no answer at all.
+                logger.error("turn.reply_not_stored", message_id=turn.message.id, error=type(exc).__name__)
+                stored = None
         logger.info(
             "turn.done", surface=msg.surface, user_id=turn.user_id, conversation_id=turn.conversation_id,
             message_id=turn.message.id, chars_in=len(msg.text), chars_out=len(reply or ""),

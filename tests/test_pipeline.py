@@ -225,3 +225,22 @@ async def test_in_a_group_the_persons_private_memory_stays_out(store: Any) -> No
     assert "4321" not in out.text and "pin note" not in out.text
     private = await p.handle(msg("telegram", "55", "p2", "what is my pin tangerine?"))
     assert "pin note" in private.text  # the same question in private recalls across surfaces
+
+
+async def test_a_database_failure_after_the_model_still_delivers_the_answer(db_url: str) -> None:
+    import sqlite3
+
+    st = open_store(db_url)
+    await st.open()
+    try:
+        p = echo_pipeline(st)
+        # a trigger that makes every reply insert fail, as a full disk or a lost connection would
+        with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
+            conn.execute("CREATE TRIGGER no_replies BEFORE INSERT ON messages WHEN new.role = 'assistant' "
+                         "BEGIN SELECT RAISE(ABORT, 'disk full'); END")
+        out = await p.handle(msg("telegram", "8", "x1", "are you there?"))
+        assert out.status == "ok" and "are you there?" in out.text and out.reply_id is None
+        data = await st.inspect("telegram:8")
+        assert [m["content"] for m in data["conversations"][0]["messages"]] == ["are you there?"]
+    finally:
+        await st.close()

@@ -130,12 +130,7 @@ def _conversation(db: Db, msg: InboundMessage, user_id: int, at: str) -> int:
         if msg.conversation_ref is None:
             return int(db.one(UPSERT_SINGLETON, (user_id, msg.surface, at, at))[0])
         # A named place on a singleton surface (a Telegram group): the person's own conversation there.
-        return int(db.one(
-            "INSERT INTO conversations(user_id, surface, singleton, title, external_ref, created_at, updated_at) "
-            "VALUES (?, ?, 0, NULL, ?, ?, ?) ON CONFLICT(user_id, surface, external_ref) "
-            "WHERE external_ref IS NOT NULL DO UPDATE SET updated_at = max(updated_at, excluded.updated_at) "
-            "RETURNING id", (user_id, msg.surface, msg.conversation_ref, at, at),
-        )[0])
+        return int(db.one(UPSERT_BY_REF, (user_id, msg.surface, None, msg.conversation_ref, at, at))[0])
     if msg.conversation_ref is None:
         title = msg.text.strip().split("\n", 1)[0][:60] or None
         return int(db.one(

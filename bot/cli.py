@@ -196,6 +196,35 @@ def cmd_forget(args: argparse.Namespace) -> int:
     return asyncio.run(_with_store(settings, run))
 
 
+def cmd_link(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+
+    async def run(store: Any) -> int:
+        user_id = await store.link_identity(args.user, args.surface, args.sender, "operator")
+        if user_id is None:
+            print(f"hilo: no user {args.user!r}: check `hilo inspect --user {args.user}`", file=sys.stderr)
+            return 1
+        print(f"linked {args.surface}:{args.sender} to {args.user}")
+        return 0
+
+    return asyncio.run(_with_store(settings, run))
+
+
+def cmd_unlink(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+
+    async def run(store: Any) -> int:
+        status, new_user = await store.unlink_identity(args.surface, args.sender, "operator")
+        if status == "unlinked":
+            print(f"unlinked {args.surface}:{args.sender}: its future messages go to user {new_user}")
+            return 0
+        why = {"unknown": "no such identity", "only_identity": "it is the person's only identity"}[status]
+        print(f"hilo: cannot unlink {args.surface}:{args.sender}: {why}", file=sys.stderr)
+        return 1
+
+    return asyncio.run(_with_store(settings, run))
+
+
 def parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--db", metavar="URL", help="database URL (overrides HILO_DATABASE_URL)")
@@ -236,6 +265,17 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--user", required=True, metavar="U")
     s.add_argument("text", nargs="+", metavar="TEXT")
     s.set_defaults(fn=cmd_remember)
+
+    s = sub.add_parser("link", parents=[common], help="join an identity (surface + sender id) to a person")
+    s.add_argument("--user", required=True, metavar="U")
+    s.add_argument("--surface", required=True, choices=SURFACES)
+    s.add_argument("--sender", required=True, metavar="ID", help="the person's id on that surface")
+    s.set_defaults(fn=cmd_link)
+
+    s = sub.add_parser("unlink", parents=[common], help="separate an identity from its person")
+    s.add_argument("--surface", required=True, choices=SURFACES)
+    s.add_argument("--sender", required=True, metavar="ID")
+    s.set_defaults(fn=cmd_unlink)
 
     s = sub.add_parser("forget", parents=[common], help="delete everything about a person")
     s.add_argument("--user", required=True, metavar="U")

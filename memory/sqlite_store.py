@@ -15,12 +15,15 @@ import os
 import sqlite3
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar
 
 from bot.errors import NotFound
 from bot.types import InboundMessage, ModelCallRecord
 from memory import migrate as migrations
+from memory import sqlite_linking as linking
 from memory import sqlite_queries as queries
+from memory.sqlite_inspect import CALL_COLS, call_json, deliveries_json, inspect_json
 from memory.sqlite_db import (
     FACT_COLS,
     MSG_COLS,
@@ -48,9 +51,6 @@ from memory.store import (
 
 T = TypeVar("T")
 Mode = Literal["read", "write", "none"]
-CALL_COLS = (
-    "id, message_id, model, provider, tokens_in, tokens_out, latency_ms, outcome, fallback_from, error, created_at"
-)
 
 
 class SqliteStore:
@@ -244,13 +244,20 @@ class SqliteStore:
         rows = await self._tx("read", lambda db: db.all(
             f"SELECT {CALL_COLS} FROM model_calls WHERE user_id = ? ORDER BY id", (user_id,),
         ))
-        return [_call_json(r) for r in rows]
+        return [call_json(r) for r in rows]
 
     async def identity_user(self, surface: str, external_user_id: str) -> int | None:
         row = await self._tx("read", lambda db: db.one(
             "SELECT user_id FROM identities WHERE surface = ? AND external_user_id = ?", (surface, external_user_id),
         ))
         return None if row is None else int(row[0])
+
+    async def identity_handle(self, surface: str, external_user_id: str) -> str | None:
+        row = await self._tx("read", lambda db: db.one(
+            "SELECT u.handle FROM identities i JOIN users u ON u.id = i.user_id "
+            "WHERE i.surface = ? AND i.external_user_id = ?", (surface, external_user_id),
+        ))
+        return None if row is None else str(row[0])
 
     async def set_opt_out(self, surface: str, external_user_id: str, opted_out: bool) -> int:
         now = to_ts(utcnow())
@@ -269,6 +276,30 @@ class SqliteStore:
             (surface, external_user_id),
         ))
         return bool(row and row[0])
+
+    async def issue_link_code(self, surface: str, external_user_id: str, code_hash: str, expires_at: datetime) -> int:
+        now = to_ts(utcnow())
+        return await self._tx("write", lambda db: linking.issue_code(
+            db, surface, external_user_id, code_hash, now, to_ts(expires_at)))
+
+    async def redeem_link_code(
+        self, surface: str, external_user_id: str, code_hash: str, policy: Any,
+    ) -> tuple[str, int | None, datetime | None]:
+        moment = utcnow()
+        now = to_ts(moment)
+        window_start = to_ts(moment - timedelta(seconds=policy.failure_window_s))
+        lock_until = to_ts(moment + timedelta(seconds=policy.lockout_s))
+        status, uid, until = await self._tx("write", lambda db: linking.redeem_code(
+            db, surface, external_user_id, code_hash, now, window_start, lock_until, policy))
+        return status, uid, from_ts(until) if until else None
+
+    async def link_identity(self, handle: str, surface: str, external_user_id: str, actor: str) -> int | None:
+        now = to_ts(utcnow())
+        return await self._tx("write", lambda db: linking.link_identity(db, handle, surface, external_user_id, actor, now))
+
+    async def unlink_identity(self, surface: str, external_user_id: str, actor: str) -> tuple[str, int | None]:
+        now = to_ts(utcnow())
+        return await self._tx("write", lambda db: linking.unlink_identity(db, surface, external_user_id, actor, now))
 
     async def record_delivery(self, delivery: Delivery) -> int:
         now = to_ts(utcnow())
@@ -290,58 +321,19 @@ class SqliteStore:
         return changed > 0
 
     async def deliveries(self, user_id: int) -> list[dict[str, Any]]:
-        return await self._tx("read", lambda db: _deliveries(db, user_id))
+        return await self._tx("read", lambda db: deliveries_json(db, user_id))
 
     async def inspect(self, handle: str) -> dict[str, Any] | None:
-        return await self._tx("read", lambda db: _inspect(db, handle))
+        return await self._tx("read", lambda db: inspect_json(db, handle))
 
     async def forget(self, handle: str) -> bool:
         # ON DELETE CASCADE takes identities, conversations, messages (and their FTS rows, by trigger),
         # model_calls and facts with the user row.
-        row = await self._tx("write", lambda db: db.one("DELETE FROM users WHERE handle = ? RETURNING id", (handle,)))
-        return row is not None
+        def delete(db: Db) -> bool:
+            # link_failures are keyed by identity, not user: they go first, while the identities still say whose
+            db.run("DELETE FROM link_failures WHERE (surface, external_user_id) IN (SELECT i.surface, "
+                   "i.external_user_id FROM identities i JOIN users u ON u.id = i.user_id WHERE u.handle = ?)",
+                   (handle,))
+            return db.one("DELETE FROM users WHERE handle = ? RETURNING id", (handle,)) is not None
 
-
-DELIVERY_COLS = ("id", "message_id", "surface", "recipient", "part", "parts", "status", "provider_ref", "error",
-                 "attempts", "created_at", "updated_at")
-
-
-def _deliveries(db: Db, user_id: int) -> list[dict[str, Any]]:
-    rows = db.all(f"SELECT {', '.join(DELIVERY_COLS)} FROM deliveries WHERE user_id = ? ORDER BY id", (user_id,))
-    return [dict(zip(DELIVERY_COLS, r)) for r in rows]
-
-
-def _call_json(row: Sequence[Any]) -> dict[str, Any]:
-    keys = [k.strip() for k in CALL_COLS.split(",")]
-    return dict(zip(keys, row))
-
-
-def _inspect(db: Db, handle: str) -> dict[str, Any] | None:
-    user = db.one("SELECT id, handle, created_at FROM users WHERE handle = ?", (handle,))
-    if user is None:
-        return None
-    uid = user[0]
-    identities = db.all(
-        "SELECT surface, external_user_id, created_at FROM identities WHERE user_id = ? ORDER BY id", (uid,)
-    )
-    conversations = db.all(
-        "SELECT id, surface, title, singleton, external_ref, created_at, updated_at FROM conversations "
-        "WHERE user_id = ? ORDER BY id", (uid,),
-    )
-    by_conversation: dict[int, list[dict[str, Any]]] = {c[0]: [] for c in conversations}
-    for row in db.all(f"SELECT {MSG_COLS} FROM messages m WHERE m.user_id = ? ORDER BY m.id", (uid,)):
-        by_conversation.setdefault(row[1], []).append(message_json(to_message(row)))
-    facts = db.all(f"SELECT {FACT_COLS} FROM facts WHERE user_id = ? ORDER BY id", (uid,))
-    calls = db.all(f"SELECT {CALL_COLS} FROM model_calls WHERE user_id = ? ORDER BY id", (uid,))
-    return {
-        "user": {"id": uid, "handle": user[1], "created_at": user[2]},
-        "identities": [{"surface": s, "external_user_id": e, "created_at": t} for s, e, t in identities],
-        "conversations": [
-            {"id": c[0], "surface": c[1], "title": c[2], "singleton": bool(c[3]), "external_ref": c[4],
-             "created_at": c[5], "updated_at": c[6], "messages": by_conversation[c[0]]}
-            for c in conversations
-        ],
-        "facts": [{"id": f[0], "content": f[2], "token_count": f[3], "created_at": f[4]} for f in facts],
-        "model_calls": [_call_json(r) for r in calls],
-        "deliveries": _deliveries(db, uid),
-    }
+        return await self._tx("write", delete)

@@ -211,12 +211,31 @@ class Store(Protocol):
     async def identity_user(self, surface: str, external_user_id: str) -> int | None:
         """The user an identity (surface, id on that surface) belongs to, or None."""
 
+    async def identity_handle(self, surface: str, external_user_id: str) -> str | None:
+        """The handle of the user an identity belongs to (whatever it was linked to), or None."""
+
     async def set_opt_out(self, surface: str, external_user_id: str, opted_out: bool) -> int:
         """Stop (or resume) replies to an identity, creating it (and its user) on first contact; returns the
         user id."""
 
     async def is_opted_out(self, surface: str, external_user_id: str) -> bool:
         """Whether the identity asked not to be written to."""
+
+    async def issue_link_code(self, surface: str, external_user_id: str, code_hash: str, expires_at: datetime) -> int:
+        """Keep a one-time link code (its hash) for the identity's user; older unused codes of the identity die.
+        Returns the user id."""
+
+    async def redeem_link_code(
+        self, surface: str, external_user_id: str, code_hash: str, policy: Any,
+    ) -> tuple[str, int | None, datetime | None]:
+        """Redeem a code from an identity: (status, user id, locked until). status: linked | already_linked |
+        locked | invalid | own_code | throttled. Linking merges the identity's user into the code's user."""
+
+    async def link_identity(self, handle: str, surface: str, external_user_id: str, actor: str) -> int | None:
+        """Operator link: the identity joins the user with `handle` (None if there is no such user)."""
+
+    async def unlink_identity(self, surface: str, external_user_id: str, actor: str) -> tuple[str, int | None]:
+        """Separate an identity from its user: (unlinked | unknown | only_identity, new user id)."""
 
     async def record_delivery(self, delivery: Delivery) -> int:
         """Record one sent (or finally failed) part of a reply; returns the delivery id."""

@@ -121,3 +121,13 @@ def test_migrate_is_idempotent(hilo) -> None:  # type: ignore[no-untyped-def]
 def test_a_wrong_setting_stops_with_what_to_set(hilo) -> None:  # type: ignore[no-untyped-def]
     err = hilo("migrate", "--db", "mysql://nope", code=2)
     assert "HILO_DATABASE_URL" in err or "sqlite:///" in err
+
+
+def test_operator_link_and_unlink(hilo) -> None:  # type: ignore[no-untyped-def]
+    hilo("chat", "--user", "frank", "--surface", "cli", "my dog is called Rufo")
+    assert "linked telegram:99 to frank" in hilo("link", "--user", "frank", "--surface", "telegram", "--sender", "99")
+    data = json.loads(hilo("inspect", "--user", "frank", "--json"))
+    assert [(i["surface"], i["external_user_id"]) for i in data["identities"]] == [("telegram", "99")]
+    assert [a["action"] for a in data["identity_audit"]] == ["linked"]
+    assert "no user" in hilo("link", "--user", "ghost", "--surface", "telegram", "--sender", "1", code=1)
+    assert "only identity" in hilo("unlink", "--surface", "telegram", "--sender", "99", code=1)

@@ -1,0 +1,80 @@
+"""Verified identity linking: the same person on Telegram, WhatsApp and the web becomes one user.
+
+`/link` on one surface answers with a one-time code; `/link CODE` from another surface joins that identity
+to the person who asked for the code (their users merge: one memory, histories kept with their surfaces).
+
+Codes: 8 characters of Crockford base32 (40 bits), shown as XXXX-XXXX, forgiving to type (case, dashes,
+spaces, O/0, I/L/1), single use, valid 10 minutes, stored only as a SHA-256 hash. Guessing is bounded by a
+lockout per identity (LinkPolicy.max_failures wrong codes in a window), a cap on attempts per code, and a
+global cap on wrong codes from everyone. A code never works for the identity that asked for it. Every
+issue, link, unlink, refusal and lockout is an audit row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from bot.types import utcnow
+from memory.sqlite_linking import LinkPolicy
+from memory.store import Store
+
+ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # Crockford base32: no I, L, O, U
+CODE_LENGTH = 8
+CODE_TTL = timedelta(minutes=10)
+_TYPO = str.maketrans({"O": "0", "I": "1", "L": "1"})
+
+__all__ = ["LinkPolicy", "Linker", "RedeemResult", "normalize", "new_code", "code_hash"]
+
+
+def new_code() -> str:
+    raw = "".join(secrets.choice(ALPHABET) for _ in range(CODE_LENGTH))
+    return f"{raw[:4]}-{raw[4:]}"
+
+
+def normalize(text: str) -> str | None:
+    """The canonical code typed by a person, or None if it cannot be one."""
+    cleaned = "".join(ch for ch in text.upper() if ch.isalnum()).translate(_TYPO)
+    if len(cleaned) != CODE_LENGTH or any(ch not in ALPHABET for ch in cleaned):
+        return None
+    return cleaned
+
+
+def code_hash(canonical: str) -> str:
+    return hashlib.sha256(f"hilo-link:{canonical}".encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class RedeemResult:
+    """status: linked | already_linked | locked | invalid | own_code | throttled."""
+
+    status: str
+    user_id: int | None = None
+    locked_until: datetime | None = None
+
+
+class Linker:
+    def __init__(self, store: Store, policy: LinkPolicy | None = None) -> None:
+        self.store = store
+        self.policy = policy or LinkPolicy()
+
+    async def request(self, surface: str, external_user_id: str) -> str:
+        """A fresh code for this identity (its older unused codes stop working)."""
+        code = new_code()
+        canonical = normalize(code)
+        assert canonical is not None
+        await self.store.issue_link_code(surface, external_user_id, code_hash(canonical), utcnow() + CODE_TTL)
+        return code
+
+    async def redeem(self, surface: str, external_user_id: str, typed: str) -> RedeemResult:
+        canonical = normalize(typed)
+        # Malformed input counts as a wrong code: the limits must not depend on what the guesser types.
+        digest = code_hash(canonical) if canonical else code_hash("!" + typed[:64])
+        status, user_id, until = await self.store.redeem_link_code(surface, external_user_id, digest, self.policy)
+        return RedeemResult(status, user_id, until)
+
+    async def unlink(self, surface: str, external_user_id: str, actor: str = "person") -> str:
+        status, _ = await self.store.unlink_identity(surface, external_user_id, actor)
+        return status

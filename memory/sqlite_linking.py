@@ -1,0 +1,165 @@
+"""SQLite side of identity linking: codes, lockouts, merging two users into one, unlinking, the audit.
+
+Every function runs inside one transaction opened by SqliteStore. Policy (code length, limits, lifetimes)
+lives in bot/linking.py; this module only keeps the books.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memory.sqlite_db import Db
+from memory.sqlite_queries import identity_user
+
+
+@dataclass(frozen=True, slots=True)
+class LinkPolicy:
+    max_failures: int = 10            # wrong codes per identity within `failure_window_s` before a lockout
+    failure_window_s: int = 15 * 60
+    lockout_s: int = 15 * 60
+    max_code_attempts: int = 5        # redemption attempts on one code (own identity, locked callers) before it dies
+    global_max_failures: int = 500    # wrong codes from everyone within the window: past it, nobody can redeem
+
+
+def audit(db: Db, user_id: int | None, action: str, surface: str, ext: str, actor: str, at: str,
+          detail: str | None = None) -> None:
+    db.run(
+        "INSERT INTO identity_audit(user_id, action, surface, external_user_id, actor, detail, created_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)", (user_id, action, surface, ext, actor, detail, at),
+    )
+
+
+def issue_code(db: Db, surface: str, ext: str, code_hash: str, at: str, expires_at: str) -> int:
+    """A new code for the identity's user (created on first contact); older unused codes of the identity die."""
+    user_id = identity_user(db, surface, ext, at)
+    db.run("UPDATE link_codes SET used_at = ? WHERE surface = ? AND external_user_id = ? AND used_at IS NULL",
+           (at, surface, ext))
+    db.run(
+        "INSERT INTO link_codes(code_hash, user_id, surface, external_user_id, created_at, expires_at) "
+        "VALUES (?, ?, ?, ?, ?, ?)", (code_hash, user_id, surface, ext, at, expires_at),
+    )
+    audit(db, user_id, "code_issued", surface, ext, "person", at)
+    return user_id
+
+
+def _locked_until(db: Db, surface: str, ext: str, at: str) -> str | None:
+    row = db.one("SELECT locked_until FROM link_failures WHERE surface = ? AND external_user_id = ?", (surface, ext))
+    return row[0] if row and row[0] and row[0] > at else None
+
+
+def _fail(db: Db, surface: str, ext: str, at: str, window_start: str, lock_until: str, policy: LinkPolicy) -> str | None:
+    """Count a wrong code; returns the lockout end when this failure locks the identity."""
+    row = db.one(
+        "INSERT INTO link_failures(surface, external_user_id, failures, window_start) VALUES (?, ?, 1, ?) "
+        "ON CONFLICT(surface, external_user_id) DO UPDATE SET "
+        "failures = CASE WHEN link_failures.window_start < ? THEN 1 ELSE link_failures.failures + 1 END, "
+        "window_start = CASE WHEN link_failures.window_start < ? THEN excluded.window_start "
+        "ELSE link_failures.window_start END RETURNING failures",
+        (surface, ext, at, window_start, window_start),
+    )
+    if row[0] >= policy.max_failures:
+        db.run("UPDATE link_failures SET locked_until = ?, failures = 0, window_start = ? "
+               "WHERE surface = ? AND external_user_id = ?", (lock_until, at, surface, ext))
+        return lock_until
+    return None
+
+
+def redeem_code(
+    db: Db, surface: str, ext: str, code_hash: str, at: str, window_start: str, lock_until: str, policy: LinkPolicy,
+) -> tuple[str, int | None, str | None]:
+    """(status, user id, locked_until). status: linked | already_linked | locked | invalid | own_code | throttled."""
+    if (db.one("SELECT coalesce(sum(failures), 0) FROM link_failures WHERE window_start >= ?", (window_start,))[0]
+            >= policy.global_max_failures):  # many identities guessing at once: stop all redemptions a while
+        audit(db, None, "link_refused_throttled", surface, ext, "person", at)
+        return "throttled", None, None
+    locked = _locked_until(db, surface, ext, at)
+    row = db.one(
+        "SELECT id, user_id, surface, external_user_id, expires_at, used_at, attempts FROM link_codes "
+        "WHERE code_hash = ?", (code_hash,),
+    )
+    if locked is not None:
+        if row is not None:  # a right code from a locked identity still uses one of the code's attempts
+            _spend_attempt(db, row[0], at, policy)
+        audit(db, None, "link_refused_locked", surface, ext, "person", at)
+        return "locked", None, locked
+    if row is None or row[5] is not None or row[4] <= at:
+        newly_locked = _fail(db, surface, ext, at, window_start, lock_until, policy)
+        if newly_locked:
+            audit(db, None, "lockout", surface, ext, "person", at, f"until {newly_locked}")
+            return "locked", None, newly_locked
+        return "invalid", None, None
+    code_id, target_user, req_surface, req_ext = row[0], row[1], row[2], row[3]
+    if (req_surface, req_ext) == (surface, ext):
+        _spend_attempt(db, code_id, at, policy)
+        return "own_code", None, None
+    db.run("UPDATE link_codes SET used_at = ? WHERE id = ?", (at, code_id))
+    db.run("DELETE FROM link_failures WHERE surface = ? AND external_user_id = ?", (surface, ext))
+    current = identity_user(db, surface, ext, at)
+    if current == target_user:
+        return "already_linked", target_user, None
+    merge_users(db, current, target_user)
+    audit(db, target_user, "linked", surface, ext, "person", at, f"code requested on {req_surface}")
+    return "linked", target_user, None
+
+
+def _spend_attempt(db: Db, code_id: int, at: str, policy: LinkPolicy) -> None:
+    db.run("UPDATE link_codes SET attempts = attempts + 1, "
+           "used_at = CASE WHEN attempts + 1 >= ? THEN ? ELSE used_at END WHERE id = ?",
+           (policy.max_code_attempts, at, code_id))
+
+
+def merge_users(db: Db, src: int, dst: int) -> None:
+    """Everything of user `src` becomes `dst`'s; `src` is deleted. Conversations that would collide (the
+    same singleton surface, the same named place) are merged message by message."""
+    for conv_id, surface, singleton, ref in db.all(
+        "SELECT id, surface, singleton, external_ref FROM conversations WHERE user_id = ?", (src,),
+    ):
+        target = None
+        if singleton:
+            target = db.one("SELECT id FROM conversations WHERE user_id = ? AND surface = ? AND singleton = 1",
+                            (dst, surface))
+        elif ref is not None:
+            target = db.one("SELECT id FROM conversations WHERE user_id = ? AND surface = ? AND external_ref = ?",
+                            (dst, surface, ref))
+        if target is not None:
+            db.run("UPDATE messages SET conversation_id = ? WHERE conversation_id = ?", (target[0], conv_id))
+            db.run("DELETE FROM conversations WHERE id = ?", (conv_id,))
+        else:
+            db.run("UPDATE conversations SET user_id = ? WHERE id = ?", (dst, conv_id))
+    # user_id changes re-index the FTS owner token through the messages_fts_update trigger
+    for table in ("messages", "facts", "model_calls", "deliveries", "identities", "link_codes", "identity_audit"):
+        db.run(f"UPDATE {table} SET user_id = ? WHERE user_id = ?", (dst, src))
+    db.run("DELETE FROM users WHERE id = ?", (src,))
+
+
+def link_identity(db: Db, handle: str, surface: str, ext: str, actor: str, at: str) -> int | None:
+    """Operator link: the identity (created if new) joins the user with `handle`. None if no such user."""
+    row = db.one("SELECT id FROM users WHERE handle = ?", (handle,))
+    if row is None:
+        return None
+    dst = int(row[0])
+    current = identity_user(db, surface, ext, at)
+    if current != dst:
+        merge_users(db, current, dst)
+        audit(db, dst, "linked", surface, ext, actor, at)
+    return dst
+
+
+def unlink_identity(db: Db, surface: str, ext: str, actor: str, at: str) -> tuple[str, int | None]:
+    """(status, new user id). status: unlinked | unknown | only_identity. History stays with the old user;
+    the identity's future messages go to a new user."""
+    row = db.one("SELECT user_id FROM identities WHERE surface = ? AND external_user_id = ?", (surface, ext))
+    if row is None:
+        return "unknown", None
+    old = int(row[0])
+    if db.one("SELECT count(*) FROM identities WHERE user_id = ?", (old,))[0] <= 1:
+        return "only_identity", None
+    handle, n = f"{surface}:{ext}", 1
+    while db.one("SELECT 1 FROM users WHERE handle = ?", (handle,)) is not None:
+        n += 1
+        handle = f"{surface}:{ext}~{n}"
+    new = int(db.one("INSERT INTO users(handle, created_at) VALUES (?, ?) RETURNING id", (handle, at))[0])
+    db.run("UPDATE identities SET user_id = ? WHERE surface = ? AND external_user_id = ?", (new, surface, ext))
+    audit(db, old, "unlinked", surface, ext, actor, at, f"now user {new}")
+    audit(db, new, "unlinked", surface, ext, actor, at, f"was user {old}")
+    return "unlinked", new

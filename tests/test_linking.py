@@ -1,0 +1,150 @@
+"""Identity linking through the real store: codes, merging, unlinking, limits, audit."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.config import Settings
+from bot.linking import LinkPolicy, Linker, normalize
+from bot.models.factory import build_chain
+from bot.pipeline import Pipeline
+from bot.types import InboundMessage
+from memory.open import open_store
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Any]:
+    st = open_store(f"sqlite:///{tmp_path / 'hilo.db'}")
+    await st.open()
+    yield st
+    await st.close()
+
+
+def pipeline(store: Any) -> Pipeline:
+    s = Settings()
+    return Pipeline(s, store, build_chain(s))
+
+
+def msg(surface: str, sender: str, ext: str, text: str, **kw: Any) -> InboundMessage:
+    return InboundMessage(surface=surface, sender=sender, external_id=ext, text=text, **kw)
+
+
+def test_codes_are_forgiving_to_type() -> None:
+    assert normalize("abcd-efgh") == "ABCDEFGH"
+    assert normalize(" 0oIl 1234 ") == "00111234"
+    assert normalize("ABCD-EFG") is None and normalize("ABCD-EFGU") is None
+
+
+async def test_link_merges_two_people_into_one_memory(store: Any) -> None:
+    p = pipeline(store)
+    await p.handle(msg("telegram", "42", "t1", "my dog is called Rufo"))
+    await p.handle(msg("web", "visitor1", "w1", "hello from the web"))
+    linker = Linker(store)
+    code = await linker.request("telegram", "42")
+    result = await linker.redeem("web", "visitor1", code.lower())
+    assert result.status == "linked"
+    tg_user = await store.identity_user("telegram", "42")
+    assert await store.identity_user("web", "visitor1") == tg_user == result.user_id
+    data = await store.inspect("telegram:42")
+    assert {(i["surface"], i["external_user_id"]) for i in data["identities"]} == {("telegram", "42"),
+                                                                                  ("web", "visitor1")}
+    contents = [m["content"] for c in data["conversations"] for m in c["messages"]]
+    assert contents.count("my dog is called Rufo") == 1 and contents.count("hello from the web") == 1
+    assert await store.inspect("web:visitor1") is None  # the web-only user is gone, merged
+    # the web conversation now recalls the Telegram message
+    out = await p.handle(msg("web", "visitor1", "w2", "what is my dog called?",
+                             conversation_ref=str(data["conversations"][1]["id"])))
+    assert "my dog is called Rufo" in out.text
+    assert [a["action"] for a in data["identity_audit"]] == ["code_issued", "linked"]
+
+
+async def test_a_code_is_single_use_expires_and_never_works_for_its_requester(store: Any) -> None:
+    linker = Linker(store)
+    code = await linker.request("telegram", "1")
+    assert (await linker.redeem("telegram", "1", code)).status == "own_code"
+    assert (await linker.redeem("whatsapp", "+34", code)).status == "linked"
+    assert (await linker.redeem("web", "v", code)).status == "invalid"  # used
+    newer = await linker.request("telegram", "1")
+    older = await linker.request("telegram", "1")  # asking again kills the previous code
+    assert (await linker.redeem("web", "v", newer)).status == "invalid"
+    assert (await linker.redeem("web", "v", older)).status == "linked"
+
+
+async def test_an_expired_code_is_refused(store: Any) -> None:
+    import sqlite3
+
+    linker = Linker(store)
+    code = await linker.request("telegram", "1")
+    with sqlite3.connect(store.path) as conn:
+        conn.execute("UPDATE link_codes SET expires_at = '2000-01-01T00:00:00.000000Z'")
+    assert (await linker.redeem("web", "v", code)).status == "invalid"
+
+
+async def test_twenty_wrong_codes_lock_out_and_the_right_one_is_refused_until_the_end(store: Any) -> None:
+    import sqlite3
+
+    linker = Linker(store)
+    code = await linker.request("telegram", "owner")
+    statuses = [(await linker.redeem("web", "guesser", f"ZZZZ-{i:04d}")).status for i in range(20)]
+    assert statuses[:9] == ["invalid"] * 9 and statuses[9] == "locked" and set(statuses[10:]) == {"locked"}
+    refused = await linker.redeem("web", "guesser", code)
+    assert refused.status == "locked" and refused.locked_until is not None
+    assert await store.identity_user("web", "guesser") != await store.identity_user("telegram", "owner")
+    # another identity is not locked by the guesser's failures
+    assert (await linker.redeem("whatsapp", "+1", "ZZZZ-9999")).status == "invalid"
+    # when the lockout ends, a fresh code works
+    with sqlite3.connect(store.path) as conn:
+        conn.execute("UPDATE link_failures SET locked_until = '2000-01-01T00:00:00.000000Z'")
+    fresh = await linker.request("telegram", "owner")
+    assert (await linker.redeem("web", "guesser", fresh)).status == "linked"
+    audit = (await store.inspect("telegram:owner"))["identity_audit"]
+    assert "linked" in [a["action"] for a in audit]
+
+
+async def test_too_many_attempts_on_one_code_kill_it(store: Any) -> None:
+    linker = Linker(store, LinkPolicy(max_code_attempts=3))
+    code = await linker.request("telegram", "1")
+    for _ in range(3):
+        assert (await linker.redeem("telegram", "1", code)).status == "own_code"
+    assert (await linker.redeem("web", "v", code)).status == "invalid"
+
+
+async def test_a_flood_of_wrong_codes_from_many_identities_stops_all_redemptions(store: Any) -> None:
+    linker = Linker(store, LinkPolicy(global_max_failures=30))
+    code = await linker.request("telegram", "1")
+    for i in range(30):
+        await linker.redeem("web", f"bot{i}", "ZZZZ-0000")
+    assert (await linker.redeem("web", "honest", code)).status == "throttled"
+
+
+async def test_unlink_sends_future_messages_to_a_new_user(store: Any) -> None:
+    p = pipeline(store)
+    linker = Linker(store)
+    await p.handle(msg("telegram", "42", "t1", "my dog is called Rufo"))
+    await linker.redeem("whatsapp", "+34", await linker.request("telegram", "42"))
+    assert await linker.unlink("whatsapp", "+34") == "unlinked"
+    assert await linker.unlink("telegram", "42") == "only_identity"
+    assert await linker.unlink("web", "nobody") == "unknown"
+    out = await p.handle(msg("whatsapp", "+34", "w1", "what is my dog called?"))
+    assert "Rufo" not in out.text
+    assert await store.identity_user("whatsapp", "+34") != await store.identity_user("telegram", "42")
+
+
+async def test_operator_link_and_forget_takes_everything(store: Any) -> None:
+    p = pipeline(store)
+    await p.handle(msg("telegram", "42", "t1", "hello"))
+    assert await store.link_identity("telegram:42", "whatsapp", "+34", "operator") is not None
+    assert await store.link_identity("nobody", "whatsapp", "+35", "operator") is None
+    linker = Linker(store)
+    for i in range(3):
+        await linker.redeem("whatsapp", "+34", f"ZZZZ-{i:04d}")
+    assert await store.forget("telegram:42")
+    import sqlite3
+
+    with sqlite3.connect(store.path) as conn:
+        for table in ("identities", "link_codes", "link_failures", "identity_audit"):
+            assert conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0, table

@@ -1,0 +1,138 @@
+"""Isolation as a property: random sequences of messages, links, unlinks and forgets over many people and
+surfaces never let one person's content reach another's context, inspect output or reply.
+
+A model of who is who runs beside the real store: `owner[word]` is the person a secret word belongs to,
+`person[identity]` the person an identity is now. Links merge people, unlinks split an identity off (its
+history stays behind), forgets delete a person. After every step each identity's context, echo reply and
+inspect output may hold only its own person's words.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import sqlite3
+import tempfile
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bot.config import Settings
+from bot.linking import Linker
+from bot.models.factory import build_chain
+from bot.pipeline import Pipeline
+from bot.types import InboundMessage
+from memory.open import open_store
+
+IDENTITIES = [(surface, f"{surface[0]}{n}") for surface in ("telegram", "whatsapp", "web") for n in range(3)]
+identity = st.sampled_from(IDENTITIES)
+operation = st.one_of(
+    st.tuples(st.just("say"), identity),
+    st.tuples(st.just("link"), identity, identity),
+    st.tuples(st.just("unlink"), identity),
+    st.tuples(st.just("forget"), identity),
+)
+
+
+class Model:
+    def __init__(self) -> None:
+        self.ids = itertools.count(1)
+        self.person: dict[tuple[str, str], int] = {}
+        self.owner: dict[str, int] = {}
+
+    def of(self, ident: tuple[str, str]) -> int:
+        if ident not in self.person:
+            self.person[ident] = next(self.ids)
+        return self.person[ident]
+
+    def merge(self, src: int, dst: int) -> None:
+        for k, v in self.person.items():
+            if v == src:
+                self.person[k] = dst
+        for w, v in self.owner.items():
+            if v == src:
+                self.owner[w] = dst
+
+
+async def run(ops: list[tuple[Any, ...]]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        store = open_store(f"sqlite:///{tmp}/hilo.db")
+        await store.open()
+        s = Settings(context_budget=4000)
+        pipeline, linker, model = Pipeline(s, store, build_chain(s)), Linker(store), Model()
+        words = itertools.count()
+        try:
+            for op in ops:
+                kind, ident = op[0], op[1]
+                if kind == "say":
+                    word = f"secret{next(words)}x"
+                    out = await pipeline.handle(InboundMessage(
+                        surface=ident[0], sender=ident[1], external_id=f"{ident}-{word}",
+                        text=f"remember {word} please", conversation_ref=None))
+                    model.owner[word] = model.of(ident)
+                    check_text(model, ident, out.text)
+                elif kind == "link":
+                    other = op[2]
+                    code = await linker.request(*ident)
+                    model.of(ident)
+                    result = await linker.redeem(*other, code)
+                    if other == ident:
+                        assert result.status == "own_code"
+                    elif model.of(other) == model.of(ident):
+                        assert result.status == "already_linked"
+                    else:
+                        assert result.status == "linked"
+                        model.merge(model.of(other), model.of(ident))
+                elif kind == "unlink":
+                    status = await linker.unlink(*ident)
+                    if ident not in model.person:
+                        assert status == "unknown"
+                    elif sum(v == model.person[ident] for v in model.person.values()) > 1:
+                        assert status == "unlinked"
+                        model.person[ident] = next(model.ids)
+                    else:
+                        assert status == "only_identity"
+                else:  # forget the person behind the identity
+                    user_id = await store.identity_user(*ident)
+                    if user_id is None:
+                        continue
+                    with sqlite3.connect(store.path) as conn:
+                        (handle,) = conn.execute("SELECT handle FROM users WHERE id = ?", (user_id,)).fetchone()
+                    assert await store.forget(handle)
+                    gone = model.person[ident]
+                    model.owner = {w: p for w, p in model.owner.items() if p != gone}
+                    model.person = {i: p for i, p in model.person.items() if p != gone}
+                await check_everyone(store, pipeline, model)
+        finally:
+            await store.close()
+
+
+def check_text(model: Model, ident: tuple[str, str], text: str) -> None:
+    me = model.person.get(ident)
+    for word, owner in model.owner.items():
+        if word in text:
+            assert owner == me, f"{ident} sees {word} of person {owner}"
+
+
+async def check_everyone(store: Any, pipeline: Pipeline, model: Model) -> None:
+    query = " ".join(["remember", *model.owner])  # a question that would recall every word there is
+    for ident in IDENTITIES:
+        user_id = await store.identity_user(*ident)
+        if user_id is None:
+            assert ident not in model.person
+            continue
+        conv = await store.find_conversation(user_id, ident[0])
+        ctx = await pipeline.assemble_context(user_id=user_id, surface=ident[0], conversation_id=conv,
+                                              current_message_id=None, text=query)
+        check_text(model, ident, "\n".join(m.content for m in ctx.messages[:-1]))
+        with sqlite3.connect(store.path) as conn:
+            (handle,) = conn.execute("SELECT handle FROM users WHERE id = ?", (user_id,)).fetchone()
+        data = await store.inspect(handle)
+        check_text(model, ident, "\n".join(m["content"] for c in data["conversations"] for m in c["messages"]))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(operation, min_size=1, max_size=25))
+def test_no_person_ever_sees_another_persons_words(ops: list[tuple[Any, ...]]) -> None:
+    asyncio.run(run(ops))

@@ -26,9 +26,52 @@ MESSAGES: dict[str, dict[str, str]] = {
         "nothing_to_forget": "There is nothing stored about {handle}.",
         "remembered": "Noted: I will remember that.",
         # -- commands (bot/commands.py) --
+        "cmd_start": (
+            "Hi! I'm hilo, your assistant. Just write to me: I remember our conversations here, on WhatsApp "
+            "and on the web. Send /help to see what else I can do."
+        ),
+        "cmd_help": (
+            "Just write to me, or use a command:\n"
+            "/memory - what I know about you\n"
+            "/forget - delete everything I know about you\n"
+            "/link - connect this chat with your other accounts\n"
+            "/help - this list"
+        ),
+        "cmd_unknown": "I don't know the command /{name}. Send /help to see the ones I understand.",
+        "cmd_private_only": "For your privacy, /{name} only works in a private chat with me.",
+        "cmd_memory_empty": "I don't have anything stored about you yet.",
+        "cmd_memory_facts": "What I know about you:\n{facts}",
+        "cmd_memory_no_facts": "You haven't asked me to remember anything in particular yet.",
+        "cmd_memory_more": "...and {count} more.",
+        "cmd_memory_counts": (
+            "What I keep: messages {messages}, conversations {conversations} ({surfaces}), since {since}. "
+            "Send /forget to delete all of it."
+        ),
+        "cmd_forget_confirm": (
+            "This deletes everything I know about you, on every surface: messages, conversations and facts. "
+            "It cannot be undone. To confirm, send: /forget yes"
+        ),
+        "cmd_forget_done": (
+            "Done: I have deleted everything I knew about you. If you write again, I start from scratch."
+        ),
+        "cmd_forget_nothing": "There is nothing stored about you.",
+        "cmd_link_soon": "Connecting this chat with your WhatsApp or web conversations is coming soon.",
         # -- telegram --
+        "telegram_non_text": (
+            "I can only read text for now. Please write your message (I do read the caption of a photo)."
+        ),
+        "telegram_not_allowed": (
+            "Sorry, this is a private assistant and I can't chat with you. Nothing you send here is kept."
+        ),
         # -- whatsapp --
+        "whatsapp_media_only": (
+            "I can only read text for now. Please write your message (I do read the caption of a photo)."
+        ),
+        "whatsapp_resumed": "Welcome back: I will answer your messages again. Send STOP at any time to stop.",
         # -- web widget --
+        "rate_limited": "You are sending messages too fast. Please wait {seconds} s and try again.",
+        "origin_not_allowed": "This website is not allowed to use this chat.",
+        "session_expired": "Your sign-in has expired. Please sign in again.",
         # -- identity linking --
     },
     "es": {
@@ -48,9 +91,55 @@ MESSAGES: dict[str, dict[str, str]] = {
         "nothing_to_forget": "No hay nada guardado sobre {handle}.",
         "remembered": "Anotado: lo recordaré.",
         # -- commands (bot/commands.py) --
+        "cmd_start": (
+            "¡Hola! Soy hilo, tu asistente. Escríbeme sin más: recuerdo nuestras conversaciones aquí, "
+            "en WhatsApp y en la web. Envía /help para ver qué más puedo hacer."
+        ),
+        "cmd_help": (
+            "Escríbeme sin más, o usa un comando:\n"
+            "/memory - lo que sé de ti\n"
+            "/forget - borrar todo lo que sé de ti\n"
+            "/link - conectar este chat con tus otras cuentas\n"
+            "/help - esta lista"
+        ),
+        "cmd_unknown": "No conozco el comando /{name}. Envía /help para ver los que entiendo.",
+        "cmd_private_only": "Por tu privacidad, /{name} solo funciona en un chat privado conmigo.",
+        "cmd_memory_empty": "Todavía no tengo nada guardado sobre ti.",
+        "cmd_memory_facts": "Lo que sé de ti:\n{facts}",
+        "cmd_memory_no_facts": "Todavía no me has pedido que recuerde nada en particular.",
+        "cmd_memory_more": "...y {count} más.",
+        "cmd_memory_counts": (
+            "Lo que guardo: mensajes {messages}, conversaciones {conversations} ({surfaces}), desde el {since}. "
+            "Envía /forget para borrarlo todo."
+        ),
+        "cmd_forget_confirm": (
+            "Esto borra todo lo que sé de ti, en todos los canales: mensajes, conversaciones y datos. "
+            "No se puede deshacer. Para confirmarlo, envía: /forget sí"
+        ),
+        "cmd_forget_done": (
+            "Hecho: he borrado todo lo que sabía de ti. Si vuelves a escribirme, empiezo de cero."
+        ),
+        "cmd_forget_nothing": "No hay nada guardado sobre ti.",
+        "cmd_link_soon": "Pronto podrás conectar este chat con tus conversaciones de WhatsApp o de la web.",
         # -- telegram --
+        "telegram_non_text": (
+            "Por ahora solo puedo leer texto. Escríbeme tu mensaje (el pie de una foto sí lo leo)."
+        ),
+        "telegram_not_allowed": (
+            "Lo siento, este es un asistente privado y no puedo hablar contigo. "
+            "No guardo nada de lo que envíes aquí."
+        ),
         # -- whatsapp --
+        "whatsapp_media_only": (
+            "Por ahora solo puedo leer texto. Escríbeme tu mensaje (el pie de una foto sí lo leo)."
+        ),
+        "whatsapp_resumed": (
+            "Bienvenido de nuevo: volveré a responder a tus mensajes. Envía BAJA cuando quieras para parar."
+        ),
         # -- web widget --
+        "rate_limited": "Estás enviando mensajes demasiado deprisa. Espera {seconds} s y vuelve a intentarlo.",
+        "origin_not_allowed": "Este sitio web no tiene permiso para usar este chat.",
+        "session_expired": "Tu sesión ha caducado. Vuelve a iniciar sesión.",
         # -- identity linking --
     },
 }

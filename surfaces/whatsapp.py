@@ -1,0 +1,299 @@
+"""WhatsApp through Twilio: signed webhooks in, replies out through the REST API, each message answered once.
+
+POST /webhooks/whatsapp         a person's message: Twilio's form POST.
+POST /webhooks/whatsapp/status  Twilio's later word on a part hilo sent (StatusCallback): sent, delivered, read,
+                                undelivered, failed (+ ErrorCode), kept on the delivery row.
+
+Both routes check X-Twilio-Signature with twilio's RequestValidator BEFORE anything is stored or handed on,
+against the URL Twilio called: HILO_PUBLIC_URL + path (+ query string). The request's own Host is never
+trusted, so signatures hold behind a proxy or a tunnel. Missing or forged: 403. Bodies over 64 KiB: 413.
+
+A message is answered at once with empty TwiML (Twilio gives up after 15 s); the turn runs in a tracked task
+and the reply goes out through the REST API (surfaces.whatsapp_send), split at 1,600 characters.
+Exactly once: MessageSid is the external id, so a redelivered webhook is a "duplicate" turn, also after a restart.
+
+Decisions:
+- STOP / UNSUBSCRIBE / BAJA / ... (whole message, surfaces.whatsapp_text): the number is opted out; no turn
+  and no reply (on numbers with Twilio's opt-out handling, Twilio sends the confirmation itself). While
+  opted out, nothing new is stored and nothing is sent. START / ALTA / ... resumes, with a short confirmation.
+- Media without text gets the catalogue's "text only" answer and no turn; a caption is the message text.
+- ProfileName and WaId are kept in the message's metadata, never logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Coroutine
+from typing import Any
+from urllib.parse import parse_qsl
+
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import BaseRoute, Route
+from twilio.request_validator import RequestValidator  # type: ignore[import-untyped]
+
+from bot import catalog, log
+from bot.config import Settings
+from bot.errors import ConfigError, InputError
+from bot.types import InboundMessage
+from memory.store import StoreError
+from surfaces.base import Runtime
+from surfaces.whatsapp_send import TwilioSender, deliver
+from surfaces.whatsapp_text import keyword
+
+logger = log.get("hilo.whatsapp")
+
+SURFACE = "whatsapp"
+WEBHOOK_PATH = "/webhooks/whatsapp"
+STATUS_PATH = "/webhooks/whatsapp/status"
+MAX_BODY_BYTES = 64 * 1024
+MAX_MEDIA = 10
+EMPTY_TWIML = '<?xml version="1.0" encoding="UTF-8"?><Response></Response>'
+
+
+class Form(dict[str, str]):
+    """Form fields (the last value of a repeated name wins a lookup); `getall` keeps every value, as the
+    signature covers them all."""
+
+    def __init__(self, pairs: list[tuple[str, str]]) -> None:
+        super().__init__(pairs)
+        self._all: dict[str, list[str]] = {}
+        for name, value in pairs:
+            self._all.setdefault(name, []).append(value)
+
+    def getall(self, name: str) -> list[str]:
+        return self._all.get(name, [])
+
+
+def inbound(form: Form) -> InboundMessage:
+    """Normalize Twilio's form into one InboundMessage. ValueError when MessageSid or From is missing."""
+    sid, sender = form.get("MessageSid", "").strip(), form.get("From", "").strip()
+    sender = sender.removeprefix("whatsapp:")
+    if not sid or not sender:
+        raise ValueError("MessageSid and From are required")
+    try:
+        num_media = max(0, int(form.get("NumMedia", "0") or 0))
+    except ValueError:
+        num_media = 0
+    metadata: dict[str, Any] = {"num_media": num_media}
+    if form.get("ProfileName"):
+        metadata["profile_name"] = form["ProfileName"]
+    if form.get("WaId"):
+        metadata["wa_id"] = form["WaId"]
+    media = [
+        {"url": form[f"MediaUrl{i}"], "content_type": form.get(f"MediaContentType{i}", "")}
+        for i in range(min(num_media, MAX_MEDIA)) if form.get(f"MediaUrl{i}")
+    ]
+    if media:
+        metadata["media"] = media
+    if form.get("Latitude") and form.get("Longitude"):
+        metadata["location"] = {"latitude": form["Latitude"], "longitude": form["Longitude"]}
+    return InboundMessage(surface=SURFACE, sender=sender, external_id=sid, text=form.get("Body", ""),
+                          metadata=metadata)
+
+
+def _twiml() -> Response:
+    return Response(EMPTY_TWIML, media_type="text/xml")
+
+
+async def _read_capped(request: Request, limit: int) -> bytes | None:
+    """The body, or None once it exceeds `limit` (stops reading there: a huge body is never held whole)."""
+    length = request.headers.get("content-length")
+    if length is not None and (not length.isdigit() or int(length) > limit):
+        return None
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class WhatsAppSurface:
+    """The WhatsApp surface. Refuses to be built without HILO_PUBLIC_URL and TWILIO_WHATSAPP_NUMBER."""
+
+    name = SURFACE
+
+    def __init__(self, settings: Settings, *, sender: TwilioSender | None = None, drain_timeout: float = 25.0) -> None:
+        missing = [name for name, value in (
+            ("HILO_PUBLIC_URL", settings.public_url), ("TWILIO_WHATSAPP_NUMBER", settings.twilio_whatsapp_number),
+            ("TWILIO_ACCOUNT_SID", settings.twilio_account_sid), ("TWILIO_AUTH_TOKEN", settings.twilio_auth_token),
+        ) if not value]
+        if missing:
+            raise ConfigError(
+                f"WhatsApp (Twilio) needs {' and '.join(missing)}: set HILO_PUBLIC_URL to the public https URL "
+                "Twilio calls (e.g. https://bot.example.com) and TWILIO_WHATSAPP_NUMBER to your WhatsApp sender "
+                "(e.g. whatsapp:+14155238886)"
+            )
+        if not settings.public_url.startswith(("https://", "http://")):
+            raise ConfigError(f"HILO_PUBLIC_URL={settings.public_url!r}: set it to a URL like https://bot.example.com")
+        self.settings = settings
+        self.sender = sender or TwilioSender(settings)
+        self.drain_timeout = drain_timeout
+        self._validator = RequestValidator(settings.twilio_auth_token)
+        self._runtime: Runtime | None = None
+        self._stopping = False
+        self._inflight: set[asyncio.Task[Any]] = set()
+        # MessageSids answered without a turn (keywords, media, opted out): the store's UNIQUE index only
+        # dedups turns, so these are remembered here (per process) against Twilio's redeliveries.
+        self._seen: OrderedDict[str, None] = OrderedDict()
+
+    def routes(self) -> list[BaseRoute]:
+        return [
+            Route(WEBHOOK_PATH, self.webhook, methods=["POST"]),
+            Route(STATUS_PATH, self.status_callback, methods=["POST"]),
+        ]
+
+    async def start(self, runtime: Runtime) -> None:
+        await self.sender.start()
+        self._runtime = runtime
+        logger.info("whatsapp.started", webhook=self.settings.public_url + WEBHOOK_PATH)
+
+    async def stop(self) -> None:
+        """Stop taking webhooks, let replies in flight go out (up to `drain_timeout`), then close the client."""
+        self._stopping = True
+        for task in self._inflight:
+            if task.get_name().startswith("whatsapp-status:"):
+                task.cancel()  # a late status for a part never recorded: not worth holding the shutdown
+        if self._inflight:
+            _, pending = await asyncio.wait(set(self._inflight), timeout=self.drain_timeout)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+                logger.warning("whatsapp.cancelled_in_flight", count=len(pending))
+        await self.sender.aclose()
+
+    # -- HTTP ---------------------------------------------------------------------------------------------
+    async def _verified(self, request: Request, path: str) -> Form | Response:
+        """The signed form, or the response refusing it. Nothing is looked at before the signature holds."""
+        try:
+            body = await _read_capped(request, MAX_BODY_BYTES)
+        except ClientDisconnect:
+            return Response(status_code=400)
+        if body is None:
+            return PlainTextResponse("payload too large", status_code=413)
+        signature = request.headers.get("x-twilio-signature", "")
+        try:
+            form = Form(parse_qsl(body.decode("utf-8"), keep_blank_values=True, max_num_fields=500))
+        except (UnicodeDecodeError, ValueError):
+            form = None
+        query = request.scope.get("query_string", b"").decode("latin-1")
+        url = self.settings.public_url + path + (f"?{query}" if query else "")
+        if not signature or form is None or not self._validator.validate(url, form, signature):
+            logger.warning("whatsapp.bad_signature", path=path, signed=bool(signature))
+            return PlainTextResponse("invalid signature", status_code=403)
+        return form
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> bool:
+        assert self._runtime is not None
+        try:
+            task = self._runtime.tasks.spawn(coro, name=name)
+        except RuntimeError:  # the daemon is draining
+            return False
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+        return True
+
+    async def webhook(self, request: Request) -> Response:
+        if self._runtime is None or self._stopping:
+            return PlainTextResponse("not ready", status_code=503)
+        form = await self._verified(request, WEBHOOK_PATH)
+        if isinstance(form, Response):
+            return form
+        try:
+            msg = inbound(form)
+        except ValueError:
+            return PlainTextResponse("MessageSid and From are required", status_code=400)
+        if not self._spawn(self._process(msg), name=f"whatsapp:{msg.external_id}"):
+            return PlainTextResponse("shutting down", status_code=503)
+        return _twiml()
+
+    async def status_callback(self, request: Request) -> Response:
+        if self._runtime is None:
+            return PlainTextResponse("not ready", status_code=503)
+        form = await self._verified(request, STATUS_PATH)
+        if isinstance(form, Response):
+            return form
+        sid, status = form.get("MessageSid", ""), form.get("MessageStatus") or form.get("SmsStatus", "")
+        if not sid or not status:
+            return PlainTextResponse("MessageSid and MessageStatus are required", status_code=400)
+        error = form.get("ErrorCode") or None
+        if error and form.get("ErrorMessage"):
+            error = f"{error}: {form['ErrorMessage']}"[:500]
+        try:
+            known = await self._runtime.store.update_delivery(SURFACE, sid, status, error)
+        except StoreError:
+            return PlainTextResponse("store unavailable", status_code=503)  # Twilio retries callbacks
+        if not known and not self._stopping:
+            # The callback can overtake the recording of the part it is about: try again shortly.
+            self._spawn(self._late_status(sid, status, error), name=f"whatsapp-status:{sid}")
+        logger.info("whatsapp.status", sid=sid, status=status, error_code=form.get("ErrorCode") or None, known=known)
+        return _twiml()
+
+    async def _late_status(self, sid: str, status: str, error: str | None) -> None:
+        assert self._runtime is not None
+        for wait in (0.2, 1.0, 3.0):
+            await asyncio.sleep(wait)
+            if await self._runtime.store.update_delivery(SURFACE, sid, status, error):
+                return
+        logger.info("whatsapp.status_unknown_sid", sid=sid, status=status)
+
+    # -- the turn -----------------------------------------------------------------------------------------
+    def _first_time(self, sid: str) -> bool:
+        if sid in self._seen:
+            return False
+        self._seen[sid] = None
+        if len(self._seen) > 4096:
+            self._seen.popitem(last=False)
+        return True
+
+    async def _reply(self, recipient: str, text: str, user_id: int | None, message_id: int | None) -> None:
+        assert self._runtime is not None
+        await deliver(self.sender, self._runtime.store, recipient=recipient, text=text, user_id=user_id,
+                      message_id=message_id)
+
+    async def _process(self, msg: InboundMessage) -> None:
+        assert self._runtime is not None
+        store, lang, sid = self._runtime.store, self.settings.language, msg.external_id
+        user_id: int | None
+        word, word_lang = keyword(msg.text)
+        if word is not None and not self._first_time(sid):
+            return  # a redelivered keyword: handled already
+        if word == "stop":
+            user_id = await store.set_opt_out(SURFACE, msg.sender, True)
+            logger.info("whatsapp.opted_out", user_id=user_id, message_sid=sid)
+            return
+        if await store.is_opted_out(SURFACE, msg.sender):
+            if word == "start":
+                user_id = await store.set_opt_out(SURFACE, msg.sender, False)
+                logger.info("whatsapp.opted_in", user_id=user_id, message_sid=sid)
+                await self._reply(msg.sender, catalog.t("whatsapp_resumed", word_lang or lang), user_id, None)
+            else:
+                logger.info("whatsapp.dropped_opted_out", message_sid=sid)
+            return
+        if not msg.text.strip() and (msg.metadata.get("num_media") or msg.metadata.get("location")):
+            if self._first_time(sid):
+                user_id = await store.identity_user(SURFACE, msg.sender)
+                await self._reply(msg.sender, catalog.t("whatsapp_media_only", lang), user_id, None)
+            return
+        try:
+            out = await self._runtime.pipeline.handle(msg)
+        except InputError as exc:
+            logger.info("whatsapp.refused", message_sid=sid, reason=exc.key)
+            user_id = await store.identity_user(SURFACE, msg.sender)
+            await self._reply(msg.sender, catalog.t(exc.key, lang, **exc.params), user_id, None)
+            return
+        except StoreError as exc:
+            logger.error("whatsapp.store_unavailable", message_sid=sid, error=type(exc).__name__)
+            await self._reply(msg.sender, catalog.t("store_unavailable", lang), None, None)
+            return
+        except Exception as exc:  # a bug must not leave the person waiting for an answer that never comes
+            logger.error("whatsapp.turn_crashed", message_sid=sid, error=type(exc).__name__)
+            await self._reply(msg.sender, catalog.t("internal_error", lang), None, None)
+            raise
+        if out.status == "duplicate":
+            return
+        await self._reply(msg.sender, out.text, out.user_id, out.reply_id or out.message_id)

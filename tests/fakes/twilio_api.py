@@ -1,0 +1,215 @@
+"""A loopback fake of the one Twilio REST route hilo uses, for the real twilio client to talk to.
+
+POST /2010-04-01/Accounts/{AccountSid}/Messages.json: checks HTTP Basic auth (account SID + auth token; 401
+with Twilio's error 20003 otherwise), records the form (To, From, Body, StatusCallback) in arrival order, and
+answers 201 with a message resource whose `sid` is a fresh "SM..." id. It listens on 127.0.0.1 only, on a free
+port, served by uvicorn in a background thread.
+
+Scripting: each request takes the next behaviour from `enqueue(...)`, else `created()`. Behaviours:
+`created()`, `rate_limited(retry_after)` (429, Twilio's error 20429), `server_error(500)`,
+`window_closed()` (400 with code 63016: outside WhatsApp's 24-hour window), `error(status, code, message)`.
+
+Use from a test module: `from tests.fakes import twilio_api as fake_twilio`, then module-level
+`twilio_api_session = fake_twilio.twilio_api_session; twilio_api = fake_twilio.twilio_api`, then take the
+`twilio_api` fixture: `.base_url` (TWILIO_API_BASE_URL), `.account_sid`, `.auth_token`, `.sent` (the
+messages answered 201), `.requests` (every attempt), `await .wait_for(n)`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import secrets
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from email.utils import formatdate
+from urllib.parse import parse_qsl
+
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+ACCOUNT_SID = "AC" + "0" * 31 + "1"
+AUTH_TOKEN = "fake-twilio-auth-token"
+
+
+@dataclass(frozen=True, slots=True)
+class Behaviour:
+    status: int = 201
+    code: int | None = None
+    message: str = ""
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+def created() -> Behaviour:
+    return Behaviour()
+
+
+def rate_limited(retry_after: float | None = 1.0) -> Behaviour:
+    headers = (("Retry-After", f"{retry_after:g}"),) if retry_after is not None else ()
+    return Behaviour(429, 20429, "Too Many Requests", headers)
+
+
+def server_error(status: int = 500) -> Behaviour:
+    return Behaviour(status, 20500, "Internal Server Error")
+
+
+def window_closed() -> Behaviour:
+    return Behaviour(400, 63016, "Failed to send freeform message because you are outside the allowed window. "
+                                 "If you are using WhatsApp, please use a Message Template.")
+
+
+def error(status: int, code: int, message: str) -> Behaviour:
+    return Behaviour(status, code, message)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedSend:
+    """One request as the fake saw it: the account in the path, the form, and what it answered."""
+
+    account_sid: str
+    form: dict[str, str]
+    status: int
+    sid: str | None
+
+    @property
+    def to(self) -> str:
+        return self.form.get("To", "")
+
+    @property
+    def from_(self) -> str:
+        return self.form.get("From", "")
+
+    @property
+    def body(self) -> str:
+        return self.form.get("Body", "")
+
+    @property
+    def status_callback(self) -> str:
+        return self.form.get("StatusCallback", "")
+
+
+class FakeTwilioApi:
+    def __init__(self, account_sid: str = ACCOUNT_SID, auth_token: str = AUTH_TOKEN) -> None:
+        self.account_sid, self.auth_token = account_sid, auth_token
+        self._lock = threading.Lock()
+        self._queue: deque[Behaviour] = deque()
+        self.requests: list[RecordedSend] = []
+        self.port = 0
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self.app = Starlette(routes=[
+            Route("/2010-04-01/Accounts/{account_sid}/Messages.json", self._messages, methods=["POST"]),
+        ])
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def sent(self) -> list[RecordedSend]:
+        """The messages Twilio accepted (201), in order."""
+        with self._lock:
+            return [r for r in self.requests if r.status == 201]
+
+    def enqueue(self, *behaviours: Behaviour) -> None:
+        with self._lock:
+            self._queue.extend(behaviours)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._queue.clear()
+            self.requests = []
+
+    async def wait_for(self, count: int, timeout: float = 10.0) -> list[RecordedSend]:
+        """Wait until `count` messages were accepted; fail the test if they do not come."""
+        deadline = time.monotonic() + timeout
+        while len(self.sent) < count:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the fake Twilio API got {len(self.sent)} messages, expected {count}")
+            await asyncio.sleep(0.01)
+        return self.sent
+
+    # -- lifecycle ----------------------------------------------------------------------------------------
+    def start(self) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            self.app, host="127.0.0.1", port=self.port, log_level="critical", lifespan="off",
+            ws="none", http="h11", loop="asyncio", timeout_graceful_shutdown=1, access_log=False,
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, name="fake-twilio-api", daemon=True,
+        )
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("fake Twilio API did not start")
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        if self._server is not None and self._thread is not None:
+            self._server.should_exit = True
+            self._thread.join(timeout=10)
+        self._server = self._thread = None
+
+    # -- the route ----------------------------------------------------------------------------------------
+    def _authorized(self, request: Request, account_sid: str) -> bool:
+        expected = base64.b64encode(f"{self.account_sid}:{self.auth_token}".encode()).decode()
+        return account_sid == self.account_sid and request.headers.get("authorization") == f"Basic {expected}"
+
+    async def _messages(self, request: Request) -> Response:
+        account_sid = request.path_params["account_sid"]
+        form = dict(parse_qsl((await request.body()).decode(), keep_blank_values=True))
+        if not self._authorized(request, account_sid):
+            with self._lock:
+                self.requests.append(RecordedSend(account_sid, form, 401, None))
+            return JSONResponse({"code": 20003, "message": "Authenticate", "more_info":
+                                 "https://www.twilio.com/docs/errors/20003", "status": 401}, status_code=401)
+        with self._lock:
+            b = self._queue.popleft() if self._queue else created()
+            sid = "SM" + secrets.token_hex(16) if b.status == 201 else None
+            self.requests.append(RecordedSend(account_sid, form, b.status, sid))
+        if b.status != 201:
+            return JSONResponse({"code": b.code, "message": b.message, "more_info":
+                                 f"https://www.twilio.com/docs/errors/{b.code}", "status": b.status},
+                                status_code=b.status, headers=dict(b.headers))
+        now = formatdate(usegmt=True)
+        return JSONResponse({
+            "account_sid": account_sid, "api_version": "2010-04-01", "body": form.get("Body", ""),
+            "date_created": now, "date_sent": None, "date_updated": now, "direction": "outbound-api",
+            "error_code": None, "error_message": None, "from": form.get("From"), "messaging_service_sid": None,
+            "num_media": "0", "num_segments": "1", "price": None, "price_unit": None, "sid": sid,
+            "status": "queued", "subresource_uris": {}, "to": form.get("To"),
+            "uri": f"/2010-04-01/Accounts/{account_sid}/Messages/{sid}.json",
+        }, status_code=201)
+
+
+@pytest.fixture(scope="session")
+def twilio_api_session() -> Iterator[FakeTwilioApi]:
+    """One fake Twilio API for the whole test session."""
+    server = FakeTwilioApi()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def twilio_api(twilio_api_session: FakeTwilioApi) -> Iterator[FakeTwilioApi]:
+    """The session's fake Twilio API, with no script and nothing recorded."""
+    twilio_api_session.reset()
+    yield twilio_api_session
+    twilio_api_session.reset()

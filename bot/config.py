@@ -6,6 +6,7 @@ Tests build `Settings.from_mapping({...})` and never touch os.environ. Names are
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -45,6 +46,25 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     if value <= 0:
         raise ConfigError(f"{name}={value} must be positive")
     return value
+
+
+_ORIGIN = re.compile(r"^https?://(\*\.)?[a-z0-9.-]+(:\d{1,5})?$")
+
+
+def _origins(raw: str) -> tuple[str, ...]:
+    """HILO_ALLOWED_ORIGINS: comma list of `scheme://host[:port]`, `https://*.example.com`, or `*`."""
+    origins = []
+    for part in raw.split(","):
+        origin = part.strip().rstrip("/").lower()
+        if not origin:
+            continue
+        if origin != "*" and not _ORIGIN.match(origin):
+            raise ConfigError(
+                f"HILO_ALLOWED_ORIGINS: {part.strip()!r} is not an origin. Write scheme://host[:port] without a "
+                "path, e.g. https://www.example.com,https://*.example.com,http://localhost:3000"
+            )
+        origins.append(origin)
+    return tuple(origins)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,10 +117,19 @@ class Settings:
     telegram_webhook_secret: str = ""
     telegram_mode: str = "polling"
     telegram_api_base_url: str = ""
+    #: HILO_TELEGRAM_ALLOWED_USERS: Telegram user ids or @usernames; empty means everyone.
+    telegram_allowed_users: tuple[str, ...] = ()
     twilio_account_sid: str = ""
     twilio_auth_token: str = ""
     twilio_whatsapp_number: str = ""
     twilio_api_base_url: str = ""
+    #: Web widget: page origins allowed to call the API besides the daemon's own (and HILO_PUBLIC_URL's).
+    allowed_origins: tuple[str, ...] = ()
+    site_secret: str = ""
+    jwt_secret: str = ""
+    jwt_audience: tuple[str, ...] = ("authenticated",)
+    rate_limit_visitor: int = 20
+    rate_limit_ip: int = 60
 
     @property
     def models(self) -> tuple[ModelSpec, ...]:
@@ -176,10 +205,20 @@ class Settings:
             telegram_webhook_secret=env.get("TELEGRAM_WEBHOOK_SECRET", "").strip(),
             telegram_mode=mode,
             telegram_api_base_url=env.get("TELEGRAM_API_BASE_URL", "").strip(),
+            telegram_allowed_users=tuple(
+                u.strip() for u in env.get("HILO_TELEGRAM_ALLOWED_USERS", "").split(",") if u.strip()
+            ),
             twilio_account_sid=env.get("TWILIO_ACCOUNT_SID", "").strip(),
             twilio_auth_token=env.get("TWILIO_AUTH_TOKEN", "").strip(),
             twilio_whatsapp_number=env.get("TWILIO_WHATSAPP_NUMBER", "").strip(),
             twilio_api_base_url=env.get("TWILIO_API_BASE_URL", "").strip(),
+            allowed_origins=_origins(env.get("HILO_ALLOWED_ORIGINS", "")),
+            site_secret=env.get("HILO_SITE_SECRET", "").strip(),
+            jwt_secret=env.get("HILO_JWT_SECRET", "").strip(),
+            jwt_audience=tuple(a.strip() for a in env.get("HILO_JWT_AUDIENCE", "authenticated").split(",")
+                               if a.strip()),
+            rate_limit_visitor=_int(env, "HILO_RATE_LIMIT_VISITOR", 20),
+            rate_limit_ip=_int(env, "HILO_RATE_LIMIT_IP", 60),
         )
 
     @classmethod

@@ -27,6 +27,8 @@ logger = log.get("hilo.pipeline")
 #: Called with each text delta while the model streams; `reset=True` means "discard what you showed so far"
 #: (the model failed mid-answer and another attempt starts over).
 DeltaSink = Callable[[str, bool], Awaitable[None]]
+#: Called once the person's message is stored (before the model), e.g. to tell a client its conversation id.
+IngestSink = Callable[[Ingested], Awaitable[None]]
 
 
 class _TurnLocks:
@@ -97,7 +99,9 @@ class Pipeline:
         if len(msg.text) > self.settings.max_message_chars:
             raise InputError("message_too_long", length=len(msg.text), limit=self.settings.max_message_chars)
 
-    async def handle(self, msg: InboundMessage, *, on_delta: DeltaSink | None = None) -> OutboundMessage:
+    async def handle(
+        self, msg: InboundMessage, *, on_delta: DeltaSink | None = None, on_ingested: IngestSink | None = None,
+    ) -> OutboundMessage:
         """Run one turn. A redelivery returns status "duplicate"; when every model fails the person gets the
         catalogue's "try again shortly" text (status "failed") and their message stays stored."""
         self.validate(msg)
@@ -108,6 +112,8 @@ class Pipeline:
         if turn is None:
             logger.info("turn.duplicate", surface=msg.surface, external_id=msg.external_id)
             return OutboundMessage(msg.surface, msg.sender, "", "duplicate")
+        if on_ingested is not None:
+            await on_ingested(turn)
         async with self._locks(turn.conversation_id):
             ctx = await self.context_for(turn)
             pre_model_ms = (time.perf_counter() - started) * 1000

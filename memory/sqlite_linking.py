@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memory.sqlite_db import Db
-from memory.sqlite_queries import identity_user
+from memory.sqlite_queries import identity_user, new_user
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,11 +154,7 @@ def unlink_identity(db: Db, surface: str, ext: str, actor: str, at: str) -> tupl
     old = int(row[0])
     if db.one("SELECT count(*) FROM identities WHERE user_id = ?", (old,))[0] <= 1:
         return "only_identity", None
-    handle, n = f"{surface}:{ext}", 1
-    while db.one("SELECT 1 FROM users WHERE handle = ?", (handle,)) is not None:
-        n += 1
-        handle = f"{surface}:{ext}~{n}"
-    new = int(db.one("INSERT INTO users(handle, created_at) VALUES (?, ?) RETURNING id", (handle, at))[0])
+    new, _ = new_user(db, f"{surface}:{ext}", at)
     db.run("UPDATE identities SET user_id = ? WHERE surface = ? AND external_user_id = ?", (new, surface, ext))
     audit(db, old, "unlinked", surface, ext, actor, at, f"now user {new}")
     audit(db, new, "unlinked", surface, ext, actor, at, f"was user {old}")

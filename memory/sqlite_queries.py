@@ -86,8 +86,8 @@ def ingest(db: Db, msg: InboundMessage, token_count: int) -> Ingested:
         if row is not None:
             user_id, handle = row
         else:
-            handle = f"{msg.surface}:{msg.sender}"
-            user_id, created = _first_contact(db, msg.surface, msg.sender, at)
+            user_id, handle = _first_contact(db, msg.surface, msg.sender, at)
+            created = True
     assert user_id is not None
     conversation_id = _conversation(db, msg, user_id, at)
     metadata = dump_metadata(msg.metadata)
@@ -108,15 +108,24 @@ def ingest(db: Db, msg: InboundMessage, token_count: int) -> Ingested:
                     created_user=created)
 
 
-def _first_contact(db: Db, surface: str, sender: str, at: str) -> tuple[int, bool]:
-    """A user named after the surface, and the identity that finds it next time."""
-    user_id, created = user_by_handle(db, f"{surface}:{sender}", at)
-    assert user_id is not None
+def _first_contact(db: Db, surface: str, sender: str, at: str) -> tuple[int, str]:
+    """A NEW user named after the surface, and the identity that finds it next time. The handle may be taken
+    (the identity was unlinked, or linked and forgotten): then it gets a suffix, never the existing user."""
+    user_id, handle = new_user(db, f"{surface}:{sender}", at)
     db.run(
         "INSERT INTO identities(surface, external_user_id, user_id, created_at) VALUES (?, ?, ?, ?)",
         (surface, sender, user_id, at),
     )
-    return user_id, created
+    return user_id, handle
+
+
+def new_user(db: Db, base_handle: str, at: str) -> tuple[int, str]:
+    """A new user named `base_handle`, or `base_handle~2`, `~3`... when taken. Returns (id, handle)."""
+    handle, n = base_handle, 1
+    while (row := db.one(INSERT_USER, (handle, at))) is None:
+        n += 1
+        handle = f"{base_handle}~{n}"
+    return int(row[0]), handle
 
 
 def identity_user(db: Db, surface: str, sender: str, at: str) -> int:

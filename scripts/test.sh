@@ -1,9 +1,24 @@
 #!/usr/bin/env bash
 # Install everything the tests need into .venv (Python packages from PyPI) and run the whole suite.
 # Works on a fresh machine with python3 >= 3.11; extra arguments go to pytest.
+# The widget tests drive Debian's Chromium (/usr/bin/chromium) through Playwright: as root it is installed with
+# apt-get when missing; otherwise this stops with how to get it. Never `playwright install`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
+CHROMIUM="${HILO_TEST_CHROMIUM:-/usr/bin/chromium}"
+if [ ! -x "$CHROMIUM" ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "scripts/test.sh: $CHROMIUM is missing: installing Debian's chromium with apt-get" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "scripts/test.sh: $CHROMIUM is missing. The web widget tests need Debian's Chromium:" >&2
+    echo "  sudo apt-get update && sudo apt-get install -y chromium" >&2
+    echo "  (or set HILO_TEST_CHROMIUM=/path/to/chromium; do not run \`playwright install\`)" >&2
+    exit 1
+  fi
+fi
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi

@@ -132,7 +132,7 @@ async def check_everyone(store: Any, pipeline: Pipeline, model: Model) -> None:
         check_text(model, ident, "\n".join(m["content"] for c in data["conversations"] for m in c["messages"]))
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(operation, min_size=1, max_size=25))
 def test_no_person_ever_sees_another_persons_words(ops: list[tuple[Any, ...]]) -> None:
     asyncio.run(run(ops))

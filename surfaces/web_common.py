@@ -1,0 +1,67 @@
+"""Pieces the web API's modules share: localized JSON errors, reading a message body, message JSON."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from bot import catalog
+from memory.store import StoredMessage
+
+MAX_BODY_BYTES = 64 * 1024
+
+
+def lang(request: Request) -> str:
+    return catalog.language(request.headers.get("accept-language"))
+
+
+def error(request: Request, status: int, key: str, **params: object) -> JSONResponse:
+    """`{"error": key, "message": <catalogue text in the caller's language>}` with `status`."""
+    body: dict[str, Any] = {"error": key, "message": catalog.t(key, lang(request), **params)}
+    if "seconds" in params:
+        body["retry_after"] = params["seconds"]
+    return JSONResponse(body, status_code=status)
+
+
+@dataclass(frozen=True, slots=True)
+class MessageBody:
+    """A valid `{"text", "conversation_id"?, "client_message_id"?}`."""
+
+    text: str
+    conversation_id: int | None
+    client_message_id: str | None
+
+
+async def read_message(request: Request) -> MessageBody | JSONResponse:
+    """The body of a message POST, or the error response to answer with."""
+    length = request.headers.get("content-length")
+    if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+        return error(request, 413, "payload_too_large", limit=MAX_BODY_BYTES)
+    body = await request.body()
+    if len(body) > MAX_BODY_BYTES:
+        return error(request, 413, "payload_too_large", limit=MAX_BODY_BYTES)
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return error(request, 400, "bad_request", detail="the body is not JSON")
+    if not isinstance(data, dict) or not isinstance(data.get("text"), str):
+        return error(request, 400, "bad_request", detail='send {"text": "..."}')
+    conversation_id = data.get("conversation_id")
+    if conversation_id is not None and (
+            isinstance(conversation_id, bool) or not isinstance(conversation_id, int)):
+        return error(request, 400, "bad_request", detail="conversation_id must be a number")
+    client_id = data.get("client_message_id")
+    if client_id is not None and (not isinstance(client_id, str) or not 0 < len(client_id) <= 100):
+        return error(request, 400, "bad_request", detail="client_message_id must be a short string")
+    return MessageBody(data["text"], conversation_id, client_id)
+
+
+def message_json(m: StoredMessage) -> dict[str, Any]:
+    return {
+        "id": m.id, "role": m.role, "content": m.content, "surface": m.surface,
+        "created_at": m.created_at.isoformat(), "reply_to": m.reply_to,
+    }

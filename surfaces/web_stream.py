@@ -1,0 +1,113 @@
+"""One web turn as Server-Sent Events: POST /api/messages/stream.
+
+    event: meta    data: {"conversation_id", "message_id"[, "session"]}    the message is stored
+    event: delta   data: {"text"}                                          a piece of the reply
+    event: reset   data: {}                                                discard the pieces shown so far
+    event: done    data: {"conversation_id", "message_id", "reply_id", "status", "reply"}
+    event: error   data: {"error", "message", "status"}
+
+The turn runs as a tracked task (`runtime.tasks`) that feeds an asyncio.Queue; the response only reads the
+queue. A client that goes away stops the reading, never the turn: the reply is still stored and shows up in
+the conversation's history. Errors known before the message is stored (a conversation that is not the
+caller's, a store that is down) are plain JSON answers with their HTTP status, like POST /api/messages;
+after that they arrive as an `error` event. A comment line every few seconds keeps proxies from closing a
+connection while the model thinks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from bot import catalog, log
+from bot.errors import InputError, NotFound
+from bot.pipeline import Pipeline
+from bot.tasks import TaskSet
+from bot.types import InboundMessage
+from memory.store import Ingested, StoreUnavailable
+from surfaces.web_common import error
+
+logger = log.get("hilo.web.stream")
+
+KEEPALIVE_S = 15.0
+Event = tuple[str, dict[str, Any]]
+TERMINAL = ("done", "error")
+
+
+def sse(kind: str, data: dict[str, Any]) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+
+def _failure(exc: BaseException, lang: str) -> tuple[int, str, dict[str, object]]:
+    if isinstance(exc, InputError):
+        return (413 if exc.key == "message_too_long" else 400), exc.key, exc.params
+    if isinstance(exc, NotFound):
+        return 404, "not_found", {}
+    if isinstance(exc, StoreUnavailable):
+        return 503, "store_unavailable", {}
+    return 500, "internal_error", {}
+
+
+async def stream_turn(
+    request: Request, pipeline: Pipeline, tasks: TaskSet, msg: InboundMessage, *,
+    new_session: str | None = None,
+) -> Response:
+    """Start the turn of `msg`; answer with its events (or a JSON error if it failed before being stored)."""
+    queue: asyncio.Queue[Event] = asyncio.Queue()  # unbounded: the turn never waits for a slow reader
+    lang = msg.language or "en"
+
+    async def on_ingested(turn: Ingested) -> None:
+        meta: dict[str, Any] = {"conversation_id": turn.conversation_id, "message_id": turn.message.id}
+        if new_session:
+            meta["session"] = new_session
+        queue.put_nowait(("meta", meta))
+
+    async def on_delta(text: str, reset: bool) -> None:
+        queue.put_nowait(("reset", {}) if reset else ("delta", {"text": text}))
+
+    async def run() -> None:
+        try:
+            out = await pipeline.handle(msg, on_delta=on_delta, on_ingested=on_ingested)
+        except Exception as exc:  # noqa: BLE001 - the client is told; the log gets the kind, never the text
+            status, key, params = _failure(exc, lang)
+            if status == 500:
+                logger.error("web.stream_failed", error=type(exc).__name__)
+            message = catalog.t(key, lang, **params)
+            queue.put_nowait(("error", {"error": key, "message": message, "status": status}))
+            return
+        queue.put_nowait(("done", {
+            "conversation_id": out.conversation_id, "message_id": out.message_id, "reply_id": out.reply_id,
+            "status": out.status, "reply": out.text or None,
+        }))
+
+    try:
+        tasks.spawn(run(), name="web.stream_turn")
+    except RuntimeError:  # shutting down: no new turns
+        return error(request, 503, "store_unavailable")
+    first = await queue.get()
+    if first[0] == "error":
+        data = first[1]
+        return JSONResponse({"error": data["error"], "message": data["message"]}, status_code=data["status"])
+    return StreamingResponse(_events(first, queue), media_type="text/event-stream", headers={
+        "cache-control": "no-store", "x-accel-buffering": "no",  # nginx: pass each event through at once
+    })
+
+
+async def _events(first: Event, queue: asyncio.Queue[Event]) -> AsyncIterator[bytes]:
+    yield sse(*first)
+    if first[0] in TERMINAL:
+        return
+    while True:
+        try:
+            kind, data = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
+        except TimeoutError:
+            yield b": keep-alive\n\n"
+            continue
+        yield sse(kind, data)
+        if kind in TERMINAL:
+            return

@@ -7,10 +7,9 @@ contexts (a context is a visitor: its own localStorage). Screenshots go to artif
 
 from __future__ import annotations
 
-
 import html
-import os
 import json
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -1,0 +1,145 @@
+"""Commands a person can send on any surface: /start, /help, /memory, /forget, /link.
+
+Surface-agnostic: a surface parses the text (`parse`), decides whether the command is addressed to hilo, and
+hands the person's InboundMessage and the store to `run`, which returns the reply text in the person's
+language. Nothing here knows Telegram; WhatsApp and the web reuse it. A command is not a turn: it is not
+stored as a message and never reaches the model.
+
+- /memory and /forget (and /link) speak about the person's private data: in a shared place (metadata
+  `audience: "group"`) they only point to a private chat.
+- /forget asks first; "/forget yes" (or "sí") deletes. Stateless on purpose: no pending confirmation to lose
+  on a restart or to share between processes. It deletes the PERSON (every surface they are linked on).
+- /link belongs to the identity-linking issue: `link` below is the one place to change.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bot import catalog
+from bot.types import InboundMessage
+from memory.store import Store
+
+#: "/forget yes", "/forget sí": the words that confirm a deletion, in any catalogue language.
+CONFIRM_WORDS = frozenset({"yes", "y", "si", "sí", "confirm", "confirmar"})
+#: At most this many facts are listed by /memory (the newest); the rest are counted.
+MEMORY_FACTS_SHOWN = 30
+
+_COMMAND = re.compile(r"/([A-Za-z0-9_]{1,32})(?:@([A-Za-z0-9_]{1,64}))?(?=\s|$)(.*)", re.DOTALL)
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A parsed command: "/Forget@hilo_bot  yes" -> name "forget", target "hilo_bot", args "yes"."""
+
+    name: str
+    args: str = ""
+    #: The bot a Telegram-style "/cmd@bot" addresses (lowercase), None when not said.
+    target: str | None = None
+
+
+def parse(text: str) -> Command | None:
+    """The command in `text`, or None when the text is not a command (it does not start with "/name")."""
+    m = _COMMAND.match(text.strip())
+    if m is None:
+        return None
+    target = m.group(2).lower() if m.group(2) else None
+    return Command(m.group(1).lower(), m.group(3).strip(), target)
+
+
+@dataclass(frozen=True, slots=True)
+class CommandContext:
+    """What a command handler gets: the message, the store, the reply language and the arguments."""
+
+    msg: InboundMessage
+    store: Store
+    lang: str
+    args: str
+
+    @property
+    def in_group(self) -> bool:
+        return self.msg.metadata.get("audience") == "group"
+
+    async def handle(self) -> str | None:
+        """The person's handle, or None when nothing is stored about them (a command never creates a user)."""
+        if self.msg.handle:
+            return self.msg.handle
+        return await self.store.identity_handle(self.msg.surface, self.msg.sender)
+
+    def t(self, key: str, **params: object) -> str:
+        return catalog.t(key, self.lang, **params)
+
+
+Handler = Callable[[CommandContext], Awaitable[str]]
+
+
+async def start(ctx: CommandContext) -> str:
+    return ctx.t("cmd_start")
+
+
+async def help_(ctx: CommandContext) -> str:
+    return ctx.t("cmd_help")
+
+
+async def memory(ctx: CommandContext) -> str:
+    handle = await ctx.handle()
+    data = await ctx.store.inspect(handle) if handle else None
+    if not data:
+        return ctx.t("cmd_memory_empty")
+    return describe_memory(data, ctx.lang)
+
+
+async def forget(ctx: CommandContext) -> str:
+    if ctx.args.strip().casefold() not in CONFIRM_WORDS:
+        return ctx.t("cmd_forget_confirm")
+    handle = await ctx.handle()
+    existed = await ctx.store.forget(handle) if handle else False
+    return ctx.t("cmd_forget_done" if existed else "cmd_forget_nothing")
+
+
+async def link(ctx: CommandContext) -> str:
+    # Identity linking (its own issue) replaces this body: issue a code, or redeem `ctx.args`.
+    return ctx.t("cmd_link_soon")
+
+
+HANDLERS: dict[str, Handler] = {"start": start, "help": help_, "memory": memory, "forget": forget, "link": link}
+#: Commands that show or change the person's private data: never answered in a shared place.
+PRIVATE_ONLY = frozenset({"memory", "forget", "link"})
+
+
+async def run(command: Command, msg: InboundMessage, store: Store, *, default_language: str = "en") -> str:
+    """The reply to `command`, sent by the person of `msg`, in their language (msg.language, else the default)."""
+    lang = catalog.language(msg.language, default_language)
+    handler = HANDLERS.get(command.name)
+    if handler is None:
+        return catalog.t("cmd_unknown", lang, name=command.name)
+    ctx = CommandContext(msg, store, lang, command.args)
+    if command.name in PRIVATE_ONLY and ctx.in_group:
+        return catalog.t("cmd_private_only", lang, name=command.name)
+    return await handler(ctx)
+
+
+def describe_memory(data: dict[str, Any], lang: str) -> str:
+    """/memory's answer from `Store.inspect` output: the facts, then what is kept, counted."""
+    facts = [f["content"] for f in data.get("facts", [])]
+    shown = facts[-MEMORY_FACTS_SHOWN:]
+    if shown:
+        lines = "\n".join(f"- {fact}" for fact in shown)
+        text = catalog.t("cmd_memory_facts", lang, facts=lines)
+        if len(facts) > len(shown):
+            text += "\n" + catalog.t("cmd_memory_more", lang, count=len(facts) - len(shown))
+    else:
+        text = catalog.t("cmd_memory_no_facts", lang)
+    conversations = [c for c in data.get("conversations", []) if c.get("messages")]
+    messages = sum(len(c["messages"]) for c in conversations)
+    surfaces = sorted({c["surface"] for c in conversations})
+    if messages:
+        since = str(data.get("user", {}).get("created_at", ""))[:10]
+        text += "\n\n" + catalog.t(
+            "cmd_memory_counts", lang, messages=messages, conversations=len(conversations),
+            surfaces=", ".join(surfaces), since=since,
+        )
+    return text

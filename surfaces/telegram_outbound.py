@@ -1,0 +1,229 @@
+"""Telegram's side of a reply: split to the 4,096 limit, "typing" while the model works, retried sends, and a
+delivery row per part.
+
+Retries of Bot API calls live here and only here. Classification:
+- RetryAfter (429): wait what Telegram says (up to `retry_after_cap`), then try again;
+- TimedOut, NetworkError (5xx, connection): exponential backoff with jitter;
+- BadRequest, Forbidden (blocked by the user), ChatMigrated, InvalidToken...: permanent, never retried.
+A read timeout may hide a message Telegram did send; retrying it risks a duplicate part, which is judged
+better than a lost one (the Bot API has no idempotency key). asyncio.CancelledError always propagates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from telegram import Bot, ReplyParameters
+from telegram.constants import ChatAction
+from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
+
+from bot import log
+from bot.types import OutboundMessage
+from memory.store import Delivery, Store
+
+logger = log.get("hilo.telegram")
+
+# Opt in now to python-telegram-bot's next-major behaviour (durations as timedelta): without it every
+# RetryAfter (429) warns that its int `retry_after` is deprecated. The library reads it at each use.
+os.environ.setdefault("PTB_TIMEDELTA", "true")
+
+T = TypeVar("T")
+#: Telegram refuses a text message over 4,096 characters (counted here in UTF-16 units, which is never less).
+MAX_MESSAGE_CHARS = 4096
+#: Telegram shows "typing..." for about 5 s after each sendChatAction.
+TYPING_EVERY_S = 4.0
+
+_PARAGRAPH = re.compile(r"\n[ \t]*\n")
+_LINE = re.compile(r"\n")
+_SENTENCE = re.compile(r"[.!?…。！？][\"'”’)\]]*(?=\s)")
+_SPACE = re.compile(r"\s")
+
+
+def utf16_len(text: str) -> int:
+    """Length in UTF-16 code units: characters outside the Basic Multilingual Plane (most emoji) count twice."""
+    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
+
+
+def _fit(text: str, limit: int) -> int:
+    """The longest prefix (in code points) whose UTF-16 length is at most `limit`."""
+    units = 0
+    for i, ch in enumerate(text):
+        units += 2 if ord(ch) > 0xFFFF else 1
+        if units > limit:
+            return i
+    return len(text)
+
+
+def _cut(rest: str, n: int) -> int:
+    """Where to end a part of `rest` that may hold `n` characters: the last paragraph break, else line break,
+    else sentence end, else space, that leaves the part at least half full; else a hard cut at `n`."""
+    probe = rest[: n + 1]  # a break right after the window still ends a part that fits
+    floor = n // 2
+    for pattern, after in ((_PARAGRAPH, False), (_LINE, False), (_SENTENCE, True), (_SPACE, False)):
+        best = -1
+        for m in pattern.finditer(probe):
+            at = m.end() if after else m.start()
+            if floor <= at <= n:
+                best = at
+        if best > 0:
+            return best
+    return n
+
+
+def split_reply(text: str, limit: int = MAX_MESSAGE_CHARS) -> list[str]:
+    """`text` as parts of at most `limit` UTF-16 units, in order, cut on paragraph, then line, then sentence,
+    then word boundaries (hard cut only inside a word longer than a part). Whitespace at a cut is dropped;
+    nothing else is lost or reordered. A blank text gives no part."""
+    if limit < 2:
+        raise ValueError("limit must be at least 2 (a character outside the BMP takes 2 units)")
+    parts: list[str] = []
+    rest = text.strip()
+    while rest:
+        if utf16_len(rest) <= limit:
+            parts.append(rest)
+            break
+        cut = _cut(rest, _fit(rest, limit))
+        parts.append(rest[:cut].rstrip())
+        rest = rest[cut:].lstrip()
+    return parts
+
+
+@dataclass(frozen=True, slots=True)
+class SendPolicy:
+    """How Bot API calls are retried. `sleep` is injectable so tests need not wait."""
+
+    attempts: int = 4
+    backoff_base: float = 0.5
+    backoff_max: float = 8.0
+    retry_after_cap: float = 60.0
+    sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep)
+
+    def wait_before_retry(self, error: TelegramError, attempt: int) -> float | None:
+        """Seconds to wait before attempt `attempt + 1`, or None when `error` is not worth retrying."""
+        if isinstance(error, RetryAfter):
+            seconds = _seconds(error.retry_after)
+            return seconds if seconds <= self.retry_after_cap else None
+        if isinstance(error, NetworkError) and not isinstance(error, BadRequest):  # TimedOut is a NetworkError
+            backoff: float = min(self.backoff_max, self.backoff_base * 2.0 ** (attempt - 1))
+            return backoff + random.uniform(0, self.backoff_base)
+        return None
+
+
+class SendFailed(Exception):
+    """A Bot API call given up after `attempts` attempts; `error` is the last TelegramError. When sending a
+    split text, `sent` holds the parts that did go out before it, as (Message, attempts)."""
+
+    def __init__(self, error: TelegramError, attempts: int, sent: list[tuple[Any, int]] | None = None) -> None:
+        super().__init__(describe(error))
+        self.error = error
+        self.attempts = attempts
+        self.sent = sent or []
+
+
+def _seconds(value: float | timedelta) -> float:
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+def describe(error: TelegramError) -> str:
+    """What a delivery row keeps of an error: its class and Telegram's description (never message text)."""
+    return f"{type(error).__name__}: {error.message}"[:300]
+
+
+async def send_with_retry(call: Callable[[], Awaitable[T]], policy: SendPolicy) -> tuple[T, int]:
+    """`call()`'s result and the attempts it took, retried per `policy`; SendFailed when given up."""
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return await call(), attempt
+        except TelegramError as exc:
+            wait = policy.wait_before_retry(exc, attempt)
+            if wait is None or attempt >= policy.attempts:
+                raise SendFailed(exc, attempt) from exc
+            logger.warning("telegram.send_retry", attempt=attempt, error=type(exc).__name__, wait_s=round(wait, 3))
+            await policy.sleep(wait)
+
+
+@contextlib.asynccontextmanager
+async def show_typing(bot: Bot, chat_id: int, every: float = TYPING_EVERY_S) -> AsyncIterator[None]:
+    """Show "typing..." in the chat until the block ends (repeated every `every` s; failures only logged)."""
+
+    async def keep_typing() -> None:
+        while True:
+            try:
+                await bot.send_chat_action(chat_id, ChatAction.TYPING)
+            except TelegramError as exc:
+                logger.debug("telegram.typing_failed", error=type(exc).__name__)
+            await asyncio.sleep(every)
+
+    task = asyncio.create_task(keep_typing(), name="telegram.typing")
+    try:
+        yield
+    finally:
+        task.cancel()
+        await asyncio.wait([task])  # unlike `await task`, never swallows a cancellation of our own
+
+
+async def send_text(
+    bot: Bot, chat_id: int, text: str, *, reply_to: int | None, policy: SendPolicy,
+) -> list[tuple[Any, int]]:
+    """Send `text` (split) in order, as (Message, attempts) per part; the first part answers `reply_to`
+    (groups). A part given up raises SendFailed carrying the parts already sent; later parts are not sent."""
+    sent: list[tuple[Any, int]] = []
+    for i, part in enumerate(split_reply(text)):
+        params = ReplyParameters(reply_to, allow_sending_without_reply=True) if reply_to and i == 0 else None
+
+        async def call(part: str = part, params: ReplyParameters | None = params) -> Any:
+            return await bot.send_message(chat_id, part, reply_parameters=params)
+
+        try:
+            sent.append(await send_with_retry(call, policy))
+        except SendFailed as exc:
+            raise SendFailed(exc.error, exc.attempts, sent) from exc.error
+    return sent
+
+
+async def deliver(
+    bot: Bot, store: Store, out: OutboundMessage, chat_id: int, *, reply_to: int | None, policy: SendPolicy,
+) -> bool:
+    """Send a turn's reply in order and record each part as a delivery: "sent" with Telegram's message_id,
+    or "failed" with the error (the part that failed, and the parts after it, which are not sent)."""
+    assert out.user_id is not None
+    message_id = out.reply_id or out.message_id  # no stored reply (every model failed): the person's message
+    parts = split_reply(out.text)
+    rows: list[Delivery] = []
+    ok = True
+    try:
+        sent = await send_text(bot, chat_id, out.text, reply_to=reply_to, policy=policy)
+    except SendFailed as exc:
+        ok = False
+        sent = exc.sent
+        failed = len(sent) + 1
+        rows.append(Delivery(out.user_id, message_id, "telegram", str(chat_id), "failed", failed, len(parts),
+                             error=describe(exc.error), attempts=exc.attempts))
+        rows.extend(
+            Delivery(out.user_id, message_id, "telegram", str(chat_id), "failed", i, len(parts),
+                     error=f"not sent: part {failed} failed", attempts=0)
+            for i in range(failed + 1, len(parts) + 1)
+        )
+        logger.error("telegram.delivery_failed", user_id=out.user_id, part=failed, parts=len(parts),
+                     error=type(exc.error).__name__, attempts=exc.attempts)
+    rows[:0] = [
+        Delivery(out.user_id, message_id, "telegram", str(chat_id), "sent", i, len(parts),
+                 provider_ref=str(message.message_id), attempts=attempts)
+        for i, (message, attempts) in enumerate(sent, 1)
+    ]
+    for row in rows:
+        try:
+            await store.record_delivery(row)
+        except Exception as exc:  # noqa: BLE001 (the reply is out: a lost bookkeeping row must not fail the turn)
+            logger.error("telegram.delivery_not_recorded", user_id=out.user_id, error=type(exc).__name__)
+    return ok

@@ -1,0 +1,130 @@
+"""Surface-agnostic commands (/start, /help, /memory, /forget, /link) against the real SQLite store."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot import catalog, commands
+from bot.commands import Command, parse
+from bot.types import InboundMessage
+from memory.open import open_store
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Any]:
+    st = open_store(f"sqlite:///{tmp_path / 'hilo.db'}")
+    await st.open()
+    yield st
+    await st.close()
+
+
+def msg(text: str, *, sender: str = "42", lang: str | None = "en", group: bool = False, **kw: Any) -> InboundMessage:
+    metadata = {"audience": "group"} if group else {}
+    return InboundMessage(surface="telegram", sender=sender, external_id=f"x:{text}", text=text, language=lang,
+                          metadata=metadata, **kw)
+
+
+async def say(store: Any, text: str, **kw: Any) -> str:
+    m = msg(text, **kw)
+    command = parse(m.text)
+    assert command is not None
+    return await commands.run(command, m, store)
+
+
+async def ingest(store: Any, text: str, *, sender: str = "42", surface: str = "telegram", ext: str = "") -> None:
+    m = InboundMessage(surface=surface, sender=sender, external_id=ext or f"{surface}:{sender}:{text}", text=text)
+    assert await store.ingest(m, 3) is not None
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("/start", Command("start")),
+    ("  /Forget yes ", Command("forget", "yes")),
+    ("/forget@Hilo_Bot  sí", Command("forget", "sí", "hilo_bot")),
+    ("/help@hilo_bot", Command("help", "", "hilo_bot")),
+    ("/link ABC-123\nmore", Command("link", "ABC-123\nmore")),
+    ("hello /start", None),
+    ("/", None),
+    ("/start-now", None),
+    ("/path/to/file", None),
+    ("", None),
+])
+def test_parse(text: str, expected: Command | None) -> None:
+    assert parse(text) == expected
+
+
+async def test_start_and_help_are_localized(store: Any) -> None:
+    assert await say(store, "/start") == catalog.t("cmd_start", "en")
+    assert await say(store, "/start", lang="es-ES") == catalog.t("cmd_start", "es")
+    assert await say(store, "/help", lang="es") == catalog.t("cmd_help", "es")
+    assert await say(store, "/help", lang="fr") == catalog.t("cmd_help", "en")
+    assert "/nope" in await say(store, "/nope")
+    # commands create nobody
+    assert await store.identity_user("telegram", "42") is None
+
+
+async def test_memory_lists_facts_and_counts(store: Any) -> None:
+    assert await say(store, "/memory") == catalog.t("cmd_memory_empty", "en")
+    await ingest(store, "hello")
+    await ingest(store, "hola", surface="telegram", ext="second")
+    uid = await store.identity_user("telegram", "42")
+    await store.remember(uid, "likes green tea", 4)
+    text = await say(store, "/memory")
+    assert "- likes green tea" in text and "messages 2, conversations 1" in text
+    assert "(telegram)" in text
+    es = await say(store, "/memory", lang="es")
+    assert es.startswith("Lo que sé de ti") and "mensajes 2" in es
+
+
+async def test_memory_caps_the_facts_it_lists(store: Any) -> None:
+    await ingest(store, "hello")
+    uid = await store.identity_user("telegram", "42")
+    for i in range(commands.MEMORY_FACTS_SHOWN + 3):
+        await store.remember(uid, f"fact number {i}", 3)
+    text = await say(store, "/memory")
+    assert "fact number 0\n" not in text and f"fact number {commands.MEMORY_FACTS_SHOWN + 2}" in text
+    assert "...and 3 more." in text
+
+
+async def test_forget_asks_first_then_deletes_the_person(store: Any) -> None:
+    await ingest(store, "my secret is tangerine")
+    assert await say(store, "/forget") == catalog.t("cmd_forget_confirm", "en")
+    assert await say(store, "/forget please") == catalog.t("cmd_forget_confirm", "en")
+    assert await store.inspect("telegram:42") is not None
+    assert await say(store, "/forget YES") == catalog.t("cmd_forget_done", "en")
+    assert await store.inspect("telegram:42") is None
+    assert await say(store, "/forget yes") == catalog.t("cmd_forget_nothing", "en")
+    await ingest(store, "again", ext="again")
+    assert await say(store, "/forget sí", lang="es") == catalog.t("cmd_forget_done", "es")
+
+
+async def test_forget_only_touches_the_sender(store: Any) -> None:
+    await ingest(store, "mine", sender="1")
+    await ingest(store, "theirs", sender="2")
+    await say(store, "/forget yes", sender="1")
+    assert await store.inspect("telegram:1") is None
+    assert await store.inspect("telegram:2") is not None
+
+
+async def test_private_commands_are_not_answered_in_a_group(store: Any) -> None:
+    await ingest(store, "my secret is tangerine")
+    for name in ("memory", "forget", "link"):
+        assert await say(store, f"/{name} yes", group=True) == catalog.t("cmd_private_only", "en", name=name)
+    assert await store.inspect("telegram:42") is not None
+    assert await say(store, "/help", group=True) == catalog.t("cmd_help", "en")
+
+
+async def test_link_is_a_placeholder_for_now(store: Any) -> None:
+    assert await say(store, "/link") == catalog.t("cmd_link_soon", "en")
+    assert await say(store, "/link", lang="es") == catalog.t("cmd_link_soon", "es")
+
+
+async def test_a_handle_names_the_person_directly(store: Any) -> None:
+    # CLI-style messages carry the handle instead of an identity
+    await store.user_id("ana", create=True)
+    m = InboundMessage(surface="cli", sender="ana", external_id="c1", text="/forget yes", handle="ana")
+    assert await commands.run(Command("forget", "yes"), m, store) == catalog.t("cmd_forget_done", "en")
+    assert await store.user_id("ana") is None

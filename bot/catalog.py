@@ -35,6 +35,7 @@ MESSAGES: dict[str, dict[str, str]] = {
             "/memory - what I know about you\n"
             "/forget - delete everything I know about you\n"
             "/link - connect this chat with your other accounts\n"
+            "/unlink - disconnect this chat from them\n"
             "/help - this list"
         ),
         "cmd_unknown": "I don't know the command /{name}. Send /help to see the ones I understand.",
@@ -55,7 +56,6 @@ MESSAGES: dict[str, dict[str, str]] = {
             "Done: I have deleted everything I knew about you. If you write again, I start from scratch."
         ),
         "cmd_forget_nothing": "There is nothing stored about you.",
-        "cmd_link_soon": "Connecting this chat with your WhatsApp or web conversations is coming soon.",
         # -- telegram --
         "telegram_non_text": (
             "I can only read text for now. Please write your message (I do read the caption of a photo)."
@@ -73,6 +73,18 @@ MESSAGES: dict[str, dict[str, str]] = {
         "origin_not_allowed": "This website is not allowed to use this chat.",
         "session_expired": "Your sign-in has expired. Please sign in again.",
         # -- identity linking --
+        "link_code": (
+            "Your link code is {code}. Within 10 minutes, send /link {code} from the other app or the web chat "
+            "where you talk to me, and both will share one memory. Never share this code with anyone else."
+        ),
+        "link_done": "Done: this chat is now connected with your other accounts. I remember you here too.",
+        "link_already": "This chat is already connected with that account.",
+        "link_invalid": "That code is not valid or has expired. Ask for a new one with /link where you started.",
+        "link_own_code": "Send this code from your OTHER app or chat, not from this one.",
+        "link_locked": "Too many wrong codes. For your safety, linking is paused here until {until} UTC.",
+        "link_throttled": "Linking is paused for a few minutes. Please try again later.",
+        "unlink_done": "Done: this chat is no longer connected. From now on I will treat it as a separate person.",
+        "unlink_only": "This chat is not connected with any other account.",
     },
     "es": {
         "model_unavailable": (
@@ -100,6 +112,7 @@ MESSAGES: dict[str, dict[str, str]] = {
             "/memory - lo que sé de ti\n"
             "/forget - borrar todo lo que sé de ti\n"
             "/link - conectar este chat con tus otras cuentas\n"
+            "/unlink - desconectar este chat de ellas\n"
             "/help - esta lista"
         ),
         "cmd_unknown": "No conozco el comando /{name}. Envía /help para ver los que entiendo.",
@@ -120,7 +133,6 @@ MESSAGES: dict[str, dict[str, str]] = {
             "Hecho: he borrado todo lo que sabía de ti. Si vuelves a escribirme, empiezo de cero."
         ),
         "cmd_forget_nothing": "No hay nada guardado sobre ti.",
-        "cmd_link_soon": "Pronto podrás conectar este chat con tus conversaciones de WhatsApp o de la web.",
         # -- telegram --
         "telegram_non_text": (
             "Por ahora solo puedo leer texto. Escríbeme tu mensaje (el pie de una foto sí lo leo)."
@@ -141,6 +153,19 @@ MESSAGES: dict[str, dict[str, str]] = {
         "origin_not_allowed": "Este sitio web no tiene permiso para usar este chat.",
         "session_expired": "Tu sesión ha caducado. Vuelve a iniciar sesión.",
         # -- identity linking --
+        "link_code": (
+            "Tu código de enlace es {code}. En los próximos 10 minutos, envía /link {code} desde la otra app o "
+            "desde el chat web donde hablas conmigo, y ambos compartirán una sola memoria. No compartas este "
+            "código con nadie."
+        ),
+        "link_done": "Hecho: este chat ya está conectado con tus otras cuentas. Aquí también te recuerdo.",
+        "link_already": "Este chat ya está conectado con esa cuenta.",
+        "link_invalid": "Ese código no es válido o ha caducado. Pide uno nuevo con /link donde empezaste.",
+        "link_own_code": "Envía este código desde tu OTRA app o chat, no desde este.",
+        "link_locked": "Demasiados códigos erróneos. Por tu seguridad, el enlace queda en pausa aquí hasta las {until} UTC.",
+        "link_throttled": "El enlace está en pausa unos minutos. Vuelve a intentarlo más tarde.",
+        "unlink_done": "Hecho: este chat ya no está conectado. A partir de ahora lo trataré como una persona aparte.",
+        "unlink_only": "Este chat no está conectado con ninguna otra cuenta.",
     },
 }
 

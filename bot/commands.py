@@ -1,4 +1,4 @@
-"""Commands a person can send on any surface: /start, /help, /memory, /forget, /link.
+"""Commands a person can send on any surface: /start, /help, /memory, /forget, /link, /unlink.
 
 Surface-agnostic: a surface parses the text (`parse`), decides whether the command is addressed to hilo, and
 hands the person's InboundMessage and the store to `run`, which returns the reply text in the person's
@@ -9,7 +9,7 @@ stored as a message and never reaches the model.
   `audience: "group"`) they only point to a private chat.
 - /forget asks first; "/forget yes" (or "sí") deletes. Stateless on purpose: no pending confirmation to lose
   on a restart or to share between processes. It deletes the PERSON (every surface they are linked on).
-- /link belongs to the identity-linking issue: `link` below is the one place to change.
+- /link and /unlink: verified identity linking (bot/linking.py): one memory for one person on every surface.
 """
 
 from __future__ import annotations
@@ -101,13 +101,34 @@ async def forget(ctx: CommandContext) -> str:
 
 
 async def link(ctx: CommandContext) -> str:
-    # Identity linking (its own issue) replaces this body: issue a code, or redeem `ctx.args`.
-    return ctx.t("cmd_link_soon")
+    """/link: a one-time code for this identity; /link CODE: join this identity to the code's person."""
+    from bot.linking import Linker
+
+    linker = Linker(ctx.store)
+    surface, sender = ctx.msg.surface, ctx.msg.sender
+    if not ctx.args.strip():
+        return ctx.t("link_code", code=await linker.request(surface, sender))
+    result = await linker.redeem(surface, sender, ctx.args)
+    if result.status == "locked":
+        until = result.locked_until.strftime("%H:%M") if result.locked_until else "?"
+        return ctx.t("link_locked", until=until)
+    return ctx.t({"linked": "link_done", "already_linked": "link_already", "own_code": "link_own_code",
+                  "throttled": "link_throttled"}.get(result.status, "link_invalid"))
 
 
-HANDLERS: dict[str, Handler] = {"start": start, "help": help_, "memory": memory, "forget": forget, "link": link}
+async def unlink(ctx: CommandContext) -> str:
+    """/unlink: this identity leaves its person; its future messages go to a new one."""
+    from bot.linking import Linker
+
+    status = await Linker(ctx.store).unlink(ctx.msg.surface, ctx.msg.sender)
+    return ctx.t("unlink_done" if status == "unlinked" else "unlink_only")
+
+
+HANDLERS: dict[str, Handler] = {
+    "start": start, "help": help_, "memory": memory, "forget": forget, "link": link, "unlink": unlink,
+}
 #: Commands that show or change the person's private data: never answered in a shared place.
-PRIVATE_ONLY = frozenset({"memory", "forget", "link"})
+PRIVATE_ONLY = frozenset({"memory", "forget", "link", "unlink"})
 
 
 async def run(command: Command, msg: InboundMessage, store: Store, *, default_language: str = "en") -> str:

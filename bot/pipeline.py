@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from bot import catalog, log, tokens
+from bot import catalog, commands, log, tokens
 from bot.config import Settings
 from bot.errors import InputError
 from bot.types import InboundMessage, ModelCallRecord, OutboundMessage, utcnow
@@ -105,6 +105,12 @@ class Pipeline:
         """Run one turn. A redelivery returns status "duplicate"; when every model fails the person gets the
         catalogue's "try again shortly" text (status "failed") and their message stays stored."""
         self.validate(msg)
+        command = commands.parse(msg.text)
+        if command is not None and command.name in commands.HANDLERS:
+            # A command (/link, /memory ...) is not a turn: not stored, never shown to the model.
+            text = await commands.run(command, msg, self.store, default_language=self.settings.language)
+            logger.info("turn.command", surface=msg.surface, command=command.name)
+            return OutboundMessage(msg.surface, msg.sender, text, "command")
         lang = catalog.language(msg.language, self.settings.language)
         started = time.perf_counter()
         n_tokens = await _count(msg.text)

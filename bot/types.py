@@ -52,13 +52,14 @@ class OutboundMessage:
     """What the pipeline hands back to the surface to deliver.
 
     status: "ok" (a model answered), "failed" (every model failed: `text` is the localized apology and the
-    person's message is stored), "duplicate" (a redelivery: nothing to send).
+    person's message is stored), "duplicate" (a redelivery: nothing to send), "command" (a command such as
+    /link was answered: nothing was stored as a message, no model was called).
     """
 
     surface: str
     recipient: str
     text: str
-    status: Literal["ok", "failed", "duplicate"]
+    status: Literal["ok", "failed", "duplicate", "command"]
     conversation_id: int | None = None
     user_id: int | None = None
     message_id: int | None = None

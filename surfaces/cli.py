@@ -38,7 +38,7 @@ async def one_turn(pipeline: Pipeline, handle: str, surface: str, text: str) -> 
         print(catalog.t(exc.key, None, **exc.params), file=sys.stderr)
         return 1
     print(out.text)
-    return 0 if out.status == "ok" else 1
+    return 0 if out.status in ("ok", "command") else 1
 
 
 async def repl(pipeline: Pipeline, handle: str, surface: str) -> int:

@@ -80,10 +80,13 @@ async def stream_turn(
             message = catalog.t(key, lang, **params)
             queue.put_nowait(("error", {"error": key, "message": message, "status": status}))
             return
-        queue.put_nowait(("done", {
+        done: dict[str, Any] = {
             "conversation_id": out.conversation_id, "message_id": out.message_id, "reply_id": out.reply_id,
             "status": out.status, "reply": out.text or None,
-        }))
+        }
+        if new_session and out.status == "command":  # a command is answered without a `meta` event
+            done["session"] = new_session
+        queue.put_nowait(("done", done))
 
     try:
         tasks.spawn(run(), name="web.stream_turn")

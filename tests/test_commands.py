@@ -1,4 +1,4 @@
-"""Surface-agnostic commands (/start, /help, /memory, /forget, /link) against the real SQLite store."""
+"""Surface-agnostic commands (/start, /help, /memory, /forget, /link, /unlink) against the real SQLite store."""
 
 from __future__ import annotations
 
@@ -111,15 +111,34 @@ async def test_forget_only_touches_the_sender(store: Any) -> None:
 
 async def test_private_commands_are_not_answered_in_a_group(store: Any) -> None:
     await ingest(store, "my secret is tangerine")
-    for name in ("memory", "forget", "link"):
+    for name in ("memory", "forget", "link", "unlink"):
         assert await say(store, f"/{name} yes", group=True) == catalog.t("cmd_private_only", "en", name=name)
     assert await store.inspect("telegram:42") is not None
     assert await say(store, "/help", group=True) == catalog.t("cmd_help", "en")
 
 
-async def test_link_is_a_placeholder_for_now(store: Any) -> None:
-    assert await say(store, "/link") == catalog.t("cmd_link_soon", "en")
-    assert await say(store, "/link", lang="es") == catalog.t("cmd_link_soon", "es")
+async def test_link_and_unlink_through_commands(store: Any) -> None:
+    import re
+
+    await ingest(store, "my dog is called Rufo")
+    answer = await say(store, "/link", lang="es")
+    code = re.search(r"[0-9A-Z]{4}-[0-9A-Z]{4}", answer).group(0)  # type: ignore[union-attr]
+    assert answer == catalog.t("link_code", "es", code=code)
+    assert await say(store, f"/link {code}") == catalog.t("link_own_code", "en")
+    web = InboundMessage(surface="web", sender="v1", external_id="w", text=f"/link {code.lower()}", language="en")
+    assert await commands.run(parse(web.text), web, store) == catalog.t("link_done", "en")  # type: ignore[arg-type]
+    assert await store.identity_user("web", "v1") == await store.identity_user("telegram", "42")
+    assert await commands.run(parse(web.text), web, store) == catalog.t("link_invalid", "en")  # type: ignore[arg-type]
+    unlink = InboundMessage(surface="web", sender="v1", external_id="u", text="/unlink", language="en")
+    assert await commands.run(parse("/unlink"), unlink, store) == catalog.t("unlink_done", "en")  # type: ignore[arg-type]
+    assert await say(store, "/unlink") == catalog.t("unlink_only", "en")
+    assert await store.identity_user("web", "v1") != await store.identity_user("telegram", "42")
+
+
+async def test_wrong_codes_lock_linking_out(store: Any) -> None:
+    answers = [await say(store, f"/link ZZZZ-{i:04d}", sender="9") for i in range(12)]
+    assert answers[0] == catalog.t("link_invalid", "en")
+    assert answers[-1].startswith(catalog.t("link_locked", "en", until="").split("{")[0][:20])
 
 
 async def test_a_handle_names_the_person_directly(store: Any) -> None:

@@ -244,3 +244,22 @@ async def test_a_database_failure_after_the_model_still_delivers_the_answer(db_u
         assert [m["content"] for m in data["conversations"][0]["messages"]] == ["are you there?"]
     finally:
         await st.close()
+
+
+async def test_commands_are_answered_without_a_turn_on_every_surface(store: Any) -> None:
+    from bot import catalog
+
+    p = echo_pipeline(store)
+    await p.handle(msg("whatsapp", "+34600", "w1", "hola"))
+    code_reply = await p.handle(msg("whatsapp", "+34600", "w2", "/link", language="es"))
+    assert code_reply.status == "command" and "/link" in code_reply.text
+    code = code_reply.text.split("/link ")[1].split(" ")[0].rstrip(".,")
+    done = await p.handle(msg("web", "visitor", "v1", f"/link {code}"))
+    assert done.status == "command" and done.text == catalog.t("link_done", "en")
+    assert await store.identity_user("web", "visitor") == await store.identity_user("whatsapp", "+34600")
+    data = await store.inspect("whatsapp:+34600")
+    assert [m["content"] for c in data["conversations"] for m in c["messages"]][0] == "hola"
+    assert not any("/link" in m["content"] for c in data["conversations"] for m in c["messages"])
+    assert len(data["model_calls"]) == 1  # only "hola" reached a model
+    unknown = await p.handle(msg("web", "visitor", "v2", "/etc/hosts is a file"))
+    assert unknown.status == "ok"  # not a command hilo knows: an ordinary message

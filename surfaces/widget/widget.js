@@ -407,6 +407,7 @@
         shown = "";
         bubble.textContent = "";
       } else if (kind === "done" || kind === "error") {
+        if (payload.session) keepSession(payload.session); // a command answered before any meta
         outcome = { kind: kind, data: payload };
       }
     }
@@ -426,7 +427,7 @@
     }
     setBusy(false);
 
-    if (outcome && outcome.kind === "done" && outcome.data.status === "ok") {
+    if (outcome && outcome.kind === "done" && (outcome.data.status === "ok" || outcome.data.status === "command")) {
       bubble.textContent = outcome.data.reply || shown;
       emit("done", { status: "ok", conversation_id: outcome.data.conversation_id });
       return;

@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import os
 import random
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -28,6 +27,7 @@ from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
 from bot import log
 from bot.types import OutboundMessage
 from memory.store import Delivery, Store
+from surfaces.text_split import split_text, utf16_len
 
 logger = log.get("hilo.telegram")
 
@@ -41,59 +41,13 @@ MAX_MESSAGE_CHARS = 4096
 #: Telegram shows "typing..." for about 5 s after each sendChatAction.
 TYPING_EVERY_S = 4.0
 
-_PARAGRAPH = re.compile(r"\n[ \t]*\n")
-_LINE = re.compile(r"\n")
-_SENTENCE = re.compile(r"[.!?…。！？][\"'”’)\]]*(?=\s)")
-_SPACE = re.compile(r"\s")
-
-
-def utf16_len(text: str) -> int:
-    """Length in UTF-16 code units: characters outside the Basic Multilingual Plane (most emoji) count twice."""
-    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
-
-
-def _fit(text: str, limit: int) -> int:
-    """The longest prefix (in code points) whose UTF-16 length is at most `limit`."""
-    units = 0
-    for i, ch in enumerate(text):
-        units += 2 if ord(ch) > 0xFFFF else 1
-        if units > limit:
-            return i
-    return len(text)
-
-
-def _cut(rest: str, n: int) -> int:
-    """Where to end a part of `rest` that may hold `n` characters: the last paragraph break, else line break,
-    else sentence end, else space, that leaves the part at least half full; else a hard cut at `n`."""
-    probe = rest[: n + 1]  # a break right after the window still ends a part that fits
-    floor = n // 2
-    for pattern, after in ((_PARAGRAPH, False), (_LINE, False), (_SENTENCE, True), (_SPACE, False)):
-        best = -1
-        for m in pattern.finditer(probe):
-            at = m.end() if after else m.start()
-            if floor <= at <= n:
-                best = at
-        if best > 0:
-            return best
-    return n
-
 
 def split_reply(text: str, limit: int = MAX_MESSAGE_CHARS) -> list[str]:
-    """`text` as parts of at most `limit` UTF-16 units, in order, cut on paragraph, then line, then sentence,
-    then word boundaries (hard cut only inside a word longer than a part). Whitespace at a cut is dropped;
-    nothing else is lost or reordered. A blank text gives no part."""
+    """`text` as parts of at most `limit` UTF-16 units (as Telegram counts), in order, cut on paragraph, then
+    line, then sentence, then word boundaries (surfaces.text_split). A blank text gives no part."""
     if limit < 2:
         raise ValueError("limit must be at least 2 (a character outside the BMP takes 2 units)")
-    parts: list[str] = []
-    rest = text.strip()
-    while rest:
-        if utf16_len(rest) <= limit:
-            parts.append(rest)
-            break
-        cut = _cut(rest, _fit(rest, limit))
-        parts.append(rest[:cut].rstrip())
-        rest = rest[cut:].lstrip()
-    return parts
+    return split_text(text, limit, length=utf16_len)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,6 @@ import asyncio
 import gc
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -18,9 +17,6 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import given
-from hypothesis import settings as hypothesis_settings
-from hypothesis import strategies as st
 from telegram import Bot, Message
 
 from bot import catalog
@@ -37,8 +33,8 @@ from surfaces.telegram_outbound import (
     send_with_retry,
     show_typing,
     split_reply,
-    utf16_len,
 )
+from surfaces.text_split import utf16_len
 from tests.fakes import telegram_api as fake_telegram
 from tests.fakes.daemon import free_port, running_daemon
 from tests.fakes.model_server import FakeModelServer, ok, slow, status
@@ -98,31 +94,12 @@ async def post_update(client: httpx.AsyncClient, update: dict[str, Any], secret:
 
 # -- splitting --------------------------------------------------------------------------------------------
 
-def test_split_prefers_paragraphs_then_sentences_then_words() -> None:
-    para = "word " * 30
-    text = f"{para.strip()}.\n\n{para.strip()}."
-    assert split_reply(text, 200) == [para.strip() + ".", para.strip() + "."]
-    sentences = "One sentence here. Another one follows! A third? " * 3
-    parts = split_reply(sentences.strip(), 60)
-    assert all(p.endswith((".", "!", "?")) for p in parts) and all(len(p) <= 60 for p in parts)
-    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa"
-    assert split_reply(words, 20) == ["alpha beta gamma", "delta epsilon zeta", "eta theta iota kappa"]
-    assert split_reply("x" * 25, 10) == ["x" * 10, "x" * 10, "x" * 5]
-    assert split_reply("short") == ["short"] and split_reply("  \n ") == []
-
+# The algorithm itself is tested in tests/test_text_split.py; here, Telegram's limit and count.
 
 def test_split_counts_utf16_units_like_telegram() -> None:
     text = "😀" * 3000  # 6000 UTF-16 units
     parts = split_reply(text)
     assert len(parts) == 2 and all(utf16_len(p) <= 4096 for p in parts) and "".join(parts) == text
-
-
-@hypothesis_settings(max_examples=150, deadline=None)
-@given(st.text(alphabet=st.sampled_from("ab .!?\n😀é"), max_size=400), st.integers(min_value=2, max_value=60))
-def test_split_keeps_everything_in_order_within_the_limit(text: str, limit: int) -> None:
-    parts = split_reply(text, limit)
-    assert all(p and p == p.strip() and utf16_len(p) <= limit for p in parts)
-    assert re.sub(r"\s", "", "".join(parts)) == re.sub(r"\s", "", text)
 
 
 # -- configuration and classification --------------------------------------------------------------------

@@ -27,10 +27,11 @@ from bot.app import create_app
 from bot.config import Settings
 from bot.errors import ConfigError
 from memory.store import Delivery
+from surfaces.text_split import utf16_len
 from surfaces.web import WebSurface
 from surfaces.whatsapp import EMPTY_TWIML, Form, WhatsAppSurface, inbound
 from surfaces.whatsapp_send import TwilioSender, deliver
-from surfaces.whatsapp_text import keyword, split_message, utf16_len
+from surfaces.whatsapp_text import keyword, split_message
 from tests.fakes import model_server as fake_model
 from tests.fakes import twilio_api as fake_twilio
 from tests.fakes.daemon import free_port, running_daemon

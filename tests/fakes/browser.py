@@ -8,16 +8,12 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
 from typing import Any
-
-import uvicorn
-from starlette.types import ASGIApp
 
 from bot.models.base import Completion
 from bot.models.echo import EchoProvider
 from bot.types import ChatMessage
-from tests.fakes.daemon import free_port
+from tests.fakes.loopback import serving  # noqa: F401 (the widget tests take it from here)
 
 CHROMIUM = os.environ.get("HILO_TEST_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -55,25 +51,3 @@ class SlowEcho(EchoProvider):
             if isinstance(event, str):
                 await asyncio.sleep(self.delay)
             yield event
-
-
-@asynccontextmanager
-async def serving(app: ASGIApp, port: int | None = None) -> AsyncIterator[str]:
-    """Serve `app` under uvicorn on 127.0.0.1 (a free port unless given); yield its base URL."""
-    port = port or free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    for _ in range(500):
-        if server.started or task.done():
-            break
-        await asyncio.sleep(0.01)
-    if not server.started:
-        if task.done():
-            task.result()
-        raise RuntimeError("the page server did not start")
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task

@@ -19,20 +19,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import threading
-import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from tests.fakes.loopback import ThreadedServer
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,17 +133,19 @@ class FakeModelServer:
         self._shared: deque[Behaviour] = deque()
         self._scripts: dict[str, _Script] = {}
         self.requests: list[RecordedRequest] = []
-        self.port = 0
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
         self.app = Starlette(routes=[
             Route("/v1/chat/completions", self._openai, methods=["POST"]),
             Route("/v1/messages", self._anthropic, methods=["POST"]),
         ])
+        self._loopback = ThreadedServer(self.app, name="fake-model-server")
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return self._loopback.base_url
+
+    @property
+    def port(self) -> int:
+        return self._loopback.port
 
     # -- scripting ----------------------------------------------------------------------------------------
     def enqueue(self, *behaviours: Behaviour) -> None:
@@ -183,31 +184,10 @@ class FakeModelServer:
 
     # -- lifecycle ----------------------------------------------------------------------------------------
     def start(self) -> None:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(
-            self.app, host="127.0.0.1", port=self.port, log_level="critical", lifespan="off",
-            ws="none", http="h11", loop="asyncio", timeout_graceful_shutdown=1, access_log=False,
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [sock]}, name="fake-model-server", daemon=True,
-        )
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("fake model server did not start")
-            time.sleep(0.01)
+        self._loopback.start()
 
     def stop(self) -> None:
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
-            self._thread.join(timeout=10)
-        self._server = None
-        self._thread = None
+        self._loopback.stop()
 
     # -- routes -------------------------------------------------------------------------------------------
     async def _receive(self, request: Request, path: str) -> tuple[RecordedRequest, Behaviour]:

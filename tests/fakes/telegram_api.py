@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import socket
 import threading
 import time
 from collections import deque
@@ -26,11 +25,12 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+
+from tests.fakes.loopback import ThreadedServer
 
 TOKEN = "123456:TEST-token_for-the-fake"
 BOT_ID = 123456
@@ -89,15 +89,17 @@ class FakeBotApi:
         self._state = _State()
         self._update_ids = itertools.count(1000)
         self._message_ids = itertools.count(5000)
-        self.port = 0
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
         self.app = Starlette(routes=[Route("/bot{token}/{method}", self._dispatch, methods=["GET", "POST"])])
+        self._loopback = ThreadedServer(self.app, name="fake-bot-api")
 
     @property
     def base_url(self) -> str:
         """What TELEGRAM_API_BASE_URL is set to."""
-        return f"http://127.0.0.1:{self.port}"
+        return self._loopback.base_url
+
+    @property
+    def port(self) -> int:
+        return self._loopback.port
 
     # -- scripting and inspection -------------------------------------------------------------------------
     def enqueue(self, *updates: dict[str, Any]) -> None:
@@ -220,28 +222,10 @@ class FakeBotApi:
 
     # -- lifecycle ----------------------------------------------------------------------------------------
     def start(self) -> None:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="critical", lifespan="off",
-                                ws="none", http="h11", loop="asyncio", timeout_graceful_shutdown=1,
-                                access_log=False)
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
-                                        name="fake-bot-api", daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("fake Bot API did not start")
-            time.sleep(0.01)
+        self._loopback.start()
 
     def stop(self) -> None:
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
-            self._thread.join(timeout=10)
-        self._server = self._thread = None
+        self._loopback.stop()
 
     # -- the API ------------------------------------------------------------------------------------------
     async def _dispatch(self, request: Request) -> JSONResponse:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import secrets
-import socket
 import threading
 import time
 from collections import deque
@@ -30,11 +29,12 @@ from email.utils import formatdate
 from urllib.parse import parse_qsl
 
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+
+from tests.fakes.loopback import ThreadedServer
 
 ACCOUNT_SID = "AC" + "0" * 31 + "1"
 AUTH_TOKEN = "fake-twilio-auth-token"
@@ -102,16 +102,18 @@ class FakeTwilioApi:
         self._lock = threading.Lock()
         self._queue: deque[Behaviour] = deque()
         self.requests: list[RecordedSend] = []
-        self.port = 0
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
         self.app = Starlette(routes=[
             Route("/2010-04-01/Accounts/{account_sid}/Messages.json", self._messages, methods=["POST"]),
         ])
+        self._loopback = ThreadedServer(self.app, name="fake-twilio-api")
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return self._loopback.base_url
+
+    @property
+    def port(self) -> int:
+        return self._loopback.port
 
     @property
     def sent(self) -> list[RecordedSend]:
@@ -139,30 +141,10 @@ class FakeTwilioApi:
 
     # -- lifecycle ----------------------------------------------------------------------------------------
     def start(self) -> None:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(
-            self.app, host="127.0.0.1", port=self.port, log_level="critical", lifespan="off",
-            ws="none", http="h11", loop="asyncio", timeout_graceful_shutdown=1, access_log=False,
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [sock]}, name="fake-twilio-api", daemon=True,
-        )
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("fake Twilio API did not start")
-            time.sleep(0.01)
+        self._loopback.start()
 
     def stop(self) -> None:
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
-            self._thread.join(timeout=10)
-        self._server = self._thread = None
+        self._loopback.stop()
 
     # -- the route ----------------------------------------------------------------------------------------
     def _authorized(self, request: Request, account_sid: str) -> bool:

@@ -30,16 +30,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bot import tokens  # noqa: E402
-from bot.config import Settings  # noqa: E402
-from bot.pipeline import Pipeline  # noqa: E402
-from bot.types import InboundMessage  # noqa: E402
-from memory.context import assemble  # noqa: E402
-from memory.open import open_store  # noqa: E402
-from memory.store import ContextQuery, ContextRows, ImportRow  # noqa: E402
+from bot import tokens
+from bot.config import Settings
+from bot.pipeline import Pipeline
+from bot.types import InboundMessage
+from memory.context import assemble
+from memory.open import open_store
+from memory.store import ContextQuery, ContextRows, ImportRow
 
-TOPICS = ("valencia dog rufo paella meeting tomorrow invoice order refund shipping password garden bike train "
-          "doctor appointment birthday gift coffee weather beach project deadline report football guitar").split()
+TOPICS = ("valencia dog rufo paella meeting tomorrow invoice order refund shipping password garden bike "
+          "train doctor appointment birthday gift coffee weather beach project deadline report football guitar").split()
 _SYL = ("ka", "lo", "mi", "ra", "te", "so", "nu", "pe", "di", "ga", "vo", "ze", "li", "ba", "tu", "ne")
 #: A Zipf-like vocabulary (3,000 words; word k drawn with weight 1/k), like natural text: a few words are in
 #: most messages, most words in few.
@@ -67,7 +67,7 @@ def seed_rows(handle: str, n: int, now: datetime, rng: random.Random) -> list[Im
 
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 async def run_hilo(store, pipeline: Pipeline, handle: str, turns: int, rng: random.Random) -> dict:  # type: ignore[no-untyped-def]
@@ -76,9 +76,10 @@ async def run_hilo(store, pipeline: Pipeline, handle: str, turns: int, rng: rand
     stmts: list[int] = []
     trips: list[int] = []
     s = pipeline.settings
-    for i in range(turns):
+    for _ in range(turns):
         text = sentence(rng)
-        msg = InboundMessage(surface="telegram", sender=handle, external_id=f"bench-hilo-{uuid.uuid4().hex}", text=text, handle=handle)
+        msg = InboundMessage(surface="telegram", sender=handle, external_id=f"bench-hilo-{uuid.uuid4().hex}",
+                             text=text, handle=handle)
         before = dict(store.counters)
         t0 = time.perf_counter()
         turn = await store.ingest(msg, tokens.count(text))
@@ -108,7 +109,7 @@ async def run_baseline(path: str, settings: Settings, handle: str, turns: int, r
     ctx_ms: list[float] = []
     pre_ms: list[float] = []
     stmts: list[int] = []
-    for i in range(turns):
+    for _ in range(turns):
         text = sentence(rng)
         counter["n"] = 0
         t0 = time.perf_counter()

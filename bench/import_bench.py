@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.context_bench import sentence  # noqa: E402
-from memory.importer import import_file  # noqa: E402
-from memory.open import open_store  # noqa: E402
+from bench.context_bench import sentence
+from memory.importer import import_file
+from memory.open import open_store
 
 
 def write_file(path: Path, lines: int, rng: random.Random) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from bot import __version__, log
 from bot.config import Settings, ensure_secret_key
@@ -78,7 +78,7 @@ def create_app(
     async def health(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok", "version": __version__})
 
-    routes = [Route("/healthz", health)]
+    routes: list[BaseRoute] = [Route("/healthz", health)]
     for surface in active:
         routes.extend(surface.routes())
     app = Starlette(routes=routes, lifespan=lifespan)

@@ -162,7 +162,9 @@ MESSAGES: dict[str, dict[str, str]] = {
         "link_already": "Este chat ya está conectado con esa cuenta.",
         "link_invalid": "Ese código no es válido o ha caducado. Pide uno nuevo con /link donde empezaste.",
         "link_own_code": "Envía este código desde tu OTRA app o chat, no desde este.",
-        "link_locked": "Demasiados códigos erróneos. Por tu seguridad, el enlace queda en pausa aquí hasta las {until} UTC.",
+        "link_locked": (
+            "Demasiados códigos erróneos. Por tu seguridad, el enlace queda en pausa aquí hasta las {until} UTC."
+        ),
         "link_throttled": "El enlace está en pausa unos minutos. Vuelve a intentarlo más tarde.",
         "unlink_done": "Hecho: este chat ya no está conectado. A partir de ahora lo trataré como una persona aparte.",
         "unlink_only": "Este chat no está conectado con ninguna otra cuenta.",

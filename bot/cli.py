@@ -7,7 +7,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from bot.config import Settings
@@ -29,7 +29,7 @@ def _parse_at(raw: str | None) -> datetime | None:
         at = datetime.fromisoformat(raw.replace("Z", "+00:00"))
     except ValueError:
         raise ConfigError(f"--at {raw!r} is not an ISO date-time, e.g. 2026-11-29T10:00:00Z") from None
-    return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
+    return at if at.tzinfo else at.replace(tzinfo=UTC)
 
 
 async def _with_store(settings: Settings, fn: Callable[[Any], Awaitable[int]]) -> int:

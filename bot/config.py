@@ -235,7 +235,7 @@ class Settings:
 
 
 def ensure_secret_key(settings: Settings, key_file: Path) -> Settings:
-    """HILO_SECRET_KEY, or one generated on first run and kept in `key_file` (mode 0600) so sessions survive restarts."""
+    """HILO_SECRET_KEY, or one generated on first run and kept in `key_file` (mode 0600): sessions survive restarts."""
     if settings.secret_key:
         return settings
     if key_file.is_file():

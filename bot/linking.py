@@ -26,7 +26,7 @@ CODE_LENGTH = 8
 CODE_TTL = timedelta(minutes=10)
 _TYPO = str.maketrans({"O": "0", "I": "1", "L": "1"})
 
-__all__ = ["LinkPolicy", "Linker", "RedeemResult", "normalize", "new_code", "code_hash"]
+__all__ = ["LinkPolicy", "Linker", "RedeemResult", "code_hash", "new_code", "normalize"]
 
 
 def new_code() -> str:

@@ -7,7 +7,7 @@ ride in `metadata`. Nothing past the surface knows what a Telegram update or a T
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -17,7 +17,7 @@ SINGLETON_SURFACES = frozenset({"cli", "telegram", "whatsapp"})
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from bot import tokens
@@ -65,7 +65,7 @@ def quote(content: str) -> tuple[str, int]:
 
 def _utc(when: datetime) -> datetime:
     # Stored datetimes are UTC; a naive one is taken as UTC rather than as local time.
-    return when.replace(tzinfo=timezone.utc) if when.tzinfo is None else when.astimezone(timezone.utc)
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 
 def format_when(when: datetime) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -49,14 +49,14 @@ def _row(lineno: int, raw: str) -> ImportRow:
     except ValueError:
         raise bad('"created_at" is not an ISO date-time such as 2026-11-29T10:00:00Z') from None
     if created.tzinfo is None:
-        created = created.replace(tzinfo=timezone.utc)
+        created = created.replace(tzinfo=UTC)
     for key in ("external_id", "conversation"):
         if data.get(key) is not None and not isinstance(data[key], str | int):
             raise bad(f'"{key}" must be a string')
     ext, conv = data.get("external_id"), data.get("conversation")
     return ImportRow(
         user=data["user"].strip(), surface=data["surface"], role=data["role"], content=data["content"],
-        created_at=created.astimezone(timezone.utc), token_count=tokens.count(data["content"]),
+        created_at=created.astimezone(UTC), token_count=tokens.count(data["content"]),
         external_id=str(ext) if ext is not None else None, conversation=str(conv) if conv is not None else None,
     )
 

@@ -17,12 +17,12 @@ DELIVERY_COLS = ("id", "message_id", "surface", "recipient", "part", "parts", "s
 
 def deliveries_json(db: Db, user_id: int) -> list[dict[str, Any]]:
     rows = db.all(f"SELECT {', '.join(DELIVERY_COLS)} FROM deliveries WHERE user_id = ? ORDER BY id", (user_id,))
-    return [dict(zip(DELIVERY_COLS, r)) for r in rows]
+    return [dict(zip(DELIVERY_COLS, r, strict=True)) for r in rows]
 
 
 def call_json(row: Sequence[Any]) -> dict[str, Any]:
     keys = [k.strip() for k in CALL_COLS.split(",")]
-    return dict(zip(keys, row))
+    return dict(zip(keys, row, strict=True))
 
 
 def inspect_json(db: Db, handle: str) -> dict[str, Any] | None:
@@ -54,7 +54,7 @@ def inspect_json(db: Db, handle: str) -> dict[str, Any] | None:
         "model_calls": [call_json(r) for r in calls],
         "deliveries": deliveries_json(db, uid),
         "identity_audit": [
-            dict(zip(("action", "surface", "external_user_id", "actor", "detail", "created_at"), r))
+            dict(zip(("action", "surface", "external_user_id", "actor", "detail", "created_at"), r, strict=True))
             for r in db.all("SELECT action, surface, external_user_id, actor, detail, created_at FROM identity_audit "
                             "WHERE user_id = ? ORDER BY id", (uid,))
         ],

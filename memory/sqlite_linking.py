@@ -47,7 +47,9 @@ def _locked_until(db: Db, surface: str, ext: str, at: str) -> str | None:
     return row[0] if row and row[0] and row[0] > at else None
 
 
-def _fail(db: Db, surface: str, ext: str, at: str, window_start: str, lock_until: str, policy: LinkPolicy) -> str | None:
+def _fail(
+    db: Db, surface: str, ext: str, at: str, window_start: str, lock_until: str, policy: LinkPolicy,
+) -> str | None:
     """Count a wrong code; returns the lockout end when this failure locks the identity."""
     row = db.one(
         "INSERT INTO link_failures(surface, external_user_id, failures, window_start) VALUES (?, ?, 1, ?) "

@@ -245,7 +245,7 @@ def import_rows(db: Db, rows: Sequence[ImportRow]) -> ImportResult:
     stamps = [to_ts(r.created_at) for r in rows]
     users: dict[str, int] = {}
     span: dict[tuple[str, str, str | None], tuple[str, str]] = {}  # conversation key -> (first, last)
-    for row, at in zip(rows, stamps):
+    for row, at in zip(rows, stamps, strict=True):
         if row.user not in users:
             uid, _ = user_by_handle(db, row.user, at)
             assert uid is not None
@@ -263,7 +263,7 @@ def import_rows(db: Db, rows: Sequence[ImportRow]) -> ImportResult:
         conversations[key] = int(found[0])
     inserted = db.many(INSERT_MESSAGE, [
         (conversations[(r.user, r.surface, _import_ref(r))], users[r.user], r.surface, r.role, r.content,
-         r.token_count, r.external_id, at, "{}", None) for r, at in zip(rows, stamps)
+         r.token_count, r.external_id, at, "{}", None) for r, at in zip(rows, stamps, strict=True)
     ])
     return ImportResult(inserted=inserted, skipped=len(rows) - inserted)
 

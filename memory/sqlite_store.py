@@ -23,23 +23,22 @@ from bot.types import InboundMessage, ModelCallRecord
 from memory import migrate as migrations
 from memory import sqlite_linking as linking
 from memory import sqlite_queries as queries
-from memory.sqlite_inspect import CALL_COLS, call_json, deliveries_json, inspect_json
 from memory.sqlite_db import (
     FACT_COLS,
     MSG_COLS,
     Db,
     from_ts,
-    message_json,
     to_fact,
     to_message,
     to_ts,
     utcnow,
 )
+from memory.sqlite_inspect import CALL_COLS, call_json, deliveries_json, inspect_json
 from memory.store import (
     ContextQuery,
-    Delivery,
     ContextRows,
     ConversationInfo,
+    Delivery,
     Fact,
     ImportResult,
     ImportRow,
@@ -295,7 +294,8 @@ class SqliteStore:
 
     async def link_identity(self, handle: str, surface: str, external_user_id: str, actor: str) -> int | None:
         now = to_ts(utcnow())
-        return await self._tx("write", lambda db: linking.link_identity(db, handle, surface, external_user_id, actor, now))
+        return await self._tx(
+            "write", lambda db: linking.link_identity(db, handle, surface, external_user_id, actor, now))
 
     async def unlink_identity(self, surface: str, external_user_id: str, actor: str) -> tuple[str, int | None]:
         now = to_ts(utcnow())

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install everything the tests need into .venv (Python packages from PyPI) and run the whole suite.
-# Works on a fresh machine with python3 >= 3.11; extra arguments go to pytest.
+# Works on a fresh machine with python3 >= 3.11; extra arguments go to pytest. Without arguments (or with
+# HILO_LINT=1) ruff and mypy strict run first.
 # The widget tests drive Debian's Chromium (/usr/bin/chromium) through Playwright: as root it is installed with
 # apt-get when missing; otherwise this stops with how to get it. Never `playwright install`.
 set -euo pipefail
@@ -24,4 +25,8 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test,telegram,whatsapp,postgres]'
+if [ "$#" -eq 0 ] || [ "${HILO_LINT:-}" = 1 ]; then  # the whole suite also checks style and types
+  .venv/bin/python -m ruff check .
+  .venv/bin/python -m mypy
+fi
 exec .venv/bin/python -m pytest "$@"

@@ -165,7 +165,7 @@ class TelegramSurface:
         body = await request.body()
         try:
             update = Update.de_json(json.loads(body), app.bot)
-        except Exception as exc:  # noqa: BLE001 (not JSON, or not an Update: whatever the parser raised)
+        except Exception as exc:
             logger.warning("telegram.webhook_unreadable", error=type(exc).__name__)
             return Response(status_code=400)
         await app.update_queue.put(update)

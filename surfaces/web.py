@@ -164,7 +164,7 @@ class WebSurface:
             _set_cookie(response, caller.new_token)
         return response
 
-    async def _user_id(self, request: Request) -> int | None | Response:
+    async def _user_id(self, request: Request) -> int | Response | None:
         """The caller's user id (None: not seen yet), or the 401 to answer with."""
         try:
             caller = self.auth.caller(request)

@@ -31,7 +31,7 @@ from urllib.parse import parse_qsl
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
-from twilio.request_validator import RequestValidator  # type: ignore[import-untyped]
+from twilio.request_validator import RequestValidator
 
 from bot import catalog, log
 from bot.config import Settings

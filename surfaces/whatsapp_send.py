@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from twilio.base.exceptions import TwilioRestException, TwilioServiceException  # type: ignore[import-untyped]
-from twilio.http.async_http_client import AsyncTwilioHttpClient  # type: ignore[import-untyped]
-from twilio.rest import Client  # type: ignore[import-untyped]
+from twilio.base.exceptions import TwilioRestException, TwilioServiceException
+from twilio.http.async_http_client import AsyncTwilioHttpClient
+from twilio.rest import Client
 
 from bot import log
 from bot.config import Settings

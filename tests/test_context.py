@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,7 +14,7 @@ from memory.context import BLOCKS, AssembledContext, BlockShares, ContextItem, a
 from memory.context_render import CROSS_SURFACE_HEADER, MEMORY_HEADER, header_tokens
 from memory.store import ContextRows, Fact, StoredMessage
 
-T0 = datetime(2024, 5, 1, 9, 0, tzinfo=timezone.utc)
+T0 = datetime(2024, 5, 1, 9, 0, tzinfo=UTC)
 SYSTEM = "You are hilo, a helpful assistant. Answer briefly and in the person's language."
 NEW = "And what about tomorrow?"
 CONV = 1  # the current conversation (telegram)
@@ -374,6 +374,6 @@ def test_budget_is_never_exceeded(rows: ContextRows, budget: int, new_tokens: in
     starts = [i for i, m in enumerate(rows.conversation) if m.role == "user"]
     reserve = rows.conversation[starts[-2]:] if len(starts) >= 2 else rows.conversation
     if not ctx.over_budget and cost(reserve) <= avail:
-        assert set(m.id for m in reserve) <= set(kept)
+        assert {m.id for m in reserve} <= set(kept)
     cross = [i.created_at for i in items(ctx, "cross_surface")]
     assert cross == sorted(cross)  # type: ignore[type-var]

@@ -65,4 +65,4 @@ def test_serve_on_defaults_answers_stops_on_sigterm_and_remembers_after_restart(
         msgs = httpx.get(f"{base}/api/conversations/{conv}/messages",
                          headers={"authorization": f"Bearer {token}"}, timeout=10)
         assert msgs.status_code == 200  # the session token still works: the secret survived the restart
-        assert [m["content"] for m in msgs.json()["messages"]][0] == "remember: my locker is 42"
+        assert msgs.json()["messages"][0]["content"] == "remember: my locker is 42"

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from bot.config import Settings
-from bot.linking import LinkPolicy, Linker, normalize
+from bot.linking import Linker, LinkPolicy, normalize
 from bot.models.factory import build_chain
 from bot.pipeline import Pipeline
 from bot.types import InboundMessage

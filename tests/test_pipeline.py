@@ -157,7 +157,9 @@ async def test_cross_surface_message_reaches_the_model(store: Any) -> None:
     assert "I live in Valencia" in out.text  # echo shows what it recalled
 
 
-async def test_turns_of_one_conversation_never_interleave(store: Any, model_server: FakeModelServer, fake_pipeline: Any) -> None:
+async def test_turns_of_one_conversation_never_interleave(
+    store: Any, model_server: FakeModelServer, fake_pipeline: Any
+) -> None:
     p = fake_pipeline(store, model_server, {"HILO_MODEL": "openai:m1"})
     model_server.enqueue(slow(0.5))  # the first turn's model is slow
     first = asyncio.create_task(p.handle(msg("telegram", "9", "s1", "first question")))
@@ -258,7 +260,7 @@ async def test_commands_are_answered_without_a_turn_on_every_surface(store: Any)
     assert done.status == "command" and done.text == catalog.t("link_done", "en")
     assert await store.identity_user("web", "visitor") == await store.identity_user("whatsapp", "+34600")
     data = await store.inspect("whatsapp:+34600")
-    assert [m["content"] for c in data["conversations"] for m in c["messages"]][0] == "hola"
+    assert data["conversations"][0]["messages"][0]["content"] == "hola"
     assert not any("/link" in m["content"] for c in data["conversations"] for m in c["messages"])
     assert len(data["model_calls"]) == 1  # only "hola" reached a model
     unknown = await p.handle(msg("web", "visitor", "v2", "/etc/hosts is a file"))

@@ -50,11 +50,13 @@ def test_prefers_paragraphs_then_lines_then_sentences_then_words() -> None:
     text = f"{para.strip()}.\n\n{para.strip()}."
     assert split_text(text, 200) == [para.strip() + ".", para.strip() + "."]
     # a line break wins over a later sentence end
-    assert split_text("First line here\nthen one. And more words", 30) == ["First line here", "then one. And more words"]
+    assert split_text("First line here\nthen one. And more words", 30) == [
+        "First line here", "then one. And more words"]
     sentences = "One sentence here. Another one follows! A third? " * 3
     parts = split_text(sentences.strip(), 60)
     assert all(p.endswith((".", "!", "?")) for p in parts) and all(len(p) <= 60 for p in parts)
-    assert split_text("He said “stop.” Then he left the room quietly", 30) == ["He said “stop.”", "Then he left the room quietly"]
+    assert split_text("He said “stop.” Then he left the room quietly", 30) == [
+        "He said “stop.”", "Then he left the room quietly"]
     words = "alpha beta gamma delta epsilon zeta eta theta iota kappa"
     assert split_text(words, 20) == ["alpha beta gamma", "delta epsilon zeta", "eta theta iota kappa"]
 

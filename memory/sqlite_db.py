@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -30,9 +31,14 @@ class Db:
     before COMMIT) and counted in `counters["statements"]` (an executemany counts once: one prepared
     statement, like one batched call on Postgres)."""
 
-    def __init__(self, conn: sqlite3.Connection, counters: dict[str, int]) -> None:
+    def __init__(
+        self, conn: sqlite3.Connection, counters: dict[str, int],
+        df_cache: dict[str, tuple[int, float]] | None = None,
+    ) -> None:
         self.conn = conn
         self.counters = counters
+        #: term -> (document frequency, monotonic expiry): see selective_terms
+        self.df_cache: dict[str, tuple[int, float]] = {} if df_cache is None else df_cache
 
     def all(self, sql: str, params: Params = ()) -> list[Any]:
         self.counters["statements"] += 1
@@ -125,22 +131,37 @@ COMMON_TERM_SHARE = 0.05
 MAX_SEARCHED_TERMS = 8
 
 
+#: How long a term's document frequency is trusted (seconds). Reading it costs a walk of the term's posting
+#: list (about 0.5 ms for a common word), and it changes slowly; a stale figure only shifts a ranking weight.
+DF_TTL_S = 600.0
+DF_CACHE_MAX = 50_000
+
+
 def selective_terms(db: Db, text: str) -> list[str]:
     """The search terms of `text` worth a lexical search, rarest first.
 
-    One vocabulary read (fts5vocab) gives each term's document frequency; terms in more than
-    COMMON_TERM_SHARE of the messages are dropped, since scoring every row that holds them is what makes a
-    search slow, and their weight in the ranking is small. Terms the index has never seen are dropped too:
-    they cannot match.
+    Document frequencies come from the FTS5 vocabulary (fts5vocab), cached in `db.df_cache` for DF_TTL_S;
+    terms in more than COMMON_TERM_SHARE of the messages are dropped, since scoring every row that holds
+    them is what makes a search slow, and their weight in the ranking is small. Terms the index has never
+    seen are dropped too: they cannot match (and are not cached, so a new word is found at once).
     """
     words = search_terms(text)
     if not words:
         return []
+    now = time.monotonic()
+    cache = db.df_cache
+    freq = {w: hit[0] for w in words if (hit := cache.get(w)) is not None and hit[1] > now}
+    missing = [w for w in words if w not in freq]
+    if missing:
+        if len(cache) > DF_CACHE_MAX:
+            cache.clear()
+        for term, doc in db.all(
+            "SELECT term, doc FROM messages_fts_vocab WHERE term IN (SELECT value FROM json_each(?))",
+            (json.dumps(missing),),
+        ):
+            freq[term] = doc
+            cache[term] = (doc, now + DF_TTL_S)
     total = db.one("SELECT max(id) FROM messages")[0] or 0
-    freq = dict(db.all(
-        "SELECT term, doc FROM messages_fts_vocab WHERE term IN (SELECT value FROM json_each(?))",
-        (json.dumps(words),),
-    ))
     limit = max(50, int(total * COMMON_TERM_SHARE))
     kept = sorted((w for w in words if 0 < freq.get(w, 0) <= limit), key=lambda w: freq[w])
     return kept[:MAX_SEARCHED_TERMS]

@@ -62,6 +62,7 @@ class SqliteStore:
         self.busy_timeout_ms = busy_timeout_ms
         #: transactions, statements (BEGIN/COMMIT not included) and executor hops since open.
         self.counters: dict[str, int] = {"transactions": 0, "statements": 0, "round_trips": 0}
+        self._df_cache: dict[str, tuple[int, float]] = {}  # touched on the worker thread only
         #: migrations applied by the last open() or migrate().
         self.applied: list[str] = []
         self._executor: ThreadPoolExecutor | None = None
@@ -147,7 +148,7 @@ class SqliteStore:
         conn = self._conn
         if conn is None:
             raise StoreError("the store is closed")
-        db = Db(conn, self.counters)
+        db = Db(conn, self.counters, self._df_cache)
         try:
             if mode != "none":
                 conn.execute("BEGIN IMMEDIATE" if mode == "write" else "BEGIN")

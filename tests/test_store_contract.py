@@ -248,6 +248,25 @@ async def test_recall_is_safe_for_any_text(store: Store) -> None:
     assert [m.external_id for m in rows.recalled] == ["c1"], "case-insensitive, and a dry run sees everything"
 
 
+async def test_a_word_never_seen_before_is_found_as_soon_as_it_is_said(store: Store) -> None:
+    first = await put(store, msg("cli", "ana", "c1", "plain words here", handle="ana"))
+    probe = {"search_text": "quokka", "current_message_id": None, "conversation_id": None}
+    assert (await store.load_context(query(first, **probe))).recalled == []  # nobody said it yet
+    await put(store, msg("cli", "ana", "c2", "I saw a quokka on Rottnest", handle="ana"))
+    assert [m.external_id for m in (await store.load_context(query(first, **probe))).recalled] == ["c2"]
+
+
+async def test_recall_leaves_out_words_found_in_most_messages(store: Store) -> None:
+    for i in range(120):  # "banana" is in every message: searching it would score them all for nothing
+        await put(store, msg("cli", "ana", f"h{i}", f"banana number {i}", handle="ana"))
+    rare = await put(store, msg("cli", "ana", "r1", "banana, my parrot is called Kiwi", handle="ana"))
+    rows = await store.load_context(query(rare, search_text="banana parrot", current_message_id=None,
+                                          conversation_id=None))
+    assert [m.external_id for m in rows.recalled] == ["r1"]
+    rows = await store.load_context(query(rare, search_text="banana", current_message_id=None, conversation_id=None))
+    assert rows.recalled == []
+
+
 async def test_facts_newest_limit_oldest_first(store: Store) -> None:
     uid = await store.user_id("ana", create=True)
     assert uid is not None

@@ -91,6 +91,8 @@ class Pipeline:
         self.store = store
         self.chain = chain
         self._locks = _TurnLocks()
+        #: Stored messages whose turn runs now: a redelivery of one of them is a duplicate, not a resume.
+        self._in_flight: set[int] = set()
 
     def validate(self, msg: InboundMessage) -> None:
         """Refuse empty or oversized text before anything is stored (the surface answers with the catalogue)."""
@@ -115,9 +117,21 @@ class Pipeline:
         started = time.perf_counter()
         n_tokens = await _count(msg.text)
         turn = await self.store.ingest(msg, n_tokens)
-        if turn is None:
+        if turn is None or (turn.resumed and turn.message.id in self._in_flight):
             logger.info("turn.duplicate", surface=msg.surface, external_id=msg.external_id)
             return OutboundMessage(msg.surface, msg.sender, "", "duplicate")
+        if turn.resumed:
+            logger.info("turn.resumed", surface=msg.surface, message_id=turn.message.id)
+        self._in_flight.add(turn.message.id)
+        try:
+            return await self._turn(msg, turn, lang, started, on_delta, on_ingested)
+        finally:
+            self._in_flight.discard(turn.message.id)
+
+    async def _turn(
+        self, msg: InboundMessage, turn: Ingested, lang: str, started: float,
+        on_delta: DeltaSink | None, on_ingested: IngestSink | None,
+    ) -> OutboundMessage:
         if on_ingested is not None:
             await on_ingested(turn)
         async with self._locks(turn.conversation_id):

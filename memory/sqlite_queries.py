@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from bot.errors import NotFound
@@ -27,6 +28,10 @@ from memory.sqlite_db import (
     utcnow,
 )
 from memory.store import ContextQuery, ContextRows, ImportResult, ImportRow, Ingested, StoredMessage
+
+#: A redelivered message whose turn never ran is answered if it arrived this recently; older ones (imported
+#: history, a redelivery days later) are only dropped.
+RESUME_WINDOW = timedelta(hours=1)
 
 
 class Rollback(Exception):
@@ -72,7 +77,8 @@ def user_by_handle(db: Db, handle: str, created_at: str, create: bool = True) ->
 
 
 def ingest(db: Db, msg: InboundMessage, token_count: int) -> Ingested:
-    """Take one message in. Raises Rollback(None) on a redelivery, NotFound on a foreign conversation."""
+    """Take one message in. A redelivery raises Rollback(None), or Rollback(turn to resume) when its turn never
+    ran; a foreign conversation raises NotFound."""
     at = to_ts(msg.received_at)
     created = False
     if msg.handle:
@@ -96,8 +102,8 @@ def ingest(db: Db, msg: InboundMessage, token_count: int) -> Ingested:
         (conversation_id, user_id, msg.surface, "user", msg.text, token_count, msg.external_id, at, metadata,
          None),
     )
-    if row is None:  # (surface, external_id) already stored: undo the user/conversation work, drop it
-        raise Rollback(None)
+    if row is None:  # (surface, external_id) already stored: undo the user/conversation work
+        raise Rollback(_unanswered(db, msg))
     stored = StoredMessage(
         id=row[0], conversation_id=conversation_id, user_id=user_id, surface=msg.surface, role="user",
         content=msg.text, token_count=token_count, external_id=msg.external_id,
@@ -106,6 +112,23 @@ def ingest(db: Db, msg: InboundMessage, token_count: int) -> Ingested:
     )
     return Ingested(user_id=user_id, handle=handle, conversation_id=conversation_id, message=stored,
                     created_user=created)
+
+
+def _unanswered(db: Db, msg: InboundMessage) -> Ingested | None:
+    """A redelivered message: None (drop it) if its turn ran, or the stored turn to resume if it never did
+    (the process died between storing the message and calling the model: the person still deserves an answer)."""
+    row = db.one(
+        f"SELECT {MSG_COLS}, u.handle FROM messages m JOIN users u ON u.id = m.user_id "
+        "WHERE m.surface = ? AND m.external_id = ? AND m.role = 'user' AND m.created_at >= ? "
+        "AND NOT EXISTS (SELECT 1 FROM model_calls c WHERE c.message_id = m.id) "
+        "AND NOT EXISTS (SELECT 1 FROM messages r WHERE r.reply_to = m.id)",
+        (msg.surface, msg.external_id, to_ts(utcnow() - RESUME_WINDOW)),
+    )
+    if row is None:
+        return None
+    stored = to_message(row)
+    return Ingested(user_id=stored.user_id, handle=row[-1], conversation_id=stored.conversation_id,
+                    message=stored, resumed=True)
 
 
 def _first_contact(db: Db, surface: str, sender: str, at: str) -> tuple[int, str]:

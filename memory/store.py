@@ -65,6 +65,8 @@ class Ingested:
     conversation_id: int
     message: StoredMessage
     created_user: bool = False
+    #: A redelivery of a message whose turn never ran (the process died before calling the model).
+    resumed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +169,8 @@ class Store(Protocol):
         """One write transaction: drop a redelivery (None), resolve the user (by msg.handle, else by identity
         (surface, sender), creating it on first contact), resolve the conversation (singleton surfaces: the
         one of (user, surface); web: msg.conversation_ref, which must be the user's (NotFound otherwise), or a
-        new one) and store the message."""
+        new one) and store the message. A redelivered message whose turn never ran (no model call, no reply,
+        stored within the last hour) comes back with `resumed=True`, to be answered now."""
 
     async def load_context(self, query: ContextQuery) -> ContextRows:
         """One read transaction gathering everything context assembly needs (see ContextQuery)."""

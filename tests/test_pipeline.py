@@ -265,3 +265,40 @@ async def test_commands_are_answered_without_a_turn_on_every_surface(store: Any)
     assert len(data["model_calls"]) == 1  # only "hola" reached a model
     unknown = await p.handle(msg("web", "visitor", "v2", "/etc/hosts is a file"))
     assert unknown.status == "ok"  # not a command hilo knows: an ordinary message
+
+
+async def test_a_turn_that_died_before_the_model_is_answered_on_redelivery(db_url: str) -> None:
+    # the first process stored the message and died before calling any model
+    st = open_store(db_url)
+    await st.open()
+    from datetime import UTC, datetime, timedelta
+
+    await st.ingest(msg("telegram", "3", "crash-1", "did you get this?"), 5)
+    old = msg("telegram", "3", "old-1", "an old message", received_at=datetime.now(UTC) - timedelta(days=2))
+    await st.ingest(old, 3)
+    await st.close()
+    st2 = open_store(db_url)
+    await st2.open()
+    try:
+        p = echo_pipeline(st2)
+        resumed = await p.handle(msg("telegram", "3", "crash-1", "did you get this?"))
+        assert resumed.status == "ok" and "did you get this?" in resumed.text
+        assert (await p.handle(msg("telegram", "3", "crash-1", "did you get this?"))).status == "duplicate"
+        assert (await p.handle(old)).status == "duplicate"  # too old to resume: only dropped
+        data = await st2.inspect("telegram:3")
+        contents = [m["content"] for m in data["conversations"][0]["messages"]]
+        assert contents.count("did you get this?") == 1 and len(data["model_calls"]) == 1
+    finally:
+        await st2.close()
+
+
+async def test_a_redelivery_during_the_turn_is_a_duplicate(store: Any, model_server: FakeModelServer,
+                                                          fake_pipeline: Any) -> None:
+    p = fake_pipeline(store, model_server, {"HILO_MODEL": "openai:m1"})
+    model_server.enqueue(slow(0.4))
+    first = asyncio.create_task(p.handle(msg("telegram", "4", "d-1", "slow one")))
+    await asyncio.sleep(0.1)
+    again = await p.handle(msg("telegram", "4", "d-1", "slow one"))
+    assert again.status == "duplicate"
+    assert (await first).status == "ok"
+    assert len(model_server.requests_for("m1")) == 1

@@ -470,3 +470,19 @@ async def test_a_named_place_on_a_singleton_surface_is_its_own_conversation(stor
     assert private.conversation_id != group.conversation_id == group_again.conversation_id
     assert other_group.conversation_id not in (private.conversation_id, group.conversation_id)
     assert private.user_id == group.user_id == other_group.user_id
+
+
+async def test_a_redelivery_of_a_turn_that_never_ran_comes_back_to_be_answered(store: Store) -> None:
+    first = await put(store, msg("telegram", "42", "r1", "hello", utcnow_()))
+    again = await store.ingest(msg("telegram", "42", "r1", "hello", utcnow_()), 1)
+    assert again is not None and again.resumed and again.message.id == first.message.id
+    assert again.user_id == first.user_id and again.conversation_id == first.conversation_id
+    await store.finish_turn(first, "hi!", 1, [call()])
+    assert await store.ingest(msg("telegram", "42", "r1", "hello", utcnow_()), 1) is None
+    failed = await put(store, msg("telegram", "42", "r2", "anyone?", utcnow_()))
+    await store.finish_turn(failed, None, 0, [call("server_error")])  # every model failed: the turn ran
+    assert await store.ingest(msg("telegram", "42", "r2", "anyone?", utcnow_()), 1) is None
+
+
+def utcnow_() -> datetime:
+    return datetime.now(UTC)

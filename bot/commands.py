@@ -108,7 +108,7 @@ async def link(ctx: CommandContext) -> str:
     surface, sender = ctx.msg.surface, ctx.msg.sender
     if not ctx.args.strip():
         return ctx.t("link_code", code=await linker.request(surface, sender))
-    result = await linker.redeem(surface, sender, ctx.args)
+    result = await linker.redeem(surface, sender, ctx.args, client_ip=ctx.msg.client_ip)
     if result.status == "locked":
         until = result.locked_until.strftime("%H:%M") if result.locked_until else "?"
         return ctx.t("link_locked", until=until)

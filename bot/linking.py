@@ -68,11 +68,17 @@ class Linker:
         await self.store.issue_link_code(surface, external_user_id, code_hash(canonical), utcnow() + CODE_TTL)
         return code
 
-    async def redeem(self, surface: str, external_user_id: str, typed: str) -> RedeemResult:
+    async def redeem(
+        self, surface: str, external_user_id: str, typed: str, *, client_ip: str | None = None,
+    ) -> RedeemResult:
+        """Redeem `typed` for this identity. `client_ip` (the web, where identities cost nothing to make) is
+        counted as a second key: its wrong codes lock it out too."""
         canonical = normalize(typed)
         # Malformed input counts as a wrong code: the limits must not depend on what the guesser types.
         digest = code_hash(canonical) if canonical else code_hash("!" + typed[:64])
-        status, user_id, until = await self.store.redeem_link_code(surface, external_user_id, digest, self.policy)
+        also = ("ip", client_ip) if client_ip else None
+        status, user_id, until = await self.store.redeem_link_code(
+            surface, external_user_id, digest, self.policy, also)
         return RedeemResult(status, user_id, until)
 
     async def unlink(self, surface: str, external_user_id: str, actor: str = "person") -> str:

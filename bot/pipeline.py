@@ -118,7 +118,7 @@ class Pipeline:
         n_tokens = await _count(msg.text)
         turn = await self.store.ingest(msg, n_tokens)
         if turn is None or (turn.resumed and turn.message.id in self._in_flight):
-            logger.info("turn.duplicate", surface=msg.surface, external_id=msg.external_id)
+            logger.info("turn.duplicate", surface=msg.surface)  # external ids may hold a person's id: not logged
             return OutboundMessage(msg.surface, msg.sender, "", "duplicate")
         if turn.resumed:
             logger.info("turn.resumed", surface=msg.surface, message_id=turn.message.id)

@@ -45,6 +45,8 @@ class InboundMessage:
     metadata: dict[str, Any] = field(default_factory=dict)
     handle: str | None = None
     language: str | None = None
+    #: the caller's address on the web (rate limits, link-code lockouts); never stored
+    client_ip: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,39 +42,54 @@ def issue_code(db: Db, surface: str, ext: str, code_hash: str, at: str, expires_
     return user_id
 
 
-def _locked_until(db: Db, surface: str, ext: str, at: str) -> str | None:
-    row = db.one("SELECT locked_until FROM link_failures WHERE surface = ? AND external_user_id = ?", (surface, ext))
-    return row[0] if row and row[0] and row[0] > at else None
+Key = tuple[str, str]
 
 
-def _fail(
-    db: Db, surface: str, ext: str, at: str, window_start: str, lock_until: str, policy: LinkPolicy,
-) -> str | None:
-    """Count a wrong code; returns the lockout end when this failure locks the identity."""
-    row = db.one(
-        "INSERT INTO link_failures(surface, external_user_id, failures, window_start) VALUES (?, ?, 1, ?) "
-        "ON CONFLICT(surface, external_user_id) DO UPDATE SET "
-        "failures = CASE WHEN link_failures.window_start < ? THEN 1 ELSE link_failures.failures + 1 END, "
-        "window_start = CASE WHEN link_failures.window_start < ? THEN excluded.window_start "
-        "ELSE link_failures.window_start END RETURNING failures",
-        (surface, ext, at, window_start, window_start),
-    )
-    if row[0] >= policy.max_failures:
-        db.run("UPDATE link_failures SET locked_until = ?, failures = 0, window_start = ? "
-               "WHERE surface = ? AND external_user_id = ?", (lock_until, at, surface, ext))
-        return lock_until
-    return None
+def _locked_until(db: Db, keys: list[Key], at: str) -> str | None:
+    """The latest lockout end among `keys` still in force, or None."""
+    ends = [row[0] for key in keys
+            if (row := db.one("SELECT locked_until FROM link_failures WHERE surface = ? AND external_user_id = ?",
+                              key)) and row[0] and row[0] > at]
+    return max(ends) if ends else None
+
+
+def _fail(db: Db, keys: list[Key], at: str, window_start: str, lock_until: str, policy: LinkPolicy) -> str | None:
+    """Count a wrong code against every key; returns the lockout end when this failure locks one of them. The
+    count is kept through a lockout, so the global cap sees every wrong code of the window."""
+    locked = None
+    for surface, ext in keys:
+        row = db.one(
+            "INSERT INTO link_failures(surface, external_user_id, failures, window_start) VALUES (?, ?, 1, ?) "
+            "ON CONFLICT(surface, external_user_id) DO UPDATE SET "
+            "failures = CASE WHEN link_failures.window_start < ? THEN 1 ELSE link_failures.failures + 1 END, "
+            "window_start = CASE WHEN link_failures.window_start < ? THEN excluded.window_start "
+            "ELSE link_failures.window_start END RETURNING failures",
+            (surface, ext, at, window_start, window_start),
+        )
+        if row[0] >= policy.max_failures:
+            db.run("UPDATE link_failures SET locked_until = ? WHERE surface = ? AND external_user_id = ?",
+                   (lock_until, surface, ext))
+            locked = lock_until
+    return locked
 
 
 def redeem_code(
     db: Db, surface: str, ext: str, code_hash: str, at: str, window_start: str, lock_until: str, policy: LinkPolicy,
+    also: Key | None = None,
 ) -> tuple[str, int | None, str | None]:
-    """(status, user id, locked_until). status: linked | already_linked | locked | invalid | own_code | throttled."""
-    if (db.one("SELECT coalesce(sum(failures), 0) FROM link_failures WHERE window_start >= ?", (window_start,))[0]
-            >= policy.global_max_failures):  # many identities guessing at once: stop all redemptions a while
+    """(status, user id, locked_until). status: linked | already_linked | locked | invalid | own_code | throttled.
+
+    `also` is a second key the attempt is counted against, e.g. ("ip", address) on the web, where identities
+    cost nothing to make: a lockout of either key refuses the attempt."""
+    keys: list[Key] = [(surface, ext)] + ([also] if also else [])
+    # rows whose window and lockout are both over say nothing any more
+    db.run("DELETE FROM link_failures WHERE window_start < ? AND (locked_until IS NULL OR locked_until <= ?)",
+           (window_start, at))
+    if (db.one("SELECT coalesce(sum(failures), 0) FROM link_failures WHERE window_start >= ? AND surface <> 'ip'",
+               (window_start,))[0] >= policy.global_max_failures):  # many identities guessing: stop all a while
         audit(db, None, "link_refused_throttled", surface, ext, "person", at)
         return "throttled", None, None
-    locked = _locked_until(db, surface, ext, at)
+    locked = _locked_until(db, keys, at)
     row = db.one(
         "SELECT id, user_id, surface, external_user_id, expires_at, used_at, attempts FROM link_codes "
         "WHERE code_hash = ?", (code_hash,),
@@ -85,7 +100,7 @@ def redeem_code(
         audit(db, None, "link_refused_locked", surface, ext, "person", at)
         return "locked", None, locked
     if row is None or row[5] is not None or row[4] <= at:
-        newly_locked = _fail(db, surface, ext, at, window_start, lock_until, policy)
+        newly_locked = _fail(db, keys, at, window_start, lock_until, policy)
         if newly_locked:
             audit(db, None, "lockout", surface, ext, "person", at, f"until {newly_locked}")
             return "locked", None, newly_locked
@@ -95,7 +110,6 @@ def redeem_code(
         _spend_attempt(db, code_id, at, policy)
         return "own_code", None, None
     db.run("UPDATE link_codes SET used_at = ? WHERE id = ?", (at, code_id))
-    db.run("DELETE FROM link_failures WHERE surface = ? AND external_user_id = ?", (surface, ext))
     current = identity_user(db, surface, ext, at)
     if current == target_user:
         return "already_linked", target_user, None
@@ -158,6 +172,9 @@ def unlink_identity(db: Db, surface: str, ext: str, actor: str, at: str) -> tupl
         return "only_identity", None
     new, _ = new_user(db, f"{surface}:{ext}", at)
     db.run("UPDATE identities SET user_id = ? WHERE surface = ? AND external_user_id = ?", (new, surface, ext))
+    # a code this identity asked for would still join people to the user it just left
+    db.run("UPDATE link_codes SET used_at = ? WHERE surface = ? AND external_user_id = ? AND used_at IS NULL",
+           (at, surface, ext))
     audit(db, old, "unlinked", surface, ext, actor, at, f"now user {new}")
     audit(db, new, "unlinked", surface, ext, actor, at, f"was user {old}")
     return "unlinked", new

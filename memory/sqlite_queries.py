@@ -103,7 +103,7 @@ def ingest(db: Db, msg: InboundMessage, token_count: int) -> Ingested:
          None),
     )
     if row is None:  # (surface, external_id) already stored: undo the user/conversation work
-        raise Rollback(_unanswered(db, msg))
+        raise Rollback(_unanswered(db, msg, user_id))
     stored = StoredMessage(
         id=row[0], conversation_id=conversation_id, user_id=user_id, surface=msg.surface, role="user",
         content=msg.text, token_count=token_count, external_id=msg.external_id,
@@ -114,15 +114,16 @@ def ingest(db: Db, msg: InboundMessage, token_count: int) -> Ingested:
                     created_user=created)
 
 
-def _unanswered(db: Db, msg: InboundMessage) -> Ingested | None:
+def _unanswered(db: Db, msg: InboundMessage, user_id: int) -> Ingested | None:
     """A redelivered message: None (drop it) if its turn ran, or the stored turn to resume if it never did
     (the process died between storing the message and calling the model: the person still deserves an answer)."""
     row = db.one(
         f"SELECT {MSG_COLS}, u.handle FROM messages m JOIN users u ON u.id = m.user_id "
-        "WHERE m.surface = ? AND m.external_id = ? AND m.role = 'user' AND m.created_at >= ? "
+        # only the sender's own message: an id collision must never hand one person's turn to another
+        "WHERE m.surface = ? AND m.external_id = ? AND m.user_id = ? AND m.role = 'user' AND m.created_at >= ? "
         "AND NOT EXISTS (SELECT 1 FROM model_calls c WHERE c.message_id = m.id) "
         "AND NOT EXISTS (SELECT 1 FROM messages r WHERE r.reply_to = m.id)",
-        (msg.surface, msg.external_id, to_ts(utcnow() - RESUME_WINDOW)),
+        (msg.surface, msg.external_id, user_id, to_ts(utcnow() - RESUME_WINDOW)),
     )
     if row is None:
         return None

@@ -283,14 +283,14 @@ class SqliteStore:
             db, surface, external_user_id, code_hash, now, to_ts(expires_at)))
 
     async def redeem_link_code(
-        self, surface: str, external_user_id: str, code_hash: str, policy: Any,
+        self, surface: str, external_user_id: str, code_hash: str, policy: Any, also: tuple[str, str] | None = None,
     ) -> tuple[str, int | None, datetime | None]:
         moment = utcnow()
         now = to_ts(moment)
         window_start = to_ts(moment - timedelta(seconds=policy.failure_window_s))
         lock_until = to_ts(moment + timedelta(seconds=policy.lockout_s))
         status, uid, until = await self._tx("write", lambda db: linking.redeem_code(
-            db, surface, external_user_id, code_hash, now, window_start, lock_until, policy))
+            db, surface, external_user_id, code_hash, now, window_start, lock_until, policy, also))
         return status, uid, from_ts(until) if until else None
 
     async def link_identity(self, handle: str, surface: str, external_user_id: str, actor: str) -> int | None:
@@ -330,11 +330,7 @@ class SqliteStore:
     async def forget(self, handle: str) -> bool:
         # ON DELETE CASCADE takes identities, conversations, messages (and their FTS rows, by trigger),
         # model_calls and facts with the user row.
-        def delete(db: Db) -> bool:
-            # link_failures are keyed by identity, not user: they go first, while the identities still say whose
-            db.run("DELETE FROM link_failures WHERE (surface, external_user_id) IN (SELECT i.surface, "
-                   "i.external_user_id FROM identities i JOIN users u ON u.id = i.user_id WHERE u.handle = ?)",
-                   (handle,))
-            return db.one("DELETE FROM users WHERE handle = ? RETURNING id", (handle,)) is not None
-
-        return await self._tx("write", delete)
+        # link_failures rows stay: they are keyed by identity, not person, and expire with their window (at
+        # most half an hour); deleting them would let /forget reset a guesser's lockout
+        row = await self._tx("write", lambda db: db.one("DELETE FROM users WHERE handle = ? RETURNING id", (handle,)))
+        return row is not None

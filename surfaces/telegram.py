@@ -214,6 +214,9 @@ class TelegramSurface:
             return
         if out.status == "duplicate":
             return
+        if out.status == "command":  # e.g. "@bot /help" in a group, or a photo captioned "/memory"
+            await self._say(chat_id, out.text, d.reply_to)
+            return
         # status "failed" (every model down): out.text is the catalogue's apology, sent like any reply
         await deliver(self.application.bot, rt.store, out, chat_id, reply_to=d.reply_to, policy=self.policy)
 

@@ -18,6 +18,7 @@ does not exist.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from typing import Any
 
@@ -33,8 +34,8 @@ from bot.types import InboundMessage
 from memory.store import StoreUnavailable
 from surfaces.base import Runtime
 from surfaces.web_auth import SESSION_COOKIE, Authenticator, AuthFailed, Caller, Sessions
-from surfaces.web_common import MAX_BODY_BYTES, error, lang, message_json, read_message
-from surfaces.web_guard import ApiGuard, Endpoint, too_many
+from surfaces.web_common import MAX_BODY_BYTES, MAX_ID, error, lang, message_json, read_message
+from surfaces.web_guard import ApiGuard, Endpoint, client_ip, too_many
 from surfaces.web_stream import stream_turn
 from surfaces.web_widget import WidgetFiles
 
@@ -46,6 +47,14 @@ API_ROUTES = [
     "POST /api/session", "POST /api/messages", "POST /api/messages/stream", "GET /api/conversations",
     "GET /api/conversations/{id}/messages",
 ]
+
+
+def web_external_id(sender: str, client_message_id: str | None) -> str:
+    """The dedup key of a web message, namespaced by sender without ambiguity: a hash of the sender (whose id
+    may hold ':'), then the client's id. One person's client ids can never collide with another's."""
+    if client_message_id is None:
+        return uuid.uuid4().hex
+    return hashlib.sha256(sender.encode()).hexdigest()[:32] + ":" + client_message_id
 
 
 class WebSurface:
@@ -99,7 +108,7 @@ class WebSurface:
     async def new_session(self, request: Request) -> Response:
         _, token = self.sessions.issue()
         response = JSONResponse({"session": token})
-        _set_cookie(response, token)
+        _set_cookie(request, response, token)
         return response
 
     async def _inbound(self, request: Request) -> tuple[InboundMessage, Caller] | Response:
@@ -117,11 +126,10 @@ class WebSurface:
             return body
         msg = InboundMessage(
             surface="web", sender=caller.sender,
-            # namespaced by sender: one person's client ids can never collide with another's
-            external_id=f"{caller.sender}:{body.client_message_id or uuid.uuid4().hex}",
+            external_id=web_external_id(caller.sender, body.client_message_id),
             text=body.text,
             conversation_ref=str(body.conversation_id) if body.conversation_id is not None else None,
-            language=lang(request),
+            language=lang(request), client_ip=client_ip(request),
         )
         try:
             self.pipeline.validate(msg)
@@ -150,7 +158,7 @@ class WebSurface:
             payload["session"] = caller.new_token
         response = JSONResponse(payload)
         if caller.new_token:
-            _set_cookie(response, caller.new_token)
+            _set_cookie(request, response, caller.new_token)
         return response
 
     async def post_message_stream(self, request: Request) -> Response:
@@ -161,7 +169,7 @@ class WebSurface:
         response = await stream_turn(
             request, self.pipeline, self.runtime.tasks, msg, new_session=caller.new_token)
         if caller.new_token and response.status_code == 200:
-            _set_cookie(response, caller.new_token)
+            _set_cookie(request, response, caller.new_token)
         return response
 
     async def _user_id(self, request: Request) -> int | Response | None:
@@ -190,6 +198,8 @@ class WebSurface:
         if isinstance(user_id, Response):
             return user_id
         conversation_id = int(request.path_params["conversation_id"])
+        if not 0 < conversation_id < MAX_ID:
+            return error(request, 404, "not_found")
         try:
             if user_id is None:
                 raise NotFound(conversation_id)
@@ -200,7 +210,8 @@ class WebSurface:
                              "messages": [message_json(m) for m in messages]})
 
 
-def _set_cookie(response: Response, token: str) -> None:
+def _set_cookie(request: Request, response: Response, token: str) -> None:
     # For same-origin clients only: HttpOnly (no script reads it), SameSite=Lax (no cross-site requests carry
     # it). The widget never relies on it: it sends its token as a Bearer header.
-    response.set_cookie(SESSION_COOKIE, token, max_age=365 * 24 * 3600, httponly=True, samesite="lax")
+    response.set_cookie(SESSION_COOKIE, token, max_age=365 * 24 * 3600, httponly=True, samesite="lax",
+                        secure=request.url.scheme == "https")  # behind a TLS proxy: run with --proxy-headers

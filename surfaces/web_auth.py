@@ -122,7 +122,15 @@ def request_token(request: Request) -> str | None:
     auth = request.headers.get("authorization", "")
     if auth.lower().startswith("bearer "):
         return auth[7:].strip() or None
-    return request.headers.get("x-hilo-session") or request.cookies.get(SESSION_COOKIE)
+    header = request.headers.get("x-hilo-session")
+    if header:
+        return header
+    # The cookie rides along on any same-site request, also from another allowed page of the site: it counts
+    # only on the server's own origin (or with no Origin at all: top-level navigation, curl).
+    origin = request.headers.get("origin")
+    if origin is not None and origin.lower() != f"{request.url.scheme}://{request.url.netloc}".lower():
+        return None
+    return request.cookies.get(SESSION_COOKIE)
 
 
 class Authenticator:

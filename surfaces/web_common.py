@@ -12,6 +12,8 @@ from starlette.responses import JSONResponse
 from bot import catalog
 from memory.store import StoredMessage
 
+#: Ids are 64-bit signed integers in every backend.
+MAX_ID = 2**63
 MAX_BODY_BYTES = 64 * 1024
 
 
@@ -54,6 +56,8 @@ async def read_message(request: Request) -> MessageBody | JSONResponse:
     if conversation_id is not None and (
             isinstance(conversation_id, bool) or not isinstance(conversation_id, int)):
         return error(request, 400, "bad_request", detail="conversation_id must be a number")
+    if conversation_id is not None and not 0 < conversation_id < MAX_ID:
+        return error(request, 404, "not_found")  # no such conversation can exist
     client_id = data.get("client_message_id")
     if client_id is not None and (not isinstance(client_id, str) or not 0 < len(client_id) <= 100):
         return error(request, 400, "bad_request", detail="client_message_id must be a short string")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
@@ -42,25 +43,20 @@ class RateLimiter:
         self.rate = per_minute / 60.0
         self._clock = clock
         self._max_keys = max_keys
-        self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens left, when)
+        # key -> (tokens left, when), least recently used first: past max_keys the oldest go
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
 
     def hit(self, key: str) -> float:
         """Take one token: 0.0 when allowed, else the seconds until the next one is available."""
         now = self._clock()
         tokens, when = self._buckets.get(key, (self.capacity, now))
         tokens = min(self.capacity, tokens + (now - when) * self.rate)
-        if tokens >= 1.0:
-            self._buckets[key] = (tokens - 1.0, now)
-            if len(self._buckets) > self._max_keys:
-                self._prune(now)
-            return 0.0
-        self._buckets[key] = (tokens, now)
-        return (1.0 - tokens) / self.rate
-
-    def _prune(self, now: float) -> None:
-        # A bucket that has refilled completely is the same as no bucket: forget it.
-        self._buckets = {k: (t, w) for k, (t, w) in self._buckets.items()
-                         if t + (now - w) * self.rate < self.capacity}
+        allowed = tokens >= 1.0
+        self._buckets[key] = (tokens - 1.0 if allowed else tokens, now)
+        self._buckets.move_to_end(key)
+        while len(self._buckets) > self._max_keys:  # O(1) per hit: the least recently seen keys go first
+            self._buckets.popitem(last=False)
+        return 0.0 if allowed else (1.0 - tokens) / self.rate
 
 
 def too_many(request: Request, retry_after: float) -> JSONResponse:

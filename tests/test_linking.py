@@ -146,5 +146,45 @@ async def test_operator_link_and_forget_takes_everything(store: Any) -> None:
     import sqlite3
 
     with sqlite3.connect(store.path) as conn:
-        for table in ("identities", "link_codes", "link_failures", "identity_audit"):
+        for table in ("identities", "link_codes", "identity_audit"):
             assert conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0, table
+        # wrong-code counters are keyed by identity and expire with their window: forgetting keeps them
+        assert conn.execute("SELECT count(*) FROM link_failures").fetchone()[0] == 1
+
+
+async def test_forgetting_oneself_does_not_reset_a_lockout(store: Any) -> None:
+    p = pipeline(store)
+    linker = Linker(store)
+    code = await linker.request("telegram", "victim")
+    await p.handle(msg("telegram", "guesser", "g0", "hello"))
+    for i in range(10):
+        await linker.redeem("telegram", "guesser", f"ZZZZ-{i:04d}")
+    assert await store.forget("telegram:guesser")
+    assert (await linker.redeem("telegram", "guesser", code)).status == "locked"
+
+
+async def test_the_global_cap_counts_wrong_codes_through_lockouts(store: Any) -> None:
+    linker = Linker(store, LinkPolicy(max_failures=5, global_max_failures=20))
+    code = await linker.request("telegram", "owner")
+    for who in range(4):  # four identities, each guessing until locked out
+        for i in range(5):
+            await linker.redeem("web", f"v{who}", f"ZZZZ-{i:04d}")
+    assert (await linker.redeem("whatsapp", "+1", code)).status == "throttled"
+
+
+async def test_web_guesses_from_one_address_lock_that_address_out(store: Any) -> None:
+    linker = Linker(store)
+    code = await linker.request("telegram", "owner")
+    for i in range(10):  # a fresh visitor identity per guess, as anyone can mint them, but one address
+        await linker.redeem("web", f"visitor{i}", f"ZZZZ-{i:04d}", client_ip="203.0.113.9")
+    refused = await linker.redeem("web", "fresh-visitor", code, client_ip="203.0.113.9")
+    assert refused.status == "locked"
+    assert (await linker.redeem("web", "elsewhere", code, client_ip="198.51.100.1")).status == "linked"
+
+
+async def test_unlink_kills_the_codes_the_identity_asked_for(store: Any) -> None:
+    linker = Linker(store)
+    await linker.redeem("whatsapp", "+34", await linker.request("telegram", "42"))
+    pending = await linker.request("telegram", "42")
+    assert await linker.unlink("telegram", "42") == "unlinked"
+    assert (await linker.redeem("web", "v", pending)).status == "invalid"

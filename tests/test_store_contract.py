@@ -486,3 +486,9 @@ async def test_a_redelivery_of_a_turn_that_never_ran_comes_back_to_be_answered(s
 
 def utcnow_() -> datetime:
     return datetime.now(UTC)
+
+
+async def test_a_colliding_message_id_never_resumes_another_persons_turn(store: Store) -> None:
+    await put(store, msg("web", "alice", "same-id", "my diagnosis is confidential", utcnow_()))
+    assert await store.ingest(msg("web", "mallory", "same-id", "hi", utcnow_()), 1) is None
+    assert await store.identity_user("web", "mallory") is None  # and nothing of mallory's was kept

@@ -525,3 +525,11 @@ async def test_a_refused_token_stops_the_start_saying_what_to_check(tmp_path: Pa
     assert "not-the-token" not in str(err.value) and err.value.__suppress_context__  # no traceback shows it
     await surface.stop()
     gc.collect()
+
+
+async def test_a_command_in_a_photo_caption_is_answered_as_a_command(tmp_path: Path, bot_api: FakeBotApi) -> None:
+    async with running_daemon(tg_settings(tmp_path, bot_api)) as client:
+        bot_api.enqueue(bot_api.photo_update("/help"))
+        [reply] = await bot_api.wait_sent(1)
+        assert reply.text == catalog.t("cmd_help", "en")
+        assert await inspect(client) is None  # a command is not a turn: nothing stored

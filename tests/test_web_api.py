@@ -457,3 +457,48 @@ async def test_the_demo_page_embeds_the_widget(client: httpx.AsyncClient) -> Non
     assert '<html lang="es">' in (await client.get("/?lang=es")).text
     info = (await client.get("/api")).json()
     assert info["name"] == "hilo" and "POST /api/messages/stream" in info["api"]
+
+
+# ---- hardening ------------------------------------------------------------------------------------------
+
+async def test_the_cookie_counts_only_on_the_servers_own_origin(tmp_path: Path) -> None:
+    async with daemon(tmp_path, allowed_origins=("https://*.example.org",)) as client:
+        first = await client.post("/api/messages", json={"text": "my secret is tangerine"})
+        assert first.status_code == 200 and client.cookies.get("hilo_session")
+        own = str(client.base_url).rstrip("/")
+        assert (await client.get("/api/conversations", headers={"origin": own})).json()["conversations"]
+        # a sibling page of the same site is allowed to call the API, but not with the visitor's cookie
+        sibling = {"origin": "https://blog.example.org"}
+        assert (await client.get("/api/conversations", headers=sibling)).status_code == 401
+        forget = await client.post("/api/messages", content=b'{"text": "/forget yes"}',
+                                   headers={**sibling, "content-type": "text/plain"})
+        assert forget.status_code == 200 and "session" in forget.json()  # a new, empty visitor: not the cookie's
+        mine = bearer(first.json()["session"])
+        assert (await client.get("/api/conversations", headers=mine)).json()["conversations"]  # intact
+
+
+async def test_impossible_conversation_ids_are_not_found(client: httpx.AsyncClient) -> None:
+    token = (await client.post("/api/session")).json()["session"]
+    huge = 10**30
+    assert (await client.get(f"/api/conversations/{huge}/messages", headers=bearer(token))).status_code == 404
+    r = await client.post("/api/messages", json={"text": "hi", "conversation_id": huge}, headers=bearer(token))
+    assert r.status_code == 404 and r.json()["error"] == "not_found"
+    r = await client.post("/api/messages", json={"text": "hi", "conversation_id": -1}, headers=bearer(token))
+    assert r.status_code == 404
+
+
+def test_web_message_ids_cannot_collide_between_people() -> None:
+    from surfaces.web import web_external_id
+
+    assert web_external_id("site:alice", "x:1") != web_external_id("site:alice:x", "1")
+    assert web_external_id("v1", "c-1") == web_external_id("v1", "c-1")
+    assert web_external_id("v1", None) != web_external_id("v1", None)
+
+
+def test_the_rate_limiter_keeps_a_bounded_number_of_keys() -> None:
+    limiter = RateLimiter(60, max_keys=100)
+    for i in range(10_000):
+        limiter.hit(f"k{i}")
+    assert len(limiter._buckets) == 100
+    limiter.hit("k9999")
+    assert limiter.hit("k9999") == 0.0  # the recent ones are still there, with their counts

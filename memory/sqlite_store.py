@@ -52,6 +52,15 @@ T = TypeVar("T")
 Mode = Literal["read", "write", "none"]
 
 
+#: How far along a sent part is; provider statuses that end badly rank last (nothing comes after them).
+_DELIVERY_RANK = {"queued": 0, "accepted": 0, "scheduled": 0, "sending": 1, "sent": 2, "delivered": 3, "read": 4,
+                  "undelivered": 5, "failed": 5}
+
+
+def delivery_rank(status: str) -> int:
+    return _DELIVERY_RANK.get(status, 2)
+
+
 class SqliteStore:
     """The Store on a SQLite file (or ":memory:", kept alive by the worker thread's connection)."""
 
@@ -315,11 +324,19 @@ class SqliteStore:
 
     async def update_delivery(self, surface: str, provider_ref: str, status: str, error: str | None = None) -> bool:
         now = to_ts(utcnow())
-        changed = await self._tx("write", lambda db: db.run(
-            "UPDATE deliveries SET status = ?, error = COALESCE(?, error), updated_at = ? "
-            "WHERE surface = ? AND provider_ref = ?", (status, error, now, surface, provider_ref),
-        ))
-        return changed > 0
+
+        def write(db: Db) -> bool:
+            row = db.one("SELECT status FROM deliveries WHERE surface = ? AND provider_ref = ?",
+                         (surface, provider_ref))
+            if row is None:
+                return False
+            # Callbacks can arrive out of order ("sent" after "delivered"): a status never moves backwards.
+            if delivery_rank(status) >= delivery_rank(row[0]):
+                db.run("UPDATE deliveries SET status = ?, error = COALESCE(?, error), updated_at = ? "
+                       "WHERE surface = ? AND provider_ref = ?", (status, error, now, surface, provider_ref))
+            return True
+
+        return await self._tx("write", write)
 
     async def deliveries(self, user_id: int) -> list[dict[str, Any]]:
         return await self._tx("read", lambda db: deliveries_json(db, user_id))

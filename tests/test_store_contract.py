@@ -492,3 +492,13 @@ async def test_a_colliding_message_id_never_resumes_another_persons_turn(store: 
     await put(store, msg("web", "alice", "same-id", "my diagnosis is confidential", utcnow_()))
     assert await store.ingest(msg("web", "mallory", "same-id", "hi", utcnow_()), 1) is None
     assert await store.identity_user("web", "mallory") is None  # and nothing of mallory's was kept
+
+
+async def test_a_delivery_status_never_moves_backwards(store: Store) -> None:
+    from memory.store import Delivery
+
+    turn = await put(store, msg("whatsapp", "+34", "SMx", "hi", utcnow_()))
+    await store.record_delivery(Delivery(turn.user_id, turn.message.id, "whatsapp", "+34", "sent", provider_ref="SMo"))
+    for status in ("delivered", "sent", "read", "delivered"):  # Twilio's callbacks, out of order
+        assert await store.update_delivery("whatsapp", "SMo", status) is True
+    assert [d["status"] for d in await store.deliveries(turn.user_id)] == ["read"]

@@ -106,6 +106,9 @@ async def link(ctx: CommandContext) -> str:
 
     linker = Linker(ctx.store)
     surface, sender = ctx.msg.surface, ctx.msg.sender
+    if ctx.msg.handle and await ctx.store.user_id(ctx.msg.handle) is not None:
+        # a message filed under a handle (`hilo chat --user U`): its identity is that person's
+        await ctx.store.link_identity(ctx.msg.handle, surface, sender, "cli")
     if not ctx.args.strip():
         return ctx.t("link_code", code=await linker.request(surface, sender))
     result = await linker.redeem(surface, sender, ctx.args, client_ip=ctx.msg.client_ip)

@@ -147,3 +147,14 @@ async def test_a_handle_names_the_person_directly(store: Any) -> None:
     m = InboundMessage(surface="cli", sender="ana", external_id="c1", text="/forget yes", handle="ana")
     assert await commands.run(Command("forget", "yes"), m, store) == catalog.t("cmd_forget_done", "en")
     assert await store.user_id("ana") is None
+
+
+async def test_link_from_the_terminal_speaks_for_the_handles_person(store: Any) -> None:
+    import re
+
+    await store.user_id("ana", create=True)
+    m = InboundMessage(surface="cli", sender="ana", external_id="c1", text="/link", handle="ana", language="en")
+    code = re.search(r"[0-9A-Z]{4}-[0-9A-Z]{4}", await commands.run(parse("/link"), m, store))  # type: ignore[arg-type]
+    web = InboundMessage(surface="web", sender="v9", external_id="w", text=f"/link {code.group(0)}")  # type: ignore[union-attr]
+    assert await commands.run(parse(web.text), web, store) == catalog.t("link_done", "en")  # type: ignore[arg-type]
+    assert await store.identity_user("web", "v9") == await store.user_id("ana")

@@ -5,9 +5,9 @@ Files live in the `migrations` package, one folder per dialect: `migrations/sqli
 Each one is applied in its own transaction together with its row in `schema_migrations(name, applied_at)`,
 so a failure leaves the database at the previous migration.
 
-The dialect-agnostic part (discovery, planning, the bookkeeping SQL) is shared; `apply_sqlite` is the
-SQLite driver. A Postgres driver runs the same plan with its own connection (a whole file can be sent as
-one script there).
+The dialect-agnostic part (discovery, planning) is shared; `apply_sqlite` is the SQLite driver and
+`apply_postgres` the asyncpg one (a whole file is sent as one script there; concurrent migrators, e.g. N
+`hilo serve` processes starting together, are serialized by a transaction-scoped advisory lock).
 """
 
 from __future__ import annotations
@@ -18,8 +18,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
+from typing import TYPE_CHECKING
 
 from memory.store import StoreError
+
+if TYPE_CHECKING:
+    import asyncpg
 
 #: A migration file name: four digits, an underscore, a snake_case name.
 NAME_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
@@ -140,3 +144,55 @@ def applied_sqlite(conn: sqlite3.Connection) -> list[str]:
 
 def _applied(conn: sqlite3.Connection) -> list[str]:
     return [row[0] for row in conn.execute(SELECT_APPLIED)]
+
+
+# -- Postgres ------------------------------------------------------------------------------------------------
+
+PG_CREATE_TABLE = (
+    "CREATE TABLE IF NOT EXISTS schema_migrations (name text PRIMARY KEY, applied_at timestamptz NOT NULL)"
+)
+PG_INSERT_APPLIED = "INSERT INTO schema_migrations(name, applied_at) VALUES ($1, now())"
+#: The advisory lock key every hilo migrator takes (pg_advisory_xact_lock): 'hilo' 'mig' in ASCII.
+PG_LOCK_KEY = 0x68696C6F_6D6967
+
+
+async def apply_postgres(
+    conn: asyncpg.Connection, migrations: Sequence[Migration] | None = None,
+) -> list[str]:
+    """Apply pending migrations on an asyncpg connection (outside any transaction); return the names applied.
+
+    Each migration is one transaction: the advisory lock, a re-check that it is still pending (another
+    process may have applied it while this one waited), the whole file as one script, and its row in
+    schema_migrations. A failure rolls that migration back and leaves the earlier ones applied.
+    """
+    import asyncpg
+
+    available = list(migrations) if migrations is not None else discover("postgres")
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", PG_LOCK_KEY)
+        await conn.execute(PG_CREATE_TABLE)
+        pending = plan(available, await _applied_pg(conn))
+    applied_now: list[str] = []
+    for migration in pending:
+        try:
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock($1)", PG_LOCK_KEY)
+                if migration.name in await _applied_pg(conn):  # another process got there first
+                    continue
+                await conn.execute(migration.sql)
+                await conn.execute(PG_INSERT_APPLIED, migration.name)
+        except asyncpg.PostgresError as exc:
+            raise MigrationError(f"migration {migration.name} failed: {exc}") from exc
+        applied_now.append(migration.name)
+    return applied_now
+
+
+async def applied_postgres(conn: asyncpg.Connection) -> list[str]:
+    """The names recorded in schema_migrations (empty on a blank database)."""
+    if await conn.fetchval("SELECT to_regclass('schema_migrations') IS NULL"):
+        return []
+    return await _applied_pg(conn)
+
+
+async def _applied_pg(conn: asyncpg.Connection) -> list[str]:
+    return [row[0] for row in await conn.fetch(SELECT_APPLIED)]

@@ -3,7 +3,9 @@
     sqlite:///hilo.db            a file relative to the working directory
     sqlite:////var/lib/hilo.db   an absolute path (four slashes)
     sqlite:///:memory:           a private in-memory database (tests)
-    postgres://..., postgresql://...   not in this build yet
+    postgresql://user:pass@host:5432/hilo   Postgres (asyncpg; `postgres://` too). URL options of hilo's own:
+        ?statement_cache_size=0 for Supabase's transaction pooler (automatic on *.pooler.supabase.com:6543),
+        pool_min_size / pool_max_size; see memory/pg_store.py
 
 The store is returned unopened: the caller owns its lifecycle (`await store.open()` ... `await store.close()`).
 """
@@ -40,8 +42,16 @@ def open_store(url: str) -> Store:
 
         return SqliteStore(sqlite_path(url))
     if scheme in ("postgres", "postgresql"):
-        raise ConfigError(
-            "Postgres support is not in this build yet: use HILO_DATABASE_URL=sqlite:///hilo.db "
-            "(or --db sqlite:///hilo.db)"
-        )
-    raise ConfigError(f"unsupported database URL {url!r}: use sqlite:///hilo.db")
+        try:
+            from memory.pg_store import PostgresStore
+        except ImportError as exc:  # asyncpg is the `postgres` extra
+            if exc.name != "asyncpg":
+                raise
+            raise ConfigError(
+                f"Postgres needs asyncpg ({exc}): pip install 'hilo[postgres]', or use "
+                "HILO_DATABASE_URL=sqlite:///hilo.db"
+            ) from exc
+        return PostgresStore(url)
+    raise ConfigError(
+        f"unsupported database URL {url!r}: use sqlite:///hilo.db or postgresql://user:password@host:5432/dbname"
+    )

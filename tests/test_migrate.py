@@ -15,7 +15,9 @@ from bot.errors import ConfigError
 from memory.migrate import (
     Migration,
     MigrationError,
+    applied_postgres,
     applied_sqlite,
+    apply_postgres,
     apply_sqlite,
     discover,
     plan,
@@ -24,6 +26,7 @@ from memory.migrate import (
 from memory.open import open_store, sqlite_path
 from memory.sqlite_store import SqliteStore
 from memory.store import ContextQuery
+from tests.fakes.postgres import SERVER, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
 
 CORE_TABLES = {"users", "identities", "conversations", "messages", "model_calls", "facts", "messages_fts"}
 
@@ -33,6 +36,12 @@ def conn(tmp_path: Path) -> Iterator[sqlite3.Connection]:
     with closing(sqlite3.connect(tmp_path / "m.db", isolation_level=None)) as c:
         c.execute("PRAGMA foreign_keys = ON")
         yield c
+
+
+@pytest.fixture
+def pg_url() -> str:
+    """A fresh database of the session's embedded Postgres (dropped after the test)."""
+    return SERVER.create_database()
 
 
 def tables(conn: sqlite3.Connection) -> set[str]:
@@ -165,9 +174,86 @@ def test_sqlite_urls() -> None:
 
 
 @pytest.mark.parametrize("url", ["postgres://u:p@localhost/hilo", "postgresql://localhost/hilo"])
-def test_postgres_url_says_what_to_do(url: str) -> None:
-    with pytest.raises(ConfigError, match=r"Postgres support is not in this build yet.*sqlite:///hilo\.db"):
-        open_store(url)
+def test_postgres_urls_open_the_postgres_store(url: str) -> None:
+    from memory.pg_store import PostgresStore
+
+    store = open_store(url)
+    assert isinstance(store, PostgresStore) and store.options["statement_cache_size"] == 100
+
+
+def test_postgres_url_options() -> None:
+    from memory.pg_store import parse_url
+
+    dsn, options = parse_url("postgresql://u:p@db/hilo?statement_cache_size=0&sslmode=require&pool_max_size=4")
+    assert dsn == "postgresql://u:p@db/hilo?sslmode=require"
+    assert options == {"statement_cache_size": 0, "pool_min_size": 1, "pool_max_size": 4}
+    supabase = "postgresql://u:p@aws-0-eu-west-1.pooler.supabase.com:6543/postgres"
+    assert parse_url(supabase)[1]["statement_cache_size"] == 0, "the transaction pooler forbids prepared statements"
+    assert parse_url(supabase.replace(":6543", ":5432"))[1]["statement_cache_size"] == 100
+    with pytest.raises(ConfigError, match="whole number"):
+        parse_url("postgresql://db/hilo?statement_cache_size=none")
+
+
+def test_discover_postgres_mirrors_sqlite() -> None:
+    assert [m.name for m in discover("postgres")] == [m.name for m in discover("sqlite")]
+
+
+async def test_postgres_blank_database_gets_every_migration_once(pg_url: str) -> None:
+    import asyncpg
+
+    every = [m.name for m in discover("postgres")]
+    conn = await asyncpg.connect(pg_url)
+    try:
+        assert await applied_postgres(conn) == []
+        assert await apply_postgres(conn) == every
+        found = {r[0] for r in await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+        assert found >= {"users", "identities", "conversations", "messages", "model_calls", "facts", "deliveries",
+                         "link_codes", "link_failures", "identity_audit", "schema_migrations"}
+        assert await applied_postgres(conn) == every
+        assert await apply_postgres(conn) == [], "a second run applies nothing"
+        indexes = {r[0] for r in await conn.fetch("SELECT indexname FROM pg_indexes WHERE tablename = 'messages'")}
+        assert {"messages_user_created", "messages_conversation", "messages_search"} <= indexes
+    finally:
+        await conn.close()
+
+
+async def test_postgres_concurrent_migrators_apply_each_migration_once(pg_url: str) -> None:
+    import asyncio
+
+    import asyncpg
+
+    conns = [await asyncpg.connect(pg_url) for _ in range(4)]
+    try:
+        results = await asyncio.gather(*(apply_postgres(c) for c in conns))
+        assert sorted(name for r in results for name in r) == [m.name for m in discover("postgres")]
+    finally:
+        for c in conns:
+            await c.close()
+
+
+async def test_postgres_upgrade_indexes_old_messages_and_failures_roll_back(pg_url: str) -> None:
+    import asyncpg
+
+    every = discover("postgres")
+    conn = await asyncpg.connect(pg_url)
+    try:
+        assert await apply_postgres(conn, every[:2]) == ["0001_core", "0002_facts"]
+        await conn.execute(
+            "INSERT INTO users(id, handle, created_at) VALUES (1, 'ana', now());"
+            "INSERT INTO conversations(id, user_id, surface, singleton, created_at, updated_at) "
+            "VALUES (1, 1, 'cli', true, now(), now());"
+            "INSERT INTO messages(conversation_id, user_id, surface, role, content, created_at) "
+            "VALUES (1, 1, 'cli', 'user', 'the old lighthouse keeper', now())"
+        )
+        broken = Migration("9999_broken", "CREATE TABLE half_done (x int); CREATE TABLEX oops (y int);")
+        with pytest.raises(MigrationError, match="9999_broken"):
+            await apply_postgres(conn, [*every, broken])
+        assert await applied_postgres(conn) == [m.name for m in every], "earlier migrations stay applied"
+        assert await conn.fetchval("SELECT to_regclass('half_done')") is None
+        hits = await conn.fetch("SELECT id FROM messages WHERE search @@ to_tsquery('simple', 'lighthouse')")
+        assert len(hits) == 1, "messages stored before the search migration are indexed"
+    finally:
+        await conn.close()
 
 
 def test_unknown_url_scheme_is_a_config_error() -> None:

@@ -22,6 +22,7 @@ from bot.errors import NotFound
 from bot.types import InboundMessage, ModelCallRecord
 from memory.open import open_store
 from memory.store import ContextQuery, ImportRow, Ingested, Store, StoreError
+from tests.fakes.postgres import SERVER, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 T0 = NOW - timedelta(days=2)  # test messages happen after T0; replies are stamped with the real clock
@@ -63,7 +64,36 @@ class SqliteBackend:
         return [r[0] for r in self._all("SELECT name FROM schema_migrations ORDER BY name")]
 
 
-BACKENDS: dict[str, type[SqliteBackend]] = {"sqlite": SqliteBackend}
+class PostgresBackend:
+    """One fresh database of the session's embedded Postgres per test (dropped after it)."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.url = SERVER.create_database()
+        self.name = self.url.split("?", 1)[0].rsplit("/", 1)[-1]
+
+    def make(self) -> Store:
+        return open_store(self.url)
+
+    def _all(self, sql: str, *args: Any) -> list[Any]:
+        return SERVER.query(self.name, sql, *args)
+
+    def counts(self, user_id: int) -> dict[str, int]:
+        found = {t: self._all(f"SELECT count(*) FROM {t} WHERE {'id' if t == 'users' else 'user_id'} = $1",
+                              user_id)[0][0] for t in TABLES}
+        # the search index is a column of messages: a person's indexed rows are their messages with a vector
+        found["fts"] = self._all("SELECT count(*) FROM messages WHERE user_id = $1 AND search IS NOT NULL",
+                                 user_id)[0][0]
+        return found
+
+    def fts_hits(self, word: str) -> list[int]:
+        return [r[0] for r in self._all(
+            "SELECT id FROM messages WHERE search @@ to_tsquery('simple', quote_literal($1)) ORDER BY id", word)]
+
+    def migrations(self) -> list[str]:
+        return [r[0] for r in self._all("SELECT name FROM schema_migrations ORDER BY name")]
+
+
+BACKENDS: dict[str, type[SqliteBackend | PostgresBackend]] = {"sqlite": SqliteBackend, "postgres": PostgresBackend}
 
 
 @pytest.fixture(params=sorted(BACKENDS))

@@ -1,0 +1,181 @@
+"""Postgres side of identity linking: memory/sqlite_linking.py, statement for statement.
+
+Every function runs inside one transaction opened by PostgresStore and first takes one transaction-scoped
+advisory lock shared by all linking work, so that codes, lockout counters and merges see each other's
+effects in order, as SQLite's single writer guarantees (linking is rare: the lock costs nothing that matters).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from memory.pg_db import PgDb
+from memory.pg_queries import identity_user, new_user
+from memory.sqlite_db import to_ts
+from memory.sqlite_linking import LinkPolicy
+
+#: The advisory lock key of linking work ('hilo' 'lnk' in ASCII).
+LINK_LOCK_KEY = 0x68696C6F_6C6E6B
+
+Key = tuple[str, str]
+
+
+async def lock(db: PgDb) -> None:
+    await db.run("SELECT pg_advisory_xact_lock($1)", LINK_LOCK_KEY)
+
+
+async def audit(db: PgDb, user_id: int | None, action: str, surface: str, ext: str, actor: str, at: datetime,
+                detail: str | None = None) -> None:
+    await db.run(
+        "INSERT INTO identity_audit(user_id, action, surface, external_user_id, actor, detail, created_at) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7)", user_id, action, surface, ext, actor, detail, at,
+    )
+
+
+async def issue_code(db: PgDb, surface: str, ext: str, code_hash: str, at: datetime, expires_at: datetime) -> int:
+    """A new code for the identity's user (created on first contact); older unused codes of the identity die."""
+    await lock(db)
+    user_id = await identity_user(db, surface, ext, at)
+    await db.run("UPDATE link_codes SET used_at = $1 WHERE surface = $2 AND external_user_id = $3 "
+                 "AND used_at IS NULL", at, surface, ext)
+    await db.run(
+        "INSERT INTO link_codes(code_hash, user_id, surface, external_user_id, created_at, expires_at) "
+        "VALUES ($1, $2, $3, $4, $5, $6)", code_hash, user_id, surface, ext, at, expires_at,
+    )
+    await audit(db, user_id, "code_issued", surface, ext, "person", at)
+    return user_id
+
+
+async def _locked_until(db: PgDb, keys: list[Key], at: datetime) -> datetime | None:
+    """The latest lockout end among `keys` still in force, or None."""
+    ends = []
+    for surface, ext in keys:
+        row = await db.one("SELECT locked_until FROM link_failures WHERE surface = $1 AND external_user_id = $2",
+                           surface, ext)
+        if row and row[0] and row[0] > at:
+            ends.append(row[0])
+    return max(ends) if ends else None
+
+
+async def _fail(db: PgDb, keys: list[Key], at: datetime, window_start: datetime, lock_until: datetime,
+                policy: LinkPolicy) -> datetime | None:
+    """Count a wrong code against every key; returns the lockout end when this failure locks one of them."""
+    locked = None
+    for surface, ext in keys:
+        failures = await db.value(
+            "INSERT INTO link_failures(surface, external_user_id, failures, window_start) VALUES ($1, $2, 1, $3) "
+            "ON CONFLICT (surface, external_user_id) DO UPDATE SET "
+            "failures = CASE WHEN link_failures.window_start < $4 THEN 1 ELSE link_failures.failures + 1 END, "
+            "window_start = CASE WHEN link_failures.window_start < $4 THEN excluded.window_start "
+            "ELSE link_failures.window_start END RETURNING failures",
+            surface, ext, at, window_start,
+        )
+        if failures >= policy.max_failures:
+            await db.run("UPDATE link_failures SET locked_until = $1 WHERE surface = $2 AND external_user_id = $3",
+                         lock_until, surface, ext)
+            locked = lock_until
+    return locked
+
+
+async def redeem_code(
+    db: PgDb, surface: str, ext: str, code_hash: str, at: datetime, window_start: datetime, lock_until: datetime,
+    policy: LinkPolicy, also: Key | None = None,
+) -> tuple[str, int | None, datetime | None]:
+    """(status, user id, locked_until). status: linked | already_linked | locked | invalid | own_code | throttled."""
+    await lock(db)
+    keys: list[Key] = [(surface, ext)] + ([also] if also else [])
+    await db.run("DELETE FROM link_failures WHERE window_start < $1 AND (locked_until IS NULL OR locked_until <= $2)",
+                 window_start, at)
+    if await db.value("SELECT coalesce(sum(failures), 0) FROM link_failures WHERE window_start >= $1 "
+                      "AND surface <> 'ip'", window_start) >= policy.global_max_failures:
+        await audit(db, None, "link_refused_throttled", surface, ext, "person", at)
+        return "throttled", None, None
+    locked = await _locked_until(db, keys, at)
+    row = await db.one(
+        "SELECT id, user_id, surface, external_user_id, expires_at, used_at, attempts FROM link_codes "
+        "WHERE code_hash = $1", code_hash,
+    )
+    if locked is not None:
+        if row is not None:  # a right code from a locked identity still uses one of the code's attempts
+            await _spend_attempt(db, row[0], at, policy)
+        await audit(db, None, "link_refused_locked", surface, ext, "person", at)
+        return "locked", None, locked
+    if row is None or row[5] is not None or row[4] <= at:
+        newly_locked = await _fail(db, keys, at, window_start, lock_until, policy)
+        if newly_locked:
+            await audit(db, None, "lockout", surface, ext, "person", at, f"until {to_ts(newly_locked)}")
+            return "locked", None, newly_locked
+        return "invalid", None, None
+    code_id, target_user, req_surface, req_ext = row[0], row[1], row[2], row[3]
+    if (req_surface, req_ext) == (surface, ext):
+        await _spend_attempt(db, code_id, at, policy)
+        return "own_code", None, None
+    await db.run("UPDATE link_codes SET used_at = $1 WHERE id = $2", at, code_id)
+    current = await identity_user(db, surface, ext, at)
+    if current == target_user:
+        return "already_linked", target_user, None
+    await merge_users(db, current, target_user)
+    await audit(db, target_user, "linked", surface, ext, "person", at, f"code requested on {req_surface}")
+    return "linked", target_user, None
+
+
+async def _spend_attempt(db: PgDb, code_id: int, at: datetime, policy: LinkPolicy) -> None:
+    await db.run("UPDATE link_codes SET attempts = attempts + 1, "
+                 "used_at = CASE WHEN attempts + 1 >= $1 THEN $2 ELSE used_at END WHERE id = $3",
+                 policy.max_code_attempts, at, code_id)
+
+
+async def merge_users(db: PgDb, src: int, dst: int) -> None:
+    """Everything of user `src` becomes `dst`'s; `src` is deleted. Conversations that would collide (the
+    same singleton surface, the same named place) are merged message by message."""
+    for conv_id, surface, singleton, ref in await db.all(
+        "SELECT id, surface, singleton, external_ref FROM conversations WHERE user_id = $1 ORDER BY id", src,
+    ):
+        target = None
+        if singleton:
+            target = await db.one("SELECT id FROM conversations WHERE user_id = $1 AND surface = $2 AND singleton",
+                                  dst, surface)
+        elif ref is not None:
+            target = await db.one("SELECT id FROM conversations WHERE user_id = $1 AND surface = $2 "
+                                  "AND external_ref = $3", dst, surface, ref)
+        if target is not None:
+            await db.run("UPDATE messages SET conversation_id = $1 WHERE conversation_id = $2", target[0], conv_id)
+            await db.run("DELETE FROM conversations WHERE id = $1", conv_id)
+        else:
+            await db.run("UPDATE conversations SET user_id = $1 WHERE id = $2", dst, conv_id)
+    # the search index needs nothing: recall filters on messages.user_id itself
+    for table in ("messages", "facts", "model_calls", "deliveries", "identities", "link_codes", "identity_audit"):
+        await db.run(f"UPDATE {table} SET user_id = $1 WHERE user_id = $2", dst, src)
+    await db.run("DELETE FROM users WHERE id = $1", src)
+
+
+async def link_identity(db: PgDb, handle: str, surface: str, ext: str, actor: str, at: datetime) -> int | None:
+    """Operator link: the identity (created if new) joins the user with `handle`. None if no such user."""
+    await lock(db)
+    row = await db.one("SELECT id FROM users WHERE handle = $1", handle)
+    if row is None:
+        return None
+    dst = int(row[0])
+    current = await identity_user(db, surface, ext, at)
+    if current != dst:
+        await merge_users(db, current, dst)
+        await audit(db, dst, "linked", surface, ext, actor, at)
+    return dst
+
+
+async def unlink_identity(db: PgDb, surface: str, ext: str, actor: str, at: datetime) -> tuple[str, int | None]:
+    """(status, new user id). status: unlinked | unknown | only_identity."""
+    await lock(db)
+    row = await db.one("SELECT user_id FROM identities WHERE surface = $1 AND external_user_id = $2", surface, ext)
+    if row is None:
+        return "unknown", None
+    old = int(row[0])
+    if await db.value("SELECT count(*) FROM identities WHERE user_id = $1", old) <= 1:
+        return "only_identity", None
+    new, _ = await new_user(db, f"{surface}:{ext}", at)
+    await db.run("UPDATE identities SET user_id = $1 WHERE surface = $2 AND external_user_id = $3", new, surface, ext)
+    await db.run("UPDATE link_codes SET used_at = $1 WHERE surface = $2 AND external_user_id = $3 "
+                 "AND used_at IS NULL", at, surface, ext)
+    await audit(db, old, "unlinked", surface, ext, actor, at, f"now user {new}")
+    await audit(db, new, "unlinked", surface, ext, actor, at, f"was user {old}")
+    return "unlinked", new

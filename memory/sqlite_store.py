@@ -10,10 +10,11 @@ the benchmark can report the database work of a turn.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -167,6 +168,11 @@ class SqliteStore(PeopleMethods):
             raise StoreError(f"SQLite error on {self.path!r}: {exc}") from exc
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite error on {self.path!r}: {exc}") from exc
+
+    @contextlib.asynccontextmanager
+    async def turn_lock(self, conversation_id: int) -> AsyncIterator[None]:
+        """Nothing to take: one process owns a SQLite file, and the pipeline's in-process lock serializes turns."""
+        yield
 
     # -- the turn ----------------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ StoreError
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -171,6 +172,10 @@ class Store(Protocol):
         one of (user, surface); web: msg.conversation_ref, which must be the user's (NotFound otherwise), or a
         new one) and store the message. A redelivered message whose turn never ran (no model call, no reply,
         stored within the last hour) comes back with `resumed=True`, to be answered now."""
+
+    def turn_lock(self, conversation_id: int) -> AbstractAsyncContextManager[None]:
+        """Held while a turn of the conversation runs, across every process on this database (Postgres: an
+        advisory lock; SQLite: nothing, a file has one process and the pipeline locks in-process)."""
 
     async def load_context(self, query: ContextQuery) -> ContextRows:
         """One read transaction gathering everything context assembly needs (see ContextQuery)."""

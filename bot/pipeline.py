@@ -11,16 +11,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from bot import catalog, commands, log, tokens
 from bot.config import Settings
 from bot.errors import InputError
+from bot.keyed import KeyedLocks
+from bot.models.base import AllModelsFailed, Reset
+from bot.models.chain import ChainResult
 from bot.types import InboundMessage, ModelCallRecord, OutboundMessage, utcnow
 from memory.context import AssembledContext, assemble
-from memory.store import ContextQuery, Ingested, Store, StoreError
+from memory.store import ContextQuery, ContextRows, Ingested, Store, StoreError
 
 logger = log.get("hilo.pipeline")
 
@@ -31,58 +33,6 @@ DeltaSink = Callable[[str, bool], Awaitable[None]]
 IngestSink = Callable[[Ingested], Awaitable[None]]
 
 
-class _TurnLocks:
-    """One asyncio.Lock per conversation, created on demand and dropped when nobody holds or waits on it."""
-
-    def __init__(self) -> None:
-        self._locks: dict[int, tuple[asyncio.Lock, int]] = {}
-
-    def __call__(self, key: int) -> _Held:
-        return _Held(self, key)
-
-    def acquire_ref(self, key: int) -> asyncio.Lock:
-        lock, refs = self._locks.get(key, (asyncio.Lock(), 0))
-        self._locks[key] = (lock, refs + 1)
-        return lock
-
-    def release_ref(self, key: int) -> None:
-        lock, refs = self._locks[key]
-        if refs <= 1:
-            del self._locks[key]
-        else:
-            self._locks[key] = (lock, refs - 1)
-
-    def __len__(self) -> int:
-        return len(self._locks)
-
-
-class _Held:
-    def __init__(self, locks: _TurnLocks, key: int) -> None:
-        self._locks, self._key = locks, key
-        self._lock: asyncio.Lock | None = None
-
-    async def __aenter__(self) -> None:
-        self._lock = self._locks.acquire_ref(self._key)
-        try:
-            await self._lock.acquire()
-        except BaseException:
-            self._locks.release_ref(self._key)
-            raise
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._lock is not None
-        self._lock.release()
-        self._locks.release_ref(self._key)
-
-
-@dataclass(frozen=True, slots=True)
-class Timings:
-    """Milliseconds spent before the model (dedup + identity + persist + context) and in it."""
-
-    pre_model_ms: float
-    model_ms: float
-
-
 class Pipeline:
     """Turns InboundMessages into OutboundMessages. Owns no connections: the app's lifespan owns store and chain."""
 
@@ -90,7 +40,7 @@ class Pipeline:
         self.settings = settings
         self.store = store
         self.chain = chain
-        self._locks = _TurnLocks()
+        self._locks: KeyedLocks[int] = KeyedLocks()
         #: Stored messages whose turn runs now: a redelivery of one of them is a duplicate, not a resume.
         self._in_flight: set[int] = set()
 
@@ -135,7 +85,7 @@ class Pipeline:
         if on_ingested is not None:
             await on_ingested(turn)
         # in-process first (one waiter per conversation per process), then across processes (Postgres)
-        async with self._locks(turn.conversation_id), self.store.turn_lock(turn.conversation_id):
+        async with self._locks.hold(turn.conversation_id), self.store.turn_lock(turn.conversation_id):
             ctx = await self.context_for(turn)
             pre_model_ms = (time.perf_counter() - started) * 1000
             reply, calls = await self._call_model(ctx, on_delta)
@@ -191,8 +141,6 @@ class Pipeline:
                 cross_limit=s.cross_surface_limit if private else 0,
                 search_text=text, search_limit=20 if private else 0, facts_limit=50 if private else 0,
             ))
-        from memory.store import ContextRows
-
         return assemble(
             rows or ContextRows([], [], [], []), system_prompt=s.system_prompt, new_text=text,
             new_tokens=n_tokens, budget=s.context_budget, surface=surface, now=at,
@@ -201,14 +149,10 @@ class Pipeline:
     async def _call_model(
         self, ctx: AssembledContext, on_delta: DeltaSink | None,
     ) -> tuple[str | None, Sequence[ModelCallRecord]]:
-        from bot.models.base import AllModelsFailed
-
         try:
             if on_delta is None:
                 result = await self.chain.complete(ctx.messages)
                 return result.completion.text, result.calls
-            from bot.models.chain import ChainResult, Reset
-
             async for event in self.chain.stream(ctx.messages):
                 if isinstance(event, ChainResult):
                     return event.completion.text, event.calls

@@ -33,11 +33,12 @@ from telegram.ext import Application, MessageHandler, filters
 from bot import catalog, commands, log
 from bot.config import Settings
 from bot.errors import ConfigError, InputError
+from bot.keyed import RecentIds
 from memory.store import StoreUnavailable
 from surfaces.base import Runtime
 from surfaces.telegram_inbound import Allowlist, BotIdentity, Decision, classify
 from surfaces.telegram_outbound import SendFailed, SendPolicy, deliver, send_text, show_typing
-from surfaces.telegram_updates import PerChatUpdates, RecentIds
+from surfaces.telegram_updates import PerChatUpdates
 
 logger = log.get("hilo.telegram")
 

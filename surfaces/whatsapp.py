@@ -23,7 +23,6 @@ Decisions:
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
 from collections.abc import Coroutine
 from typing import Any
 from urllib.parse import parse_qsl
@@ -36,6 +35,7 @@ from twilio.request_validator import RequestValidator
 from bot import catalog, log
 from bot.config import Settings
 from bot.errors import ConfigError, InputError
+from bot.keyed import RecentIds
 from bot.types import InboundMessage
 from memory.store import StoreError
 from surfaces.base import Runtime
@@ -138,7 +138,7 @@ class WhatsAppSurface:
         self._inflight: set[asyncio.Task[Any]] = set()
         # MessageSids answered without a turn (keywords, media, opted out): the store's UNIQUE index only
         # dedups turns, so these are remembered here (per process) against Twilio's redeliveries.
-        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._seen = RecentIds()
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -242,14 +242,6 @@ class WhatsAppSurface:
         logger.info("whatsapp.status_unknown_sid", sid=sid, status=status)
 
     # -- the turn -----------------------------------------------------------------------------------------
-    def _first_time(self, sid: str) -> bool:
-        if sid in self._seen:
-            return False
-        self._seen[sid] = None
-        if len(self._seen) > 4096:
-            self._seen.popitem(last=False)
-        return True
-
     async def _reply(self, recipient: str, text: str, user_id: int | None, message_id: int | None) -> None:
         assert self._runtime is not None
         await deliver(self.sender, self._runtime.store, recipient=recipient, text=text, user_id=user_id,
@@ -260,7 +252,7 @@ class WhatsAppSurface:
         store, lang, sid = self._runtime.store, self.settings.language, msg.external_id
         user_id: int | None
         word, word_lang = keyword(msg.text)
-        if word is not None and not self._first_time(sid):
+        if word is not None and not self._seen.first_time(sid):
             return  # a redelivered keyword: handled already
         if word == "stop":
             user_id = await store.set_opt_out(SURFACE, msg.sender, True)
@@ -275,7 +267,7 @@ class WhatsAppSurface:
                 logger.info("whatsapp.dropped_opted_out", message_sid=sid)
             return
         if not msg.text.strip() and (msg.metadata.get("num_media") or msg.metadata.get("location")):
-            if self._first_time(sid):
+            if self._seen.first_time(sid):
                 user_id = await store.identity_user(SURFACE, msg.sender)
                 await self._reply(msg.sender, catalog.t("whatsapp_media_only", lang), user_id, None)
             return

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +29,7 @@ from twilio.rest import Client
 
 from bot import log
 from bot.config import Settings
+from bot.keyed import KeyedLocks
 from memory.store import Delivery, Store, StoreError
 from surfaces.whatsapp_text import split_message
 
@@ -105,31 +105,6 @@ def _describe(exc: TwilioRestException | TwilioServiceException) -> str:
     return f"{exc.code or 'http'} (HTTP {exc.status}): {text}"[:500]
 
 
-class _RecipientLocks:
-    """One asyncio.Lock per recipient while someone holds or waits on it: one reply's parts go out together,
-    never interleaved with the next reply's."""
-
-    def __init__(self) -> None:
-        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
-
-    @contextlib.asynccontextmanager
-    async def hold(self, recipient: str) -> AsyncIterator[None]:
-        lock, users = self._locks.get(recipient, (asyncio.Lock(), 0))
-        self._locks[recipient] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._locks[recipient]
-            if users <= 1:
-                del self._locks[recipient]
-            else:
-                self._locks[recipient] = (lock, users - 1)
-
-    def __len__(self) -> int:
-        return len(self._locks)
-
-
 class TwilioSender:
     """Sends message bodies from TWILIO_WHATSAPP_NUMBER with a status callback, retrying transient failures."""
 
@@ -147,7 +122,8 @@ class TwilioSender:
         self.status_callback = f"{settings.public_url}/webhooks/whatsapp/status"
         self._http: _HttpClient | None = None
         self._client: Client | None = None
-        self.recipients = _RecipientLocks()
+        #: one reply's parts go out together, never interleaved with the next reply's
+        self.recipients: KeyedLocks[str] = KeyedLocks()
 
     async def start(self) -> None:
         # aiohttp wants its session created inside the running loop: here, not in __init__.

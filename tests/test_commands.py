@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,15 +9,6 @@ import pytest
 from bot import catalog, commands
 from bot.commands import Command, parse
 from bot.types import InboundMessage
-from memory.open import open_store
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Any]:
-    st = open_store(f"sqlite:///{tmp_path / 'hilo.db'}")
-    await st.open()
-    yield st
-    await st.close()
 
 
 def msg(text: str, *, sender: str = "42", lang: str | None = "en", group: bool = False, **kw: Any) -> InboundMessage:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import sqlite3
 import tempfile
 from typing import Any
 
@@ -94,11 +93,9 @@ async def run(ops: list[tuple[Any, ...]]) -> None:
                     else:
                         assert status == "only_identity"
                 else:  # forget the person behind the identity
-                    user_id = await store.identity_user(*ident)
-                    if user_id is None:
+                    handle = await store.identity_handle(*ident)
+                    if handle is None:
                         continue
-                    with sqlite3.connect(store.path) as conn:
-                        (handle,) = conn.execute("SELECT handle FROM users WHERE id = ?", (user_id,)).fetchone()
                     assert await store.forget(handle)
                     gone = model.person[ident]
                     model.owner = {w: p for w, p in model.owner.items() if p != gone}
@@ -126,9 +123,7 @@ async def check_everyone(store: Any, pipeline: Pipeline, model: Model) -> None:
         ctx = await pipeline.assemble_context(user_id=user_id, surface=ident[0], conversation_id=conv,
                                               current_message_id=None, text=query)
         check_text(model, ident, "\n".join(m.content for m in ctx.messages[:-1]))
-        with sqlite3.connect(store.path) as conn:
-            (handle,) = conn.execute("SELECT handle FROM users WHERE id = ?", (user_id,)).fetchone()
-        data = await store.inspect(handle)
+        data = await store.inspect(await store.identity_handle(*ident))
         check_text(model, ident, "\n".join(m["content"] for c in data["conversations"] for m in c["messages"]))
 
 

@@ -2,26 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from bot.config import Settings
 from bot.linking import Linker, LinkPolicy, normalize
 from bot.models.factory import build_chain
 from bot.pipeline import Pipeline
 from bot.types import InboundMessage
-from memory.open import open_store
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Any]:
-    st = open_store(f"sqlite:///{tmp_path / 'hilo.db'}")
-    await st.open()
-    yield st
-    await st.close()
 
 
 def pipeline(store: Any) -> Pipeline:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,19 +24,6 @@ def msg(surface: str, sender: str, ext: str, text: str, **kw: Any) -> InboundMes
 
 async def no_sleep(_: float) -> None:
     return None
-
-
-@pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'hilo.db'}"
-
-
-@pytest.fixture
-async def store(db_url: str) -> AsyncIterator[Any]:
-    st = open_store(db_url)
-    await st.open()
-    yield st
-    await st.close()
 
 
 def echo_pipeline(store: Any, **settings: Any) -> Pipeline:

@@ -16,7 +16,7 @@ success or reopens it on failure. The clock is injectable.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bot.config import ModelSpec
@@ -111,19 +111,22 @@ class ModelChain:
     def _fallback_from(self, index: int) -> str | None:
         return self.specs[0].label if index > 0 else None
 
-    def _skipped(self, spec: ModelSpec, index: int) -> ModelCallRecord:
-        return ModelCallRecord(spec.label, spec.provider, 0, 0, 0, "circuit_open", self._fallback_from(index),
-                               "CircuitOpen")
+    def _available(self, calls: list[ModelCallRecord]) -> Iterator[tuple[int, ModelSpec, CircuitBreaker]]:
+        """The chain's models in order, with their breakers; a model whose circuit is open is recorded as
+        skipped (0 latency, outcome "circuit_open") and not yielded."""
+        for index, spec in enumerate(self.specs):
+            breaker = self.breakers[spec.label]
+            if breaker.allow():
+                yield index, spec, breaker
+            else:
+                calls.append(ModelCallRecord(spec.label, spec.provider, 0, 0, 0, "circuit_open",
+                                             self._fallback_from(index), "CircuitOpen"))
 
     async def complete(self, messages: Sequence[ChatMessage]) -> ChainResult:
         """The first answer of the chain. Raises AllModelsFailed (with every call) when no model answered."""
         calls: list[ModelCallRecord] = []
         last: ModelError | None = None
-        for index, spec in enumerate(self.specs):
-            breaker = self.breakers[spec.label]
-            if not breaker.allow():
-                calls.append(self._skipped(spec, index))
-                continue
+        for index, spec, breaker in self._available(calls):
             try:
                 completion = await complete_with_retry(
                     self.providers[spec.provider], spec, messages, policy=self.policy, timeout=self.timeout,
@@ -145,11 +148,7 @@ class ModelChain:
         shown; the retry or the next model answers in full); finally one ChainResult. Raises AllModelsFailed."""
         calls: list[ModelCallRecord] = []
         last: ModelError | None = None
-        for index, spec in enumerate(self.specs):
-            breaker = self.breakers[spec.label]
-            if not breaker.allow():
-                calls.append(self._skipped(spec, index))
-                continue
+        for index, spec, breaker in self._available(calls):
             completion: Completion | None = None
             events = stream_with_retry(
                 self.providers[spec.provider], spec, messages, policy=self.policy, timeout=self.timeout,
@@ -170,9 +169,7 @@ class ModelChain:
                 raise
             finally:
                 await events.aclose()
-            if completion is None:  # pragma: no cover - stream_with_retry always ends with one or raises
-                breaker.failure()
-                continue
+            assert completion is not None, "stream_with_retry ends with a Completion or raises"
             breaker.success()
             yield ChainResult(completion, spec, calls)
             return

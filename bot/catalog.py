@@ -82,7 +82,6 @@ MESSAGES: dict[str, dict[str, str]] = {
         "link_invalid": "That code is not valid or has expired. Ask for a new one with /link where you started.",
         "link_own_code": "Send this code from your OTHER app or chat, not from this one.",
         "link_locked": "Too many wrong codes. For your safety, linking is paused here until {until} UTC.",
-        "link_throttled": "Linking is paused for a few minutes. Please try again later.",
         "unlink_done": "Done: this chat is no longer connected. From now on I will treat it as a separate person.",
         "unlink_only": "This chat is not connected with any other account.",
     },
@@ -165,7 +164,6 @@ MESSAGES: dict[str, dict[str, str]] = {
         "link_locked": (
             "Demasiados códigos erróneos. Por tu seguridad, el enlace queda en pausa aquí hasta las {until} UTC."
         ),
-        "link_throttled": "El enlace está en pausa unos minutos. Vuelve a intentarlo más tarde.",
         "unlink_done": "Hecho: este chat ya no está conectado. A partir de ahora lo trataré como una persona aparte.",
         "unlink_only": "Este chat no está conectado con ninguna otra cuenta.",
     },

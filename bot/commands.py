@@ -116,7 +116,7 @@ async def link(ctx: CommandContext) -> str:
         until = result.locked_until.strftime("%H:%M") if result.locked_until else "?"
         return ctx.t("link_locked", until=until)
     return ctx.t({"linked": "link_done", "already_linked": "link_already", "own_code": "link_own_code",
-                  "throttled": "link_throttled"}.get(result.status, "link_invalid"))
+                  }.get(result.status, "link_invalid"))
 
 
 async def unlink(ctx: CommandContext) -> str:

@@ -7,7 +7,7 @@ effects in order, as SQLite's single writer guarantees (linking is rare: the loc
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from memory.pg_db import PgDb
 from memory.pg_queries import identity_user, new_user
@@ -57,9 +57,20 @@ async def _locked_until(db: PgDb, keys: list[Key], at: datetime) -> datetime | N
     return max(ends) if ends else None
 
 
-async def _fail(db: PgDb, keys: list[Key], at: datetime, window_start: datetime, lock_until: datetime,
-                policy: LinkPolicy) -> datetime | None:
-    """Count a wrong code against every key; returns the lockout end when this failure locks one of them."""
+async def under_pressure(db: PgDb, window_start: datetime, policy: LinkPolicy) -> bool:
+    """Whether everyone's wrong codes of the window reached the global cap (address rows not counted again)."""
+    total = await db.value("SELECT coalesce(sum(failures), 0) FROM link_failures WHERE window_start >= $1 "
+                           "AND surface <> 'ip'", window_start)
+    return bool(total >= policy.global_max_failures)
+
+
+async def _fail(db: PgDb, keys: list[Key], at: datetime, policy: LinkPolicy) -> datetime | None:
+    """Count a wrong code against every key; returns the lockout end when this failure locks one of them.
+    Under pressure a key is locked sooner and longer."""
+    window_start = at - timedelta(seconds=policy.failure_window_s)
+    pressure = await under_pressure(db, window_start, policy)
+    limit = policy.pressure_max_failures if pressure else policy.max_failures
+    lock_until = at + timedelta(seconds=policy.pressure_lockout_s if pressure else policy.lockout_s)
     locked = None
     for surface, ext in keys:
         failures = await db.value(
@@ -70,7 +81,7 @@ async def _fail(db: PgDb, keys: list[Key], at: datetime, window_start: datetime,
             "ELSE link_failures.window_start END RETURNING failures",
             surface, ext, at, window_start,
         )
-        if failures >= policy.max_failures:
+        if failures >= limit:
             await db.run("UPDATE link_failures SET locked_until = $1 WHERE surface = $2 AND external_user_id = $3",
                          lock_until, surface, ext)
             locked = lock_until
@@ -78,18 +89,14 @@ async def _fail(db: PgDb, keys: list[Key], at: datetime, window_start: datetime,
 
 
 async def redeem_code(
-    db: PgDb, surface: str, ext: str, code_hash: str, at: datetime, window_start: datetime, lock_until: datetime,
-    policy: LinkPolicy, also: Key | None = None,
+    db: PgDb, surface: str, ext: str, code_hash: str, at: datetime, policy: LinkPolicy, also: Key | None = None,
 ) -> tuple[str, int | None, datetime | None]:
-    """(status, user id, locked_until). status: linked | already_linked | locked | invalid | own_code | throttled."""
+    """(status, user id, locked_until). status: linked | already_linked | locked | invalid | own_code."""
     await lock(db)
     keys: list[Key] = [(surface, ext)] + ([also] if also else [])
+    window_start = at - timedelta(seconds=policy.failure_window_s)
     await db.run("DELETE FROM link_failures WHERE window_start < $1 AND (locked_until IS NULL OR locked_until <= $2)",
                  window_start, at)
-    if await db.value("SELECT coalesce(sum(failures), 0) FROM link_failures WHERE window_start >= $1 "
-                      "AND surface <> 'ip'", window_start) >= policy.global_max_failures:
-        await audit(db, None, "link_refused_throttled", surface, ext, "person", at)
-        return "throttled", None, None
     locked = await _locked_until(db, keys, at)
     row = await db.one(
         "SELECT id, user_id, surface, external_user_id, expires_at, used_at, attempts FROM link_codes "
@@ -101,7 +108,7 @@ async def redeem_code(
         await audit(db, None, "link_refused_locked", surface, ext, "person", at)
         return "locked", None, locked
     if row is None or row[5] is not None or row[4] <= at:
-        newly_locked = await _fail(db, keys, at, window_start, lock_until, policy)
+        newly_locked = await _fail(db, keys, at, policy)
         if newly_locked:
             await audit(db, None, "lockout", surface, ext, "person", at, f"until {to_ts(newly_locked)}")
             return "locked", None, newly_locked

@@ -6,7 +6,7 @@ A mixin (memory/sqlite_people.py on Postgres): every method is one transaction t
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 from memory import pg_linking as linking
@@ -62,10 +62,8 @@ class PgPeopleMethods:
         self, surface: str, external_user_id: str, code_hash: str, policy: Any, also: tuple[str, str] | None = None,
     ) -> tuple[str, int | None, datetime | None]:
         now = utcnow()
-        window_start = now - timedelta(seconds=policy.failure_window_s)
-        lock_until = now + timedelta(seconds=policy.lockout_s)
         return await self._tx("write", lambda db: linking.redeem_code(
-            db, surface, external_user_id, code_hash, now, window_start, lock_until, policy, also))
+            db, surface, external_user_id, code_hash, now, policy, also))
 
     async def link_identity(self, handle: str, surface: str, external_user_id: str, actor: str) -> int | None:
         now = utcnow()

@@ -7,8 +7,9 @@ lives in bot/linking.py; this module only keeps the books.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
-from memory.sqlite_db import Db
+from memory.sqlite_db import Db, to_ts
 from memory.sqlite_queries import identity_user, new_user
 
 
@@ -18,7 +19,13 @@ class LinkPolicy:
     failure_window_s: int = 15 * 60
     lockout_s: int = 15 * 60
     max_code_attempts: int = 5        # redemption attempts on one code (own identity, locked callers) before it dies
-    global_max_failures: int = 500    # wrong codes from everyone within the window: past it, nobody can redeem
+    # Wrong codes from everyone within the window: past this many, linking is "under pressure". It never refuses
+    # anyone for it; it only makes guessing dearer for the keys that guess: a key with a wrong code in the window
+    # is locked after `pressure_max_failures` (not `max_failures`), for `pressure_lockout_s`. A key with no wrong
+    # code (a person typing the code they were given) is treated exactly as always.
+    global_max_failures: int = 500
+    pressure_max_failures: int = 3
+    pressure_lockout_s: int = 60 * 60
 
 
 def audit(db: Db, user_id: int | None, action: str, surface: str, ext: str, actor: str, at: str,
@@ -53,9 +60,22 @@ def _locked_until(db: Db, keys: list[Key], at: str) -> str | None:
     return max(ends) if ends else None
 
 
-def _fail(db: Db, keys: list[Key], at: str, window_start: str, lock_until: str, policy: LinkPolicy) -> str | None:
+def under_pressure(db: Db, window_start: str, policy: LinkPolicy) -> bool:
+    """Whether everyone's wrong codes of the window reached the global cap (address rows are not counted
+    again: every web attempt is also counted against its identity)."""
+    total = db.one("SELECT coalesce(sum(failures), 0) FROM link_failures WHERE window_start >= ? "
+                   "AND surface <> 'ip'", (window_start,))[0]
+    return bool(total >= policy.global_max_failures)
+
+
+def _fail(db: Db, keys: list[Key], moment: datetime, policy: LinkPolicy) -> str | None:
     """Count a wrong code against every key; returns the lockout end when this failure locks one of them. The
-    count is kept through a lockout, so the global cap sees every wrong code of the window."""
+    count is kept through a lockout, so the global cap sees every wrong code of the window. Under pressure a
+    key is locked sooner and longer."""
+    at, window_start = to_ts(moment), to_ts(moment - timedelta(seconds=policy.failure_window_s))
+    pressure = under_pressure(db, window_start, policy)
+    limit = policy.pressure_max_failures if pressure else policy.max_failures
+    lock_until = to_ts(moment + timedelta(seconds=policy.pressure_lockout_s if pressure else policy.lockout_s))
     locked = None
     for surface, ext in keys:
         row = db.one(
@@ -66,7 +86,7 @@ def _fail(db: Db, keys: list[Key], at: str, window_start: str, lock_until: str, 
             "ELSE link_failures.window_start END RETURNING failures",
             (surface, ext, at, window_start, window_start),
         )
-        if row[0] >= policy.max_failures:
+        if row[0] >= limit:
             db.run("UPDATE link_failures SET locked_until = ? WHERE surface = ? AND external_user_id = ?",
                    (lock_until, surface, ext))
             locked = lock_until
@@ -74,21 +94,17 @@ def _fail(db: Db, keys: list[Key], at: str, window_start: str, lock_until: str, 
 
 
 def redeem_code(
-    db: Db, surface: str, ext: str, code_hash: str, at: str, window_start: str, lock_until: str, policy: LinkPolicy,
-    also: Key | None = None,
+    db: Db, surface: str, ext: str, code_hash: str, moment: datetime, policy: LinkPolicy, also: Key | None = None,
 ) -> tuple[str, int | None, str | None]:
-    """(status, user id, locked_until). status: linked | already_linked | locked | invalid | own_code | throttled.
+    """(status, user id, locked_until). status: linked | already_linked | locked | invalid | own_code.
 
     `also` is a second key the attempt is counted against, e.g. ("ip", address) on the web, where identities
     cost nothing to make: a lockout of either key refuses the attempt."""
     keys: list[Key] = [(surface, ext)] + ([also] if also else [])
+    at, window_start = to_ts(moment), to_ts(moment - timedelta(seconds=policy.failure_window_s))
     # rows whose window and lockout are both over say nothing any more
     db.run("DELETE FROM link_failures WHERE window_start < ? AND (locked_until IS NULL OR locked_until <= ?)",
            (window_start, at))
-    if (db.one("SELECT coalesce(sum(failures), 0) FROM link_failures WHERE window_start >= ? AND surface <> 'ip'",
-               (window_start,))[0] >= policy.global_max_failures):  # many identities guessing: stop all a while
-        audit(db, None, "link_refused_throttled", surface, ext, "person", at)
-        return "throttled", None, None
     locked = _locked_until(db, keys, at)
     row = db.one(
         "SELECT id, user_id, surface, external_user_id, expires_at, used_at, attempts FROM link_codes "
@@ -100,7 +116,7 @@ def redeem_code(
         audit(db, None, "link_refused_locked", surface, ext, "person", at)
         return "locked", None, locked
     if row is None or row[5] is not None or row[4] <= at:
-        newly_locked = _fail(db, keys, at, window_start, lock_until, policy)
+        newly_locked = _fail(db, keys, moment, policy)
         if newly_locked:
             audit(db, None, "lockout", surface, ext, "person", at, f"until {newly_locked}")
             return "locked", None, newly_locked

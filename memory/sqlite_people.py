@@ -6,7 +6,7 @@ A mixin: every method is one transaction through SqliteStore._tx, on the store's
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 from memory import sqlite_linking as linking
@@ -71,11 +71,8 @@ class PeopleMethods:
         self, surface: str, external_user_id: str, code_hash: str, policy: Any, also: tuple[str, str] | None = None,
     ) -> tuple[str, int | None, datetime | None]:
         moment = utcnow()
-        now = to_ts(moment)
-        window_start = to_ts(moment - timedelta(seconds=policy.failure_window_s))
-        lock_until = to_ts(moment + timedelta(seconds=policy.lockout_s))
         status, uid, until = await self._tx("write", lambda db: linking.redeem_code(
-            db, surface, external_user_id, code_hash, now, window_start, lock_until, policy, also))
+            db, surface, external_user_id, code_hash, moment, policy, also))
         return status, uid, from_ts(until) if until else None
 
     async def link_identity(self, handle: str, surface: str, external_user_id: str, actor: str) -> int | None:

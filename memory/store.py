@@ -237,7 +237,7 @@ class Store(Protocol):
         self, surface: str, external_user_id: str, code_hash: str, policy: Any, also: tuple[str, str] | None = None,
     ) -> tuple[str, int | None, datetime | None]:
         """Redeem a code from an identity: (status, user id, locked until). status: linked | already_linked |
-        locked | invalid | own_code | throttled. Linking merges the identity's user into the code's user.
+        locked | invalid | own_code. Linking merges the identity's user into the code's user.
         `also`: a second key (e.g. ("ip", address)) the attempt counts against and that can lock it out."""
 
     async def link_identity(self, handle: str, surface: str, external_user_id: str, actor: str) -> int | None:

@@ -111,7 +111,7 @@ async def test_link_and_unlink_through_commands(store: Any) -> None:
 
     await ingest(store, "my dog is called Rufo")
     answer = await say(store, "/link", lang="es")
-    code = re.search(r"[0-9A-Z]{4}-[0-9A-Z]{4}", answer).group(0)  # type: ignore[union-attr]
+    code = re.search(r"[0-9A-Z]{4}-[0-9A-Z]{4}-[0-9A-Z]{4}", answer).group(0)  # type: ignore[union-attr]
     assert answer == catalog.t("link_code", "es", code=code)
     assert await say(store, f"/link {code}") == catalog.t("link_own_code", "en")
     web = InboundMessage(surface="web", sender="v1", external_id="w", text=f"/link {code.lower()}", language="en")
@@ -143,7 +143,7 @@ async def test_link_from_the_terminal_speaks_for_the_handles_person(store: Any) 
 
     await store.user_id("ana", create=True)
     m = InboundMessage(surface="cli", sender="ana", external_id="c1", text="/link", handle="ana", language="en")
-    code = re.search(r"[0-9A-Z]{4}-[0-9A-Z]{4}", await commands.run(parse("/link"), m, store))  # type: ignore[arg-type]
+    code = re.search(r"[0-9A-Z]{4}-[0-9A-Z]{4}-[0-9A-Z]{4}", await commands.run(parse("/link"), m, store))  # type: ignore[arg-type]
     web = InboundMessage(surface="web", sender="v9", external_id="w", text=f"/link {code.group(0)}")  # type: ignore[union-attr]
     assert await commands.run(parse(web.text), web, store) == catalog.t("link_done", "en")  # type: ignore[arg-type]
     assert await store.identity_user("web", "v9") == await store.user_id("ana")

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
+from datetime import timedelta
 from typing import Any
 
 from bot.config import Settings
-from bot.linking import Linker, LinkPolicy, normalize
+from bot.linking import Linker, LinkPolicy, address_key, new_code, normalize
 from bot.models.factory import build_chain
 from bot.pipeline import Pipeline
-from bot.types import InboundMessage
+from bot.types import InboundMessage, utcnow
 
 
 def pipeline(store: Any) -> Pipeline:
@@ -21,9 +23,16 @@ def msg(surface: str, sender: str, ext: str, text: str, **kw: Any) -> InboundMes
 
 
 def test_codes_are_forgiving_to_type() -> None:
-    assert normalize("abcd-efgh") == "ABCDEFGH"
-    assert normalize(" 0oIl 1234 ") == "00111234"
-    assert normalize("ABCD-EFG") is None and normalize("ABCD-EFGU") is None
+    assert normalize("abcd-efgh-jkmn") == "ABCDEFGHJKMN"
+    assert normalize(" 0oIl 1234 5678") == "001112345678"
+    assert normalize("ABCD-EFGH-JKM") is None and normalize("ABCD-EFGH-JKMU") is None
+    assert re.fullmatch(r"[0-9A-Z]{4}-[0-9A-Z]{4}-[0-9A-Z]{4}", new_code())
+
+
+def test_an_ipv6_guesser_is_one_address_per_64() -> None:
+    assert address_key("2001:db8:1:2:aaaa::1") == address_key("2001:db8:1:2:ffff::9") == "2001:db8:1:2::/64"
+    assert address_key("2001:db8:1:3::1") != address_key("2001:db8:1:2::1")
+    assert address_key("::ffff:198.51.100.7") == address_key("198.51.100.7") == "198.51.100.7"
 
 
 async def test_link_merges_two_people_into_one_memory(store: Any) -> None:
@@ -100,12 +109,21 @@ async def test_too_many_attempts_on_one_code_kill_it(store: Any) -> None:
     assert (await linker.redeem("web", "v", code)).status == "invalid"
 
 
-async def test_a_flood_of_wrong_codes_from_many_identities_stops_all_redemptions(store: Any) -> None:
-    linker = Linker(store, LinkPolicy(global_max_failures=30))
-    code = await linker.request("telegram", "1")
+async def test_under_pressure_a_guessing_key_is_locked_sooner_and_longer(store: Any) -> None:
+    linker = Linker(store, LinkPolicy(global_max_failures=30, pressure_max_failures=3))
     for i in range(30):
         await linker.redeem("web", f"bot{i}", "ZZZZ-0000")
-    assert (await linker.redeem("web", "honest", code)).status == "throttled"
+    # past the global cap: three wrong codes lock a key (not ten), for an hour (not fifteen minutes)
+    statuses = [(await linker.redeem("telegram", "sock", f"ZZZZ-{i:04d}")).status for i in range(3)]
+    assert statuses == ["invalid", "invalid", "locked"]
+    locked = await linker.redeem("telegram", "sock", "ZZZZ-9999")
+    assert locked.locked_until is not None and locked.locked_until - utcnow() > timedelta(minutes=55)
+    addresses = [(await linker.redeem("web", f"v{i}", "ZZZZ-0001", client_ip="203.0.113.5")).status
+                 for i in range(3)]
+    assert addresses == ["invalid", "invalid", "locked"]
+    # a person with no wrong code of their own is never refused: their code works
+    code = await linker.request("telegram", "owner")
+    assert (await linker.redeem("whatsapp", "+1", code)).status == "linked"
 
 
 async def test_unlink_sends_future_messages_to_a_new_user(store: Any) -> None:
@@ -150,13 +168,13 @@ async def test_forgetting_oneself_does_not_reset_a_lockout(store: Any) -> None:
     assert (await linker.redeem("telegram", "guesser", code)).status == "locked"
 
 
-async def test_the_global_cap_counts_wrong_codes_through_lockouts(store: Any) -> None:
-    linker = Linker(store, LinkPolicy(max_failures=5, global_max_failures=20))
-    code = await linker.request("telegram", "owner")
-    for who in range(4):  # four identities, each guessing until locked out
+async def test_the_global_count_goes_on_through_lockouts(store: Any) -> None:
+    linker = Linker(store, LinkPolicy(max_failures=5, global_max_failures=20, pressure_max_failures=2))
+    for who in range(4):  # four identities, each guessing until locked out: 20 wrong codes in all
         for i in range(5):
             await linker.redeem("web", f"v{who}", f"ZZZZ-{i:04d}")
-    assert (await linker.redeem("whatsapp", "+1", code)).status == "throttled"
+    assert [(await linker.redeem("whatsapp", "+1", f"ZZZZ-{i:04d}")).status for i in range(2)] == [
+        "invalid", "locked"]
 
 
 async def test_web_guesses_from_one_address_lock_that_address_out(store: Any) -> None:
@@ -175,3 +193,19 @@ async def test_unlink_kills_the_codes_the_identity_asked_for(store: Any) -> None
     pending = await linker.request("telegram", "42")
     assert await linker.unlink("telegram", "42") == "unlinked"
     assert (await linker.redeem("web", "v", pending)).status == "invalid"
+
+
+async def test_a_flood_of_wrong_codes_never_refuses_a_valid_code(store: Any) -> None:
+    """Issue 9 #15: 50 addresses (a fresh visitor per guess) and 20 Telegram accounts send wrong codes until the
+    global cap trips; then a person redeems the code they were given, from an address and identity of their own."""
+    linker = Linker(store)
+    code = await linker.request("telegram", "owner")
+    policy = LinkPolicy()
+    for address in range(50):
+        for guess in range(policy.max_failures):
+            await linker.redeem("web", f"bot{address}-{guess}", f"ZZZZ-{guess:04d}", client_ip=f"198.51.100.{address}")
+    for account in range(20):
+        await linker.redeem("telegram", f"sock{account}", "ZZZZ-0000")
+    result = await linker.redeem("web", "honest", code, client_ip="203.0.113.7")
+    assert result.status == "linked", result
+    assert await store.identity_user("web", "honest") == await store.identity_user("telegram", "owner")

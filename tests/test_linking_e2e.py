@@ -32,7 +32,7 @@ async def test_telegram_memory_reaches_the_web_after_link(tmp_path: Path, bot_ap
         await bot_api.wait_sent(1, chat_id=42)
         bot_api.enqueue(bot_api.text_update("/link", user_id=42))
         sent = await bot_api.wait_sent(2, chat_id=42)
-        code = re.search(r"\b[0-9A-Z]{4}-[0-9A-Z]{4}\b", sent[1].text).group(0)  # type: ignore[union-attr]
+        code = re.search(r"\b[0-9A-Z]{4}-[0-9A-Z]{4}-[0-9A-Z]{4}\b", sent[1].text).group(0)  # type: ignore[union-attr]
 
         # a web visitor who never said anything about a dog
         first = (await web.post("/api/messages", json={"text": "hello from the web"})).json()

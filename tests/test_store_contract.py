@@ -532,3 +532,22 @@ async def test_a_delivery_status_never_moves_backwards(store: Store) -> None:
     for status in ("delivered", "sent", "read", "delivered"):  # Twilio's callbacks, out of order
         assert await store.update_delivery("whatsapp", "SMo", status) is True
     assert [d["status"] for d in await store.deliveries(turn.user_id)] == ["read"]
+
+
+# -- identity linking -----------------------------------------------------------------------------------
+
+async def test_a_crowd_of_wrong_codes_never_refuses_a_valid_code(store: Store) -> None:
+    from bot.linking import Linker, LinkPolicy
+
+    linker = Linker(store, LinkPolicy(max_failures=4, global_max_failures=16, pressure_max_failures=2))
+    code = await linker.request("telegram", "owner")
+    for address in range(4):  # four addresses, a fresh visitor per guess, each until locked out
+        assert [(await linker.redeem("web", f"v{address}-{i}", f"ZZZZ-{i:04d}", client_ip=f"192.0.2.{address}"))
+                .status for i in range(4)] == ["invalid"] * 3 + ["locked"]
+    # under pressure: a guessing key locks after 2 wrong codes, not 4
+    assert [(await linker.redeem("whatsapp", "+9", f"ZZZZ-{i:04d}")).status for i in range(2)] == [
+        "invalid", "locked"]
+    assert (await linker.redeem("whatsapp", "+9", code)).status == "locked"
+    # a person with no wrong code of their own links with the code they were given
+    assert (await linker.redeem("web", "honest", code, client_ip="198.51.100.1")).status == "linked"
+    assert await store.identity_user("web", "honest") == await store.identity_user("telegram", "owner")

@@ -78,6 +78,21 @@ MESSAGES: dict[str, dict[str, str]] = {
             "where you talk to me, and both will share one memory. Never share this code with anyone else."
         ),
         "link_done": "Done: this chat is now connected with your other accounts. I remember you here too.",
+        "link_confirm": (
+            "This code joins this chat to {who}. If you confirm, you will share one memory with that account: "
+            "whoever uses it can ask me about everything said here, and you about everything said there. "
+            "Confirm only if that account is yours: send /link {code} yes"
+        ),
+        "link_who": "{name} on {surface}",
+        "link_who_unnamed": "an account with no name on {surface}",
+        "link_joined": (
+            "{who} just joined your account with the link code you asked for: you now share one memory. "
+            "If that was not you, send /forget yes to delete everything I keep about you, on every app."
+        ),
+        "surface_telegram": "Telegram",
+        "surface_whatsapp": "WhatsApp",
+        "surface_web": "the web chat",
+        "surface_cli": "the terminal",
         "link_already": "This chat is already connected with that account.",
         "link_invalid": "That code is not valid or has expired. Ask for a new one with /link where you started.",
         "link_own_code": "Send this code from your OTHER app or chat, not from this one.",
@@ -158,6 +173,21 @@ MESSAGES: dict[str, dict[str, str]] = {
             "código con nadie."
         ),
         "link_done": "Hecho: este chat ya está conectado con tus otras cuentas. Aquí también te recuerdo.",
+        "link_confirm": (
+            "Este código une este chat con {who}. Si lo confirmas, compartirás una sola memoria con esa cuenta: "
+            "quien la use podrá preguntarme por todo lo dicho aquí, y tú por todo lo dicho allí. "
+            "Confírmalo solo si esa cuenta es tuya: envía /link {code} sí"
+        ),
+        "link_who": "{name} en {surface}",
+        "link_who_unnamed": "una cuenta sin nombre en {surface}",
+        "link_joined": (
+            "{who} acaba de unirse a tu cuenta con el código de enlace que pediste: ahora compartís una sola "
+            "memoria. Si no fuiste tú, envía /forget sí para borrar todo lo que guardo de ti, en todas las apps."
+        ),
+        "surface_telegram": "Telegram",
+        "surface_whatsapp": "WhatsApp",
+        "surface_web": "el chat web",
+        "surface_cli": "la terminal",
         "link_already": "Este chat ya está conectado con esa cuenta.",
         "link_invalid": "Ese código no es válido o ha caducado. Pide uno nuevo con /link donde empezaste.",
         "link_own_code": "Envía este código desde tu OTRA app o chat, no desde este.",

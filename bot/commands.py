@@ -10,6 +10,8 @@ stored as a message and never reaches the model.
 - /forget asks first; "/forget yes" (or "sí") deletes. Stateless on purpose: no pending confirmation to lose
   on a restart or to share between processes. It deletes the PERSON (every surface they are linked on).
 - /link and /unlink: verified identity linking (bot/linking.py): one memory for one person on every surface.
+  "/link CODE" shows whose account the code joins and "/link CODE yes" joins it; unlike /forget's, this
+  confirmation is kept in the store: only the identity that was shown the prompt can confirm it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot import catalog
+from bot.notices import Notices
 from bot.types import InboundMessage
 from memory.store import Store
 
@@ -58,6 +61,9 @@ class CommandContext:
     store: Store
     lang: str
     args: str
+    #: Where a command can tell someone else something (the owner of a link code); None: nowhere.
+    notices: Notices | None = None
+    default_language: str = "en"
 
     @property
     def in_group(self) -> bool:
@@ -101,22 +107,39 @@ async def forget(ctx: CommandContext) -> str:
 
 
 async def link(ctx: CommandContext) -> str:
-    """/link: a one-time code for this identity; /link CODE: join this identity to the code's person."""
-    from bot.linking import Linker
+    """/link: a one-time code for this identity; /link CODE: whose account the code joins; /link CODE yes (from
+    the identity shown that): join this identity to the code's person, who is told."""
+    from bot.linking import Linker, display_name, normalize, show, who
 
-    linker = Linker(ctx.store)
-    surface, sender = ctx.msg.surface, ctx.msg.sender
-    if ctx.msg.handle and await ctx.store.user_id(ctx.msg.handle) is not None:
+    linker = Linker(ctx.store, notices=ctx.notices)
+    m = ctx.msg
+    if m.handle and await ctx.store.user_id(m.handle) is not None:
         # a message filed under a handle (`hilo chat --user U`): its identity is that person's
-        await ctx.store.link_identity(ctx.msg.handle, surface, sender, "cli")
+        await ctx.store.link_identity(m.handle, m.surface, m.sender, "cli")
     if not ctx.args.strip():
-        return ctx.t("link_code", code=await linker.request(surface, sender))
-    result = await linker.redeem(surface, sender, ctx.args, client_ip=ctx.msg.client_ip)
+        code = await linker.request(m.surface, m.sender, name=display_name(m), language=ctx.lang,
+                                    conversation_ref=m.conversation_ref)
+        return ctx.t("link_code", code=code)
+    typed, confirm = confirmed(ctx.args)
+    result = await linker.redeem(m.surface, m.sender, typed, client_ip=m.client_ip, confirm=confirm)
     if result.status == "locked":
         until = result.locked_until.strftime("%H:%M") if result.locked_until else "?"
         return ctx.t("link_locked", until=until)
+    if result.status == "prompt" and result.owner is not None:
+        owner = result.owner
+        return ctx.t("link_confirm", who=who(owner.name, owner.surface, ctx.lang), code=show(normalize(typed) or ""))
+    if result.status == "linked" and result.owner is not None:
+        await linker.tell_owner(result.owner, m, ctx.default_language)
     return ctx.t({"linked": "link_done", "already_linked": "link_already", "own_code": "link_own_code",
                   }.get(result.status, "link_invalid"))
+
+
+def confirmed(args: str) -> tuple[str, bool]:
+    """"CODE yes" -> ("CODE", True); "CODE" -> ("CODE", False)."""
+    words = args.split()
+    if len(words) > 1 and words[-1].casefold() in CONFIRM_WORDS:
+        return " ".join(words[:-1]), True
+    return args, False
 
 
 async def unlink(ctx: CommandContext) -> str:
@@ -134,13 +157,17 @@ HANDLERS: dict[str, Handler] = {
 PRIVATE_ONLY = frozenset({"memory", "forget", "link", "unlink"})
 
 
-async def run(command: Command, msg: InboundMessage, store: Store, *, default_language: str = "en") -> str:
-    """The reply to `command`, sent by the person of `msg`, in their language (msg.language, else the default)."""
+async def run(
+    command: Command, msg: InboundMessage, store: Store, *, default_language: str = "en",
+    notices: Notices | None = None,
+) -> str:
+    """The reply to `command`, sent by the person of `msg`, in their language (msg.language, else the default).
+    `notices`: where to tell others what a command did to them (the owner of a link code who was joined)."""
     lang = catalog.language(msg.language, default_language)
     handler = HANDLERS.get(command.name)
     if handler is None:
         return catalog.t("cmd_unknown", lang, name=command.name)
-    ctx = CommandContext(msg, store, lang, command.args)
+    ctx = CommandContext(msg, store, lang, command.args, notices, default_language)
     if command.name in PRIVATE_ONLY and ctx.in_group:
         return catalog.t("cmd_private_only", lang, name=command.name)
     return await handler(ctx)

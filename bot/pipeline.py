@@ -20,6 +20,7 @@ from bot.errors import InputError
 from bot.keyed import KeyedLocks
 from bot.models.base import AllModelsFailed, Reset
 from bot.models.chain import ChainResult
+from bot.notices import Notices
 from bot.types import InboundMessage, ModelCallRecord, OutboundMessage, utcnow
 from memory.context import AssembledContext, assemble
 from memory.store import ContextQuery, ContextRows, Ingested, Store, StoreError
@@ -40,6 +41,8 @@ class Pipeline:
         self.settings = settings
         self.store = store
         self.chain = chain
+        #: what hilo tells a person outside their turn; surfaces that can write to people register senders
+        self.notices = Notices(store)
         self._locks: KeyedLocks[int] = KeyedLocks()
         #: Stored messages whose turn runs now: a redelivery of one of them is a duplicate, not a resume.
         self._in_flight: set[int] = set()
@@ -60,7 +63,8 @@ class Pipeline:
         command = commands.parse(msg.text)
         if command is not None and command.name in commands.HANDLERS:
             # A command (/link, /memory ...) is not a turn: not stored, never shown to the model.
-            text = await commands.run(command, msg, self.store, default_language=self.settings.language)
+            text = await commands.run(command, msg, self.store, default_language=self.settings.language,
+                                      notices=self.notices)
             logger.info("turn.command", surface=msg.surface, command=command.name)
             return OutboundMessage(msg.surface, msg.sender, text, "command")
         lang = catalog.language(msg.language, self.settings.language)

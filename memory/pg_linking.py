@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from bot.types import SINGLETON_SURFACES
 from memory.pg_db import PgDb
-from memory.pg_queries import identity_user, new_user
-from memory.sqlite_db import to_ts
-from memory.sqlite_linking import LinkPolicy
+from memory.pg_queries import INSERT_MESSAGE, UPSERT_SINGLETON, identity_user, new_user
+from memory.sqlite_db import dump_metadata, to_ts
+from memory.sqlite_linking import CODE_COLS, NOTICE, LinkPolicy, code_owner
+from memory.store import Redemption, StoredMessage
 
 #: The advisory lock key of linking work ('hilo' 'lnk' in ASCII).
 LINK_LOCK_KEY = 0x68696C6F_6C6E6B
@@ -32,15 +34,18 @@ async def audit(db: PgDb, user_id: int | None, action: str, surface: str, ext: s
     )
 
 
-async def issue_code(db: PgDb, surface: str, ext: str, code_hash: str, at: datetime, expires_at: datetime) -> int:
-    """A new code for the identity's user (created on first contact); older unused codes of the identity die."""
+async def issue_code(db: PgDb, surface: str, ext: str, code_hash: str, at: datetime, expires_at: datetime,
+                     owner: tuple[str | None, str | None, str | None] = (None, None, None)) -> int:
+    """A new code for the identity's user (created on first contact); older unused codes of the identity die.
+    `owner`: (display name, language, conversation ref) of the person asking."""
     await lock(db)
     user_id = await identity_user(db, surface, ext, at)
     await db.run("UPDATE link_codes SET used_at = $1 WHERE surface = $2 AND external_user_id = $3 "
                  "AND used_at IS NULL", at, surface, ext)
     await db.run(
-        "INSERT INTO link_codes(code_hash, user_id, surface, external_user_id, created_at, expires_at) "
-        "VALUES ($1, $2, $3, $4, $5, $6)", code_hash, user_id, surface, ext, at, expires_at,
+        "INSERT INTO link_codes(code_hash, user_id, surface, external_user_id, created_at, expires_at, owner_name, "
+        "language, conversation_ref) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        code_hash, user_id, surface, ext, at, expires_at, *owner,
     )
     await audit(db, user_id, "code_issued", surface, ext, "person", at)
     return user_id
@@ -90,40 +95,46 @@ async def _fail(db: PgDb, keys: list[Key], at: datetime, policy: LinkPolicy) -> 
 
 async def redeem_code(
     db: PgDb, surface: str, ext: str, code_hash: str, at: datetime, policy: LinkPolicy, also: Key | None = None,
-) -> tuple[str, int | None, datetime | None]:
-    """(status, user id, locked_until). status: linked | already_linked | locked | invalid | own_code."""
+    confirm: bool = False,
+) -> Redemption:
+    """One step of redeeming a code (Store.redeem_link_code); see memory/sqlite_linking.py."""
     await lock(db)
     keys: list[Key] = [(surface, ext)] + ([also] if also else [])
     window_start = at - timedelta(seconds=policy.failure_window_s)
     await db.run("DELETE FROM link_failures WHERE window_start < $1 AND (locked_until IS NULL OR locked_until <= $2)",
                  window_start, at)
     locked = await _locked_until(db, keys, at)
-    row = await db.one(
-        "SELECT id, user_id, surface, external_user_id, expires_at, used_at, attempts FROM link_codes "
-        "WHERE code_hash = $1", code_hash,
-    )
+    row = await db.one(f"SELECT {CODE_COLS} FROM link_codes WHERE code_hash = $1", code_hash)
     if locked is not None:
         if row is not None:  # a right code from a locked identity still uses one of the code's attempts
             await _spend_attempt(db, row[0], at, policy)
         await audit(db, None, "link_refused_locked", surface, ext, "person", at)
-        return "locked", None, locked
+        return Redemption("locked", locked_until=locked)
     if row is None or row[5] is not None or row[4] <= at:
         newly_locked = await _fail(db, keys, at, policy)
         if newly_locked:
             await audit(db, None, "lockout", surface, ext, "person", at, f"until {to_ts(newly_locked)}")
-            return "locked", None, newly_locked
-        return "invalid", None, None
-    code_id, target_user, req_surface, req_ext = row[0], row[1], row[2], row[3]
-    if (req_surface, req_ext) == (surface, ext):
+            return Redemption("locked", locked_until=newly_locked)
+        return Redemption("invalid")
+    code_id, owner = row[0], code_owner(row)
+    if (owner.surface, owner.external_user_id) == (surface, ext):
         await _spend_attempt(db, code_id, at, policy)
-        return "own_code", None, None
+        return Redemption("own_code")
+    current = await db.value("SELECT user_id FROM identities WHERE surface = $1 AND external_user_id = $2",
+                             surface, ext)
+    if current == owner.user_id:
+        await db.run("UPDATE link_codes SET used_at = $1 WHERE id = $2", at, code_id)
+        return Redemption("already_linked", owner.user_id, owner=owner)
+    if not (confirm and (row[7], row[8]) == (surface, ext)):
+        await db.run("UPDATE link_codes SET prompted_surface = $1, prompted_external_user_id = $2 WHERE id = $3",
+                     surface, ext, code_id)
+        await _spend_attempt(db, code_id, at, policy)
+        await audit(db, owner.user_id, "link_prompted", surface, ext, "person", at)
+        return Redemption("prompt", owner=owner)
     await db.run("UPDATE link_codes SET used_at = $1 WHERE id = $2", at, code_id)
-    current = await identity_user(db, surface, ext, at)
-    if current == target_user:
-        return "already_linked", target_user, None
-    await merge_users(db, current, target_user)
-    await audit(db, target_user, "linked", surface, ext, "person", at, f"code requested on {req_surface}")
-    return "linked", target_user, None
+    await merge_users(db, await identity_user(db, surface, ext, at), owner.user_id)
+    await audit(db, owner.user_id, "linked", surface, ext, "person", at, f"code requested on {owner.surface}")
+    return Redemption("linked", owner.user_id, owner=owner)
 
 
 async def _spend_attempt(db: PgDb, code_id: int, at: datetime, policy: LinkPolicy) -> None:
@@ -186,3 +197,27 @@ async def unlink_identity(db: PgDb, surface: str, ext: str, actor: str, at: date
     await audit(db, old, "unlinked", surface, ext, actor, at, f"now user {new}")
     await audit(db, new, "unlinked", surface, ext, actor, at, f"was user {old}")
     return "unlinked", new
+
+
+async def post_notice(db: PgDb, user_id: int, surface: str, ref: str | None, text: str, token_count: int,
+                      at: datetime) -> StoredMessage:
+    """Store.post_notice: an assistant message in the user's conversation on `surface`."""
+    if surface in SINGLETON_SURFACES:
+        conv = int((await db.one(UPSERT_SINGLETON, user_id, surface, at, at))[0])
+    else:
+        found = None
+        if ref is not None and ref.isdigit() and len(ref) < 19:  # not the user's (or not a number): their latest
+            found = await db.value("SELECT id FROM conversations WHERE id = $1 AND user_id = $2 AND surface = $3",
+                                   int(ref), user_id, surface)
+        found = found or await db.value("SELECT id FROM conversations WHERE user_id = $1 AND surface = $2 "
+                                        "ORDER BY updated_at DESC, id DESC LIMIT 1", user_id, surface)
+        found = found or await db.value("INSERT INTO conversations(user_id, surface, singleton, created_at, "
+                                        "updated_at) VALUES ($1, $2, false, $3, $4) RETURNING id",
+                                        user_id, surface, at, at)
+        conv = int(found)
+        await db.run("UPDATE conversations SET updated_at = greatest(updated_at, $1) WHERE id = $2", at, conv)
+    message_id = await db.value(INSERT_MESSAGE, conv, user_id, surface, "assistant", text, token_count, None, at,
+                                dump_metadata(NOTICE), None)
+    return StoredMessage(id=int(message_id), conversation_id=conv, user_id=user_id, surface=surface,
+                         role="assistant", content=text, token_count=token_count, external_id=None, created_at=at,
+                         metadata=dict(NOTICE))

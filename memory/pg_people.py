@@ -15,7 +15,7 @@ from memory.pg_db import PgDb, aware
 from memory.pg_inspect import deliveries_json
 from memory.sqlite_db import utcnow
 from memory.sqlite_people import delivery_rank
-from memory.store import Delivery
+from memory.store import Delivery, Redemption, StoredMessage
 
 T = TypeVar("T")
 Mode = Literal["read", "write"]
@@ -53,17 +53,28 @@ class PgPeopleMethods:
             surface, external_user_id,
         )))
 
-    async def issue_link_code(self, surface: str, external_user_id: str, code_hash: str, expires_at: datetime) -> int:
+    async def issue_link_code(
+        self, surface: str, external_user_id: str, code_hash: str, expires_at: datetime, *,
+        owner_name: str | None = None, language: str | None = None, conversation_ref: str | None = None,
+    ) -> int:
         now = utcnow()
         return await self._tx("write", lambda db: linking.issue_code(
-            db, surface, external_user_id, code_hash, now, aware(expires_at)))
+            db, surface, external_user_id, code_hash, now, aware(expires_at), (owner_name, language, conversation_ref)))
 
     async def redeem_link_code(
         self, surface: str, external_user_id: str, code_hash: str, policy: Any, also: tuple[str, str] | None = None,
-    ) -> tuple[str, int | None, datetime | None]:
+        *, confirm: bool = False,
+    ) -> Redemption:
         now = utcnow()
         return await self._tx("write", lambda db: linking.redeem_code(
-            db, surface, external_user_id, code_hash, now, policy, also))
+            db, surface, external_user_id, code_hash, now, policy, also, confirm))
+
+    async def post_notice(
+        self, user_id: int, surface: str, conversation_ref: str | None, text: str, token_count: int,
+    ) -> StoredMessage:
+        now = utcnow()
+        return await self._tx("write", lambda db: linking.post_notice(
+            db, user_id, surface, conversation_ref, text, token_count, now))
 
     async def link_identity(self, handle: str, surface: str, external_user_id: str, actor: str) -> int | None:
         now = utcnow()

@@ -6,11 +6,18 @@ lives in bot/linking.py; this module only keeps the books.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
-from memory.sqlite_db import Db, to_ts
-from memory.sqlite_queries import identity_user, new_user
+from bot.types import SINGLETON_SURFACES
+from memory.sqlite_db import Db, dump_metadata, from_ts, to_ts
+from memory.sqlite_queries import INSERT_MESSAGE, UPSERT_SINGLETON, identity_user, new_user
+from memory.store import LinkCodeOwner, Redemption, StoredMessage
+
+#: The metadata of a notice (a message hilo sends on its own, answering nothing).
+NOTICE = {"notice": True}
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,14 +43,17 @@ def audit(db: Db, user_id: int | None, action: str, surface: str, ext: str, acto
     )
 
 
-def issue_code(db: Db, surface: str, ext: str, code_hash: str, at: str, expires_at: str) -> int:
-    """A new code for the identity's user (created on first contact); older unused codes of the identity die."""
+def issue_code(db: Db, surface: str, ext: str, code_hash: str, at: str, expires_at: str,
+               owner: tuple[str | None, str | None, str | None] = (None, None, None)) -> int:
+    """A new code for the identity's user (created on first contact); older unused codes of the identity die.
+    `owner`: (display name, language, conversation ref) of the person asking."""
     user_id = identity_user(db, surface, ext, at)
     db.run("UPDATE link_codes SET used_at = ? WHERE surface = ? AND external_user_id = ? AND used_at IS NULL",
            (at, surface, ext))
     db.run(
-        "INSERT INTO link_codes(code_hash, user_id, surface, external_user_id, created_at, expires_at) "
-        "VALUES (?, ?, ?, ?, ?, ?)", (code_hash, user_id, surface, ext, at, expires_at),
+        "INSERT INTO link_codes(code_hash, user_id, surface, external_user_id, created_at, expires_at, owner_name, "
+        "language, conversation_ref) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (code_hash, user_id, surface, ext, at, expires_at, *owner),
     )
     audit(db, user_id, "code_issued", surface, ext, "person", at)
     return user_id
@@ -95,8 +105,9 @@ def _fail(db: Db, keys: list[Key], moment: datetime, policy: LinkPolicy) -> str 
 
 def redeem_code(
     db: Db, surface: str, ext: str, code_hash: str, moment: datetime, policy: LinkPolicy, also: Key | None = None,
-) -> tuple[str, int | None, str | None]:
-    """(status, user id, locked_until). status: linked | already_linked | locked | invalid | own_code.
+    confirm: bool = False,
+) -> Redemption:
+    """One step of redeeming a code (Store.redeem_link_code).
 
     `also` is a second key the attempt is counted against, e.g. ("ip", address) on the web, where identities
     cost nothing to make: a lockout of either key refuses the attempt."""
@@ -106,32 +117,48 @@ def redeem_code(
     db.run("DELETE FROM link_failures WHERE window_start < ? AND (locked_until IS NULL OR locked_until <= ?)",
            (window_start, at))
     locked = _locked_until(db, keys, at)
-    row = db.one(
-        "SELECT id, user_id, surface, external_user_id, expires_at, used_at, attempts FROM link_codes "
-        "WHERE code_hash = ?", (code_hash,),
-    )
+    row = db.one(f"SELECT {CODE_COLS} FROM link_codes WHERE code_hash = ?", (code_hash,))
     if locked is not None:
         if row is not None:  # a right code from a locked identity still uses one of the code's attempts
             _spend_attempt(db, row[0], at, policy)
         audit(db, None, "link_refused_locked", surface, ext, "person", at)
-        return "locked", None, locked
+        return Redemption("locked", locked_until=from_ts(locked))
     if row is None or row[5] is not None or row[4] <= at:
         newly_locked = _fail(db, keys, moment, policy)
         if newly_locked:
             audit(db, None, "lockout", surface, ext, "person", at, f"until {newly_locked}")
-            return "locked", None, newly_locked
-        return "invalid", None, None
-    code_id, target_user, req_surface, req_ext = row[0], row[1], row[2], row[3]
-    if (req_surface, req_ext) == (surface, ext):
+            return Redemption("locked", locked_until=from_ts(newly_locked))
+        return Redemption("invalid")
+    code_id, owner = row[0], code_owner(row)
+    if (owner.surface, owner.external_user_id) == (surface, ext):
         _spend_attempt(db, code_id, at, policy)
-        return "own_code", None, None
+        return Redemption("own_code")
+    current = db.one("SELECT user_id FROM identities WHERE surface = ? AND external_user_id = ?", (surface, ext))
+    if current is not None and current[0] == owner.user_id:
+        db.run("UPDATE link_codes SET used_at = ? WHERE id = ?", (at, code_id))
+        return Redemption("already_linked", owner.user_id, owner=owner)
+    if not (confirm and (row[7], row[8]) == (surface, ext)):
+        # the first step (or a confirm from someone who was not shown the prompt): show whose account it is
+        db.run("UPDATE link_codes SET prompted_surface = ?, prompted_external_user_id = ? WHERE id = ?",
+               (surface, ext, code_id))
+        _spend_attempt(db, code_id, at, policy)
+        audit(db, owner.user_id, "link_prompted", surface, ext, "person", at)
+        return Redemption("prompt", owner=owner)
     db.run("UPDATE link_codes SET used_at = ? WHERE id = ?", (at, code_id))
-    current = identity_user(db, surface, ext, at)
-    if current == target_user:
-        return "already_linked", target_user, None
-    merge_users(db, current, target_user)
-    audit(db, target_user, "linked", surface, ext, "person", at, f"code requested on {req_surface}")
-    return "linked", target_user, None
+    merge_users(db, identity_user(db, surface, ext, at), owner.user_id)
+    audit(db, owner.user_id, "linked", surface, ext, "person", at, f"code requested on {owner.surface}")
+    return Redemption("linked", owner.user_id, owner=owner)
+
+
+#: What redeem_code reads of a code: [0] id, [4] expires_at, [5] used_at, [7:9] the prompted identity, then
+#: code_owner's fields.
+CODE_COLS = ("id, user_id, surface, external_user_id, expires_at, used_at, attempts, prompted_surface, "
+             "prompted_external_user_id, owner_name, language, conversation_ref")
+
+
+def code_owner(row: Sequence[Any]) -> LinkCodeOwner:
+    return LinkCodeOwner(user_id=int(row[1]), surface=row[2], external_user_id=row[3], name=row[9],
+                         language=row[10], conversation_ref=row[11])
 
 
 def _spend_attempt(db: Db, code_id: int, at: str, policy: LinkPolicy) -> None:
@@ -194,3 +221,26 @@ def unlink_identity(db: Db, surface: str, ext: str, actor: str, at: str) -> tupl
     audit(db, old, "unlinked", surface, ext, actor, at, f"now user {new}")
     audit(db, new, "unlinked", surface, ext, actor, at, f"was user {old}")
     return "unlinked", new
+
+
+def post_notice(db: Db, user_id: int, surface: str, ref: str | None, text: str, token_count: int,
+                at: str) -> StoredMessage:
+    """Store.post_notice: an assistant message in the user's conversation on `surface`."""
+    if surface in SINGLETON_SURFACES:
+        conv = int(db.one(UPSERT_SINGLETON, (user_id, surface, at, at))[0])
+    else:
+        row = None
+        if ref is not None and ref.isdigit() and len(ref) < 19:  # not the user's (or not a number): their latest
+            row = db.one("SELECT id FROM conversations WHERE id = ? AND user_id = ? AND surface = ?",
+                         (int(ref), user_id, surface))
+        row = row or db.one("SELECT id FROM conversations WHERE user_id = ? AND surface = ? "
+                            "ORDER BY updated_at DESC, id DESC LIMIT 1", (user_id, surface))
+        row = row or db.one("INSERT INTO conversations(user_id, surface, singleton, created_at, updated_at) "
+                            "VALUES (?, ?, 0, ?, ?) RETURNING id", (user_id, surface, at, at))
+        conv = int(row[0])
+        db.run("UPDATE conversations SET updated_at = max(updated_at, ?) WHERE id = ?", (at, conv))
+    row = db.one(INSERT_MESSAGE + " RETURNING id",
+                 (conv, user_id, surface, "assistant", text, token_count, None, at, dump_metadata(NOTICE), None))
+    return StoredMessage(id=int(row[0]), conversation_id=conv, user_id=user_id, surface=surface, role="assistant",
+                         content=text, token_count=token_count, external_id=None, created_at=from_ts(at),
+                         metadata=dict(NOTICE))

@@ -11,9 +11,9 @@ from typing import Any, Literal, TypeVar
 
 from memory import sqlite_linking as linking
 from memory import sqlite_queries as queries
-from memory.sqlite_db import Db, from_ts, to_ts, utcnow
+from memory.sqlite_db import Db, to_ts, utcnow
 from memory.sqlite_inspect import deliveries_json
-from memory.store import Delivery
+from memory.store import Delivery, Redemption, StoredMessage
 
 T = TypeVar("T")
 Mode = Literal["read", "write", "none"]
@@ -62,18 +62,28 @@ class PeopleMethods:
         ))
         return bool(row and row[0])
 
-    async def issue_link_code(self, surface: str, external_user_id: str, code_hash: str, expires_at: datetime) -> int:
+    async def issue_link_code(
+        self, surface: str, external_user_id: str, code_hash: str, expires_at: datetime, *,
+        owner_name: str | None = None, language: str | None = None, conversation_ref: str | None = None,
+    ) -> int:
         now = to_ts(utcnow())
         return await self._tx("write", lambda db: linking.issue_code(
-            db, surface, external_user_id, code_hash, now, to_ts(expires_at)))
+            db, surface, external_user_id, code_hash, now, to_ts(expires_at), (owner_name, language, conversation_ref)))
 
     async def redeem_link_code(
         self, surface: str, external_user_id: str, code_hash: str, policy: Any, also: tuple[str, str] | None = None,
-    ) -> tuple[str, int | None, datetime | None]:
+        *, confirm: bool = False,
+    ) -> Redemption:
         moment = utcnow()
-        status, uid, until = await self._tx("write", lambda db: linking.redeem_code(
-            db, surface, external_user_id, code_hash, moment, policy, also))
-        return status, uid, from_ts(until) if until else None
+        return await self._tx("write", lambda db: linking.redeem_code(
+            db, surface, external_user_id, code_hash, moment, policy, also, confirm))
+
+    async def post_notice(
+        self, user_id: int, surface: str, conversation_ref: str | None, text: str, token_count: int,
+    ) -> StoredMessage:
+        now = to_ts(utcnow())
+        return await self._tx("write", lambda db: linking.post_notice(
+            db, user_id, surface, conversation_ref, text, token_count, now))
 
     async def link_identity(self, handle: str, surface: str, external_user_id: str, actor: str) -> int | None:
         now = to_ts(utcnow())

@@ -154,6 +154,36 @@ class Delivery:
     attempts: int = 1
 
 
+@dataclass(frozen=True, slots=True)
+class LinkCodeOwner:
+    """Who asked for a link code, and where: shown to the person redeeming it before they confirm, and told
+    once someone joined. `conversation_ref`: where they asked (the web conversation id), for the notice."""
+
+    user_id: int
+    surface: str
+    external_user_id: str
+    name: str | None = None
+    language: str | None = None
+    conversation_ref: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Redemption:
+    """One step of redeeming a link code. status:
+    prompt          the code is right: show whose account it joins (`owner`); only a confirm from this very
+                    identity joins it
+    linked          confirmed: the identity joined `user_id` (the code's owner, `owner`)
+    already_linked  the identity already belongs to the code's owner
+    locked          too many wrong codes from this identity or address, until `locked_until`
+    invalid         no such live code (wrong, used, expired, or out of attempts)
+    own_code        the identity that asked for the code tried to redeem it"""
+
+    status: str
+    user_id: int | None = None
+    locked_until: datetime | None = None
+    owner: LinkCodeOwner | None = None
+
+
 class Store(Protocol):
     """A database of people, their conversations and messages. Every method is async and never blocks the loop."""
 
@@ -229,16 +259,30 @@ class Store(Protocol):
     async def is_opted_out(self, surface: str, external_user_id: str) -> bool:
         """Whether the identity asked not to be written to."""
 
-    async def issue_link_code(self, surface: str, external_user_id: str, code_hash: str, expires_at: datetime) -> int:
-        """Keep a one-time link code (its hash) for the identity's user; older unused codes of the identity die.
-        Returns the user id."""
+    async def issue_link_code(
+        self, surface: str, external_user_id: str, code_hash: str, expires_at: datetime, *,
+        owner_name: str | None = None, language: str | None = None, conversation_ref: str | None = None,
+    ) -> int:
+        """Keep a one-time link code (its hash) for the identity's user, with who asked and where (see
+        LinkCodeOwner); older unused codes of the identity die. Returns the user id."""
 
     async def redeem_link_code(
         self, surface: str, external_user_id: str, code_hash: str, policy: Any, also: tuple[str, str] | None = None,
-    ) -> tuple[str, int | None, datetime | None]:
-        """Redeem a code from an identity: (status, user id, locked until). status: linked | already_linked |
-        locked | invalid | own_code. Linking merges the identity's user into the code's user.
-        `also`: a second key (e.g. ("ip", address)) the attempt counts against and that can lock it out."""
+        *, confirm: bool = False,
+    ) -> Redemption:
+        """One step of redeeming a code from an identity (see Redemption). A right code is first a "prompt":
+        the identity is recorded as the one shown it (replacing any earlier one) and the attempt counts
+        against the code. Only `confirm` from that same identity links: the identity's user merges into the
+        code's user. `confirm` from any other identity is a prompt. Every step counts toward the limits:
+        wrong codes against the identity and `also` (a second key, e.g. ("ip", address)), which can lock
+        either out."""
+
+    async def post_notice(
+        self, user_id: int, surface: str, conversation_ref: str | None, text: str, token_count: int,
+    ) -> StoredMessage:
+        """Store `text` as an assistant message (not answering anything) in the user's conversation on
+        `surface`: the singleton one, or on the web the conversation `conversation_ref` if it is the user's,
+        else their latest, else a new one. The conversation counts as updated."""
 
     async def link_identity(self, handle: str, surface: str, external_user_id: str, actor: str) -> int | None:
         """Operator link: the identity joins the user with `handle` (None if there is no such user)."""

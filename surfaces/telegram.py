@@ -16,6 +16,7 @@ out (split, typing, retries, deliveries) in `telegram_outbound`.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -34,6 +35,7 @@ from bot import catalog, commands, log
 from bot.config import Settings
 from bot.errors import ConfigError, InputError
 from bot.keyed import RecentIds
+from bot.types import OutboundMessage
 from memory.store import StoreUnavailable
 from surfaces.base import Runtime
 from surfaces.telegram_inbound import Allowlist, BotIdentity, Decision, classify
@@ -77,6 +79,7 @@ class TelegramSurface:
         self._me: BotIdentity | None = None
         self._accepting = False
         self._recent = RecentIds()
+        self._notices: set[asyncio.Task[Any]] = set()
 
     def routes(self) -> list[BaseRoute]:
         if self.mode != "webhook":
@@ -132,6 +135,7 @@ class TelegramSurface:
             await self.stop()
             raise
         self._accepting = True
+        runtime.pipeline.notices.register(self.name, self._notify)
         logger.info("telegram.started", mode=self.mode, bot_id=app.bot.id, allowlist=bool(self.allowlist))
 
     async def stop(self) -> None:
@@ -148,6 +152,10 @@ class TelegramSurface:
             if app.running:
                 await app.stop()
         finally:
+            if self._runtime is not None:  # later notices are only stored: the bot is closing
+                self._runtime.pipeline.notices.unregister(self.name)
+            if self._notices:  # notices under way (someone joined a person's account) go out before it closes
+                await asyncio.wait(set(self._notices), timeout=30)
             await app.shutdown()
             self._app = None  # only now: the updates drained above still send their replies
         logger.info("telegram.stopped", mode=self.mode)
@@ -194,7 +202,8 @@ class TelegramSurface:
         elif d.action == "command":
             assert d.command is not None and d.msg is not None
             try:
-                text = await commands.run(d.command, d.msg, rt.store, default_language=rt.settings.language)
+                text = await commands.run(d.command, d.msg, rt.store, default_language=rt.settings.language,
+                                          notices=rt.pipeline.notices)
             except StoreUnavailable:
                 text = catalog.t("store_unavailable", d.lang)
             await self._say(message.chat_id, text, d.reply_to)
@@ -220,6 +229,18 @@ class TelegramSurface:
             return
         # status "failed" (every model down): out.text is the catalogue's apology, sent like any reply
         await deliver(self.application.bot, rt.store, out, chat_id, reply_to=d.reply_to, policy=self.policy)
+
+    async def _notify(self, recipient: str, text: str, user_id: int, message_id: int) -> None:
+        """bot.notices' sender: deliver a stored notice to a private chat (its chat id is the person's id) in
+        a tracked task, recorded in `deliveries` like a reply."""
+        rt = self._runtime
+        if rt is None or self._app is None or not recipient.lstrip("-").isdigit():
+            return
+        out = OutboundMessage(self.name, recipient, text, "ok", user_id=user_id, reply_id=message_id)
+        task = rt.tasks.spawn(deliver(self._app.bot, rt.store, out, int(recipient), reply_to=None,
+                                      policy=self.policy), name=f"telegram.notice:{message_id}")
+        self._notices.add(task)
+        task.add_done_callback(self._notices.discard)
 
     async def _say(self, chat_id: int, text: str, reply_to: int | None) -> None:
         """A reply that is not a turn's (commands, refusals, errors): sent, retried, not recorded."""

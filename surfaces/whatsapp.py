@@ -149,11 +149,14 @@ class WhatsAppSurface:
     async def start(self, runtime: Runtime) -> None:
         await self.sender.start()
         self._runtime = runtime
+        runtime.pipeline.notices.register(SURFACE, self._notify)
         logger.info("whatsapp.started", webhook=self.settings.public_url + WEBHOOK_PATH)
 
     async def stop(self) -> None:
         """Stop taking webhooks, let replies in flight go out (up to `drain_timeout`), then close the client."""
         self._stopping = True
+        if self._runtime is not None:
+            self._runtime.pipeline.notices.unregister(SURFACE)
         for task in self._inflight:
             if task.get_name().startswith("whatsapp-status:"):
                 task.cancel()  # a late status for a part never recorded: not worth holding the shutdown
@@ -246,6 +249,10 @@ class WhatsAppSurface:
         assert self._runtime is not None
         await deliver(self.sender, self._runtime.store, recipient=recipient, text=text, user_id=user_id,
                       message_id=message_id)
+
+    async def _notify(self, recipient: str, text: str, user_id: int, message_id: int) -> None:
+        """bot.notices' sender: a stored notice goes out like a reply, in a tracked task."""
+        self._spawn(self._reply(recipient, text, user_id, message_id), name=f"whatsapp-notice:{message_id}")
 
     async def _process(self, msg: InboundMessage) -> None:
         assert self._runtime is not None

@@ -115,9 +115,13 @@ async def test_link_and_unlink_through_commands(store: Any) -> None:
     assert answer == catalog.t("link_code", "es", code=code)
     assert await say(store, f"/link {code}") == catalog.t("link_own_code", "en")
     web = InboundMessage(surface="web", sender="v1", external_id="w", text=f"/link {code.lower()}", language="en")
-    assert await commands.run(parse(web.text), web, store) == catalog.t("link_done", "en")  # type: ignore[arg-type]
+    owner = catalog.t("link_who_unnamed", "en", surface="Telegram")  # the test's Telegram message has no name
+    assert await commands.run(parse(web.text), web, store) == catalog.t(  # type: ignore[arg-type]
+        "link_confirm", "en", who=owner, code=code)
+    yes = InboundMessage(surface="web", sender="v1", external_id="w", text=f"/link {code} sí", language="en")
+    assert await commands.run(parse(yes.text), yes, store) == catalog.t("link_done", "en")  # type: ignore[arg-type]
     assert await store.identity_user("web", "v1") == await store.identity_user("telegram", "42")
-    assert await commands.run(parse(web.text), web, store) == catalog.t("link_invalid", "en")  # type: ignore[arg-type]
+    assert await commands.run(parse(yes.text), yes, store) == catalog.t("link_invalid", "en")  # type: ignore[arg-type]
     unlink = InboundMessage(surface="web", sender="v1", external_id="u", text="/unlink", language="en")
     assert await commands.run(parse("/unlink"), unlink, store) == catalog.t("unlink_done", "en")  # type: ignore[arg-type]
     assert await say(store, "/unlink") == catalog.t("unlink_only", "en")
@@ -145,5 +149,9 @@ async def test_link_from_the_terminal_speaks_for_the_handles_person(store: Any) 
     m = InboundMessage(surface="cli", sender="ana", external_id="c1", text="/link", handle="ana", language="en")
     code = re.search(r"[0-9A-Z]{4}-[0-9A-Z]{4}-[0-9A-Z]{4}", await commands.run(parse("/link"), m, store))  # type: ignore[arg-type]
     web = InboundMessage(surface="web", sender="v9", external_id="w", text=f"/link {code.group(0)}")  # type: ignore[union-attr]
-    assert await commands.run(parse(web.text), web, store) == catalog.t("link_done", "en")  # type: ignore[arg-type]
+    owner = catalog.t("link_who", "en", name="ana", surface=catalog.t("surface_cli", "en"))
+    assert await commands.run(parse(web.text), web, store) == catalog.t(  # type: ignore[arg-type]
+        "link_confirm", "en", who=owner, code=code.group(0))  # type: ignore[union-attr]
+    yes = parse(web.text + " yes")
+    assert await commands.run(yes, web, store) == catalog.t("link_done", "en")  # type: ignore[arg-type]
     assert await store.identity_user("web", "v9") == await store.user_id("ana")

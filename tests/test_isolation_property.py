@@ -23,6 +23,7 @@ from bot.models.factory import build_chain
 from bot.pipeline import Pipeline
 from bot.types import InboundMessage
 from memory.open import open_store
+from tests.test_linking import join
 
 IDENTITIES = [(surface, f"{surface[0]}{n}") for surface in ("telegram", "whatsapp", "web") for n in range(3)]
 identity = st.sampled_from(IDENTITIES)
@@ -75,7 +76,7 @@ async def run(ops: list[tuple[Any, ...]]) -> None:
                     other = op[2]
                     code = await linker.request(*ident)
                     model.of(ident)
-                    result = await linker.redeem(*other, code)
+                    result = await join(linker, *other, code)
                     if other == ident:
                         assert result.status == "own_code"
                     elif model.of(other) == model.of(ident):

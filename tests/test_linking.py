@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from bot.config import Settings
-from bot.linking import Linker, LinkPolicy, address_key, new_code, normalize
+from bot.linking import Linker, LinkPolicy, Redemption, address_key, new_code, normalize
 from bot.models.factory import build_chain
 from bot.pipeline import Pipeline
 from bot.types import InboundMessage, utcnow
@@ -20,6 +20,14 @@ def pipeline(store: Any) -> Pipeline:
 
 def msg(surface: str, sender: str, ext: str, text: str, **kw: Any) -> InboundMessage:
     return InboundMessage(surface=surface, sender=sender, external_id=ext, text=text, **kw)
+
+
+async def join(linker: Linker, surface: str, ext: str, code: str, **kw: Any) -> Redemption:
+    """Both steps of redeeming a code: the prompt, then the confirm from the same identity."""
+    first = await linker.redeem(surface, ext, code, **kw)
+    if first.status != "prompt":
+        return first
+    return await linker.redeem(surface, ext, code, confirm=True, **kw)
 
 
 def test_codes_are_forgiving_to_type() -> None:
@@ -41,7 +49,7 @@ async def test_link_merges_two_people_into_one_memory(store: Any) -> None:
     await p.handle(msg("web", "visitor1", "w1", "hello from the web"))
     linker = Linker(store)
     code = await linker.request("telegram", "42")
-    result = await linker.redeem("web", "visitor1", code.lower())
+    result = await join(linker, "web", "visitor1", code.lower())
     assert result.status == "linked"
     tg_user = await store.identity_user("telegram", "42")
     assert await store.identity_user("web", "visitor1") == tg_user == result.user_id
@@ -55,19 +63,19 @@ async def test_link_merges_two_people_into_one_memory(store: Any) -> None:
     out = await p.handle(msg("web", "visitor1", "w2", "what is my dog called?",
                              conversation_ref=str(data["conversations"][1]["id"])))
     assert "my dog is called Rufo" in out.text
-    assert [a["action"] for a in data["identity_audit"]] == ["code_issued", "linked"]
+    assert [a["action"] for a in data["identity_audit"]] == ["code_issued", "link_prompted", "linked"]
 
 
 async def test_a_code_is_single_use_expires_and_never_works_for_its_requester(store: Any) -> None:
     linker = Linker(store)
     code = await linker.request("telegram", "1")
     assert (await linker.redeem("telegram", "1", code)).status == "own_code"
-    assert (await linker.redeem("whatsapp", "+34", code)).status == "linked"
+    assert (await join(linker, "whatsapp", "+34", code)).status == "linked"
     assert (await linker.redeem("web", "v", code)).status == "invalid"  # used
     newer = await linker.request("telegram", "1")
     older = await linker.request("telegram", "1")  # asking again kills the previous code
     assert (await linker.redeem("web", "v", newer)).status == "invalid"
-    assert (await linker.redeem("web", "v", older)).status == "linked"
+    assert (await join(linker, "web", "v", older)).status == "linked"
 
 
 async def test_an_expired_code_is_refused(store: Any) -> None:
@@ -96,7 +104,7 @@ async def test_twenty_wrong_codes_lock_out_and_the_right_one_is_refused_until_th
     with sqlite3.connect(store.path) as conn:
         conn.execute("UPDATE link_failures SET locked_until = '2000-01-01T00:00:00.000000Z'")
     fresh = await linker.request("telegram", "owner")
-    assert (await linker.redeem("web", "guesser", fresh)).status == "linked"
+    assert (await join(linker, "web", "guesser", fresh)).status == "linked"
     audit = (await store.inspect("telegram:owner"))["identity_audit"]
     assert "linked" in [a["action"] for a in audit]
 
@@ -123,14 +131,14 @@ async def test_under_pressure_a_guessing_key_is_locked_sooner_and_longer(store: 
     assert addresses == ["invalid", "invalid", "locked"]
     # a person with no wrong code of their own is never refused: their code works
     code = await linker.request("telegram", "owner")
-    assert (await linker.redeem("whatsapp", "+1", code)).status == "linked"
+    assert (await join(linker, "whatsapp", "+1", code)).status == "linked"
 
 
 async def test_unlink_sends_future_messages_to_a_new_user(store: Any) -> None:
     p = pipeline(store)
     linker = Linker(store)
     await p.handle(msg("telegram", "42", "t1", "my dog is called Rufo"))
-    await linker.redeem("whatsapp", "+34", await linker.request("telegram", "42"))
+    await join(linker, "whatsapp", "+34", await linker.request("telegram", "42"))
     assert await linker.unlink("whatsapp", "+34") == "unlinked"
     assert await linker.unlink("telegram", "42") == "only_identity"
     assert await linker.unlink("web", "nobody") == "unknown"
@@ -184,12 +192,12 @@ async def test_web_guesses_from_one_address_lock_that_address_out(store: Any) ->
         await linker.redeem("web", f"visitor{i}", f"ZZZZ-{i:04d}", client_ip="203.0.113.9")
     refused = await linker.redeem("web", "fresh-visitor", code, client_ip="203.0.113.9")
     assert refused.status == "locked"
-    assert (await linker.redeem("web", "elsewhere", code, client_ip="198.51.100.1")).status == "linked"
+    assert (await join(linker, "web", "elsewhere", code, client_ip="198.51.100.1")).status == "linked"
 
 
 async def test_unlink_kills_the_codes_the_identity_asked_for(store: Any) -> None:
     linker = Linker(store)
-    await linker.redeem("whatsapp", "+34", await linker.request("telegram", "42"))
+    await join(linker, "whatsapp", "+34", await linker.request("telegram", "42"))
     pending = await linker.request("telegram", "42")
     assert await linker.unlink("telegram", "42") == "unlinked"
     assert (await linker.redeem("web", "v", pending)).status == "invalid"
@@ -206,6 +214,6 @@ async def test_a_flood_of_wrong_codes_never_refuses_a_valid_code(store: Any) -> 
             await linker.redeem("web", f"bot{address}-{guess}", f"ZZZZ-{guess:04d}", client_ip=f"198.51.100.{address}")
     for account in range(20):
         await linker.redeem("telegram", f"sock{account}", "ZZZZ-0000")
-    result = await linker.redeem("web", "honest", code, client_ip="203.0.113.7")
+    result = await join(linker, "web", "honest", code, client_ip="203.0.113.7")
     assert result.status == "linked", result
     assert await store.identity_user("web", "honest") == await store.identity_user("telegram", "owner")

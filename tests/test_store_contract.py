@@ -538,6 +538,7 @@ async def test_a_delivery_status_never_moves_backwards(store: Store) -> None:
 
 async def test_a_crowd_of_wrong_codes_never_refuses_a_valid_code(store: Store) -> None:
     from bot.linking import Linker, LinkPolicy
+    from tests.test_linking import join
 
     linker = Linker(store, LinkPolicy(max_failures=4, global_max_failures=16, pressure_max_failures=2))
     code = await linker.request("telegram", "owner")
@@ -549,5 +550,62 @@ async def test_a_crowd_of_wrong_codes_never_refuses_a_valid_code(store: Store) -
         "invalid", "locked"]
     assert (await linker.redeem("whatsapp", "+9", code)).status == "locked"
     # a person with no wrong code of their own links with the code they were given
-    assert (await linker.redeem("web", "honest", code, client_ip="198.51.100.1")).status == "linked"
+    assert (await join(linker, "web", "honest", code, client_ip="198.51.100.1")).status == "linked"
     assert await store.identity_user("web", "honest") == await store.identity_user("telegram", "owner")
+
+
+async def test_a_code_joins_only_on_a_confirm_from_the_identity_shown_the_prompt(store: Store) -> None:
+    from bot.linking import LinkPolicy
+
+    policy = LinkPolicy()
+    owner = await store.issue_link_code("telegram", "42", "h1", LATER, owner_name="Ana (@ana)", language="es",
+                                        conversation_ref=None)
+    blind = await store.redeem_link_code("whatsapp", "+34", "h1", policy, confirm=True)
+    assert blind.status == "prompt" and blind.owner is not None and blind.user_id is None
+    assert (blind.owner.user_id, blind.owner.surface, blind.owner.external_user_id, blind.owner.name,
+            blind.owner.language) == (owner, "telegram", "42", "Ana (@ana)", "es")
+    assert await store.identity_user("whatsapp", "+34") is None
+    assert (await store.redeem_link_code("web", "v", "h1", policy)).status == "prompt"
+    assert (await store.redeem_link_code("whatsapp", "+34", "h1", policy, confirm=True)).status == "prompt"
+    assert (await store.redeem_link_code("web", "v", "h1", policy, confirm=True)).status == "prompt"  # not v's now
+    done = await store.redeem_link_code("web", "v", "h1", policy, confirm=True)
+    assert done.status == "linked" and done.user_id == owner == await store.identity_user("web", "v")
+    assert (await store.redeem_link_code("whatsapp", "+34", "h1", policy, confirm=True)).status == "invalid"
+    audit = [a["action"] for a in (await store.inspect("telegram:42"))["identity_audit"]]  # type: ignore[index]
+    assert audit == ["code_issued"] + ["link_prompted"] * 4 + ["linked"]
+
+
+async def test_a_prompt_uses_one_of_the_codes_attempts(store: Store) -> None:
+    from bot.linking import LinkPolicy
+
+    policy = LinkPolicy(max_code_attempts=2)
+    await store.issue_link_code("telegram", "42", "h2", LATER)
+    assert [(await store.redeem_link_code("web", f"v{i}", "h2", policy)).status for i in range(2)] == ["prompt"] * 2
+    assert (await store.redeem_link_code("web", "v1", "h2", policy, confirm=True)).status == "invalid"
+
+
+async def test_a_notice_is_kept_in_the_persons_conversation_on_its_surface(store: Store) -> None:
+    web = await put(store, msg("web", "visitor", "w1", "hello", handle="ana"))
+    other = await put(store, msg("web", "visitor", "w2", "another chat", handle="ana"))
+    tg = await put(store, msg("telegram", "42", "t1", "hi", handle="ana"))
+    stranger = await put(store, msg("web", "visitor-b", "w3", "mine", handle="bob"))
+    uid = web.user_id
+    # the conversation named, when it is the person's
+    n1 = await store.post_notice(uid, "web", str(web.conversation_id), "note one", 2)
+    assert (n1.conversation_id, n1.role, n1.reply_to, n1.metadata) == (web.conversation_id, "assistant", None,
+                                                                       {"notice": True})
+    # someone else's conversation, or none: the person's latest (which the notice then keeps latest)
+    n2 = await store.post_notice(uid, "web", str(stranger.conversation_id), "note two", 2)
+    assert n2.conversation_id == web.conversation_id  # n1 made it the latest
+    n3 = await store.post_notice(uid, "web", None, "note three", 2)
+    assert n3.conversation_id == web.conversation_id != other.conversation_id
+    assert (await store.conversations(uid))[0].id == web.conversation_id
+    # singleton surfaces: the one conversation there; a person with none on the web gets a new one
+    assert (await store.post_notice(uid, "telegram", None, "tg note", 2)).conversation_id == tg.conversation_id
+    fresh = await store.user_id("carol", create=True)
+    assert fresh is not None
+    n4 = await store.post_notice(fresh, "web", "99999999999999999999999", "hello carol", 2)
+    assert [m.content for m in await store.messages(fresh, n4.conversation_id)] == ["hello carol"]
+    assert [m.content for m in await store.messages(uid, web.conversation_id)] == [
+        "hello", "note one", "note two", "note three"]
+    assert [m.content for m in await store.messages(stranger.user_id, stranger.conversation_id)] == ["mine"]

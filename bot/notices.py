@@ -1,0 +1,52 @@
+"""Notices: what hilo tells a person on its own, outside a turn of theirs, e.g. the owner of a link code that
+someone joined their account with it (bot/linking.py), while the turn that caused it runs on another surface.
+
+A notice is kept like a reply: an assistant message in the person's conversation on that surface
+(`Store.post_notice`), so the web widget shows it when it loads the conversation and `hilo inspect` lists it.
+Surfaces that can write to a person (Telegram, WhatsApp) register a sender at start: it delivers the stored
+notice its usual way (split, retried, one `deliveries` row per part) in a task of its own, so the turn that
+caused the notice never waits for another surface's API. The web and the terminal register none: the stored
+message is the delivery.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from bot import log, tokens
+from memory.store import Store, StoredMessage
+
+logger = log.get("hilo.notices")
+
+#: (recipient on the surface, text, user id, id of the stored notice) -> None, returning once the delivery
+#: is under way (it must not wait for the provider).
+Sender = Callable[[str, str, int, int], Awaitable[None]]
+
+
+class Notices:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._senders: dict[str, Sender] = {}
+
+    def register(self, surface: str, sender: Sender) -> None:
+        self._senders[surface] = sender
+
+    def unregister(self, surface: str) -> None:
+        self._senders.pop(surface, None)
+
+    async def send(
+        self, user_id: int, surface: str, recipient: str, text: str, *, conversation_ref: str | None = None,
+    ) -> StoredMessage:
+        """Keep `text` in the person's conversation on `surface` and hand it to that surface's sender, if any.
+        Store errors propagate; a sender's failure is logged (the notice stays stored)."""
+        stored = await self.store.post_notice(user_id, surface, conversation_ref, text, tokens.count(text))
+        sender = self._senders.get(surface)
+        if sender is not None:
+            try:
+                await sender(recipient, text, user_id, stored.id)
+            except Exception as exc:  # the caller's own work (a link) is done: this must not undo its answer
+                logger.error("notice.send_failed", surface=surface, user_id=user_id, message_id=stored.id,
+                             error=type(exc).__name__)
+        logger.info("notice.posted", surface=surface, user_id=user_id, message_id=stored.id,
+                    pushed=sender is not None)
+        return stored

@@ -11,6 +11,9 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 Role = Literal["system", "user", "assistant", "tool"]
+#: What an answer that arrived amounts to (bot.models.base.outcome_of); model_calls.outcome records it, and the
+#: failed calls' outcomes ("rate_limited", "server_error", "timeout", "connection", "error", "circuit_open").
+AnswerOutcome = Literal["ok", "refused", "cut", "tool_calls", "empty"]
 SURFACES = ("cli", "web", "telegram", "whatsapp")
 #: Surfaces whose person has exactly one conversation with hilo (a chat, a phone number, a terminal).
 SINGLETON_SURFACES = frozenset({"cli", "telegram", "whatsapp"})
@@ -87,6 +90,7 @@ class ModelCallRecord:
     tokens_in: int
     tokens_out: int
     latency_ms: int
-    outcome: str  # "ok" | "rate_limited" | "server_error" | "timeout" | "connection" | "error" | "circuit_open"
+    outcome: str  # an AnswerOutcome, or "rate_limited" | "server_error" | "timeout" | "connection" | "error" |
+    #               "circuit_open" for a call that failed
     fallback_from: str | None = None
     error: str | None = None

@@ -7,7 +7,10 @@ served by uvicorn in a background thread.
 Scripting: each request takes the next behaviour from its model's queue (`script(model=...)`), else from the
 shared queue (`enqueue(...)`), else the model's default, else `ok()`, which answers
 "fake reply to: <last user message>". Behaviours: `ok(text)`, `rate_limited(retry_after)`, `status(503)`,
-`overloaded()` (529), `slow(seconds)`, `cut(after_chunks)`.
+`overloaded()` (529), `slow(seconds)`, `cut(after_chunks)` (connection dropped), `in_stream(raw, after_chunks)` (an
+event such as a recorded in-band error, then the stream ends), `cut_event(after_chunks)` (half an event, then a
+clean end) and `replay(stream=..., body=...)`, which answers with a recorded stream or body byte for byte
+(tests/fakes/recorded_shapes.py holds the providers' own recordings).
 
 Use from a test module: `from tests.fakes import model_server as fake`, then module-level
 `model_server_session = fake.model_server_session; model_server = fake.model_server` (or list
@@ -21,7 +24,7 @@ import asyncio
 import json
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -32,18 +35,21 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tests.fakes.loopback import ThreadedServer
+from tests.fakes.recorded_shapes import anthropic_message_of
 
 
 @dataclass(frozen=True, slots=True)
 class Behaviour:
     """What the fake does with one request. Build these with the helpers below."""
 
-    kind: str = "ok"  # "ok" | "status" | "cut"
+    kind: str = "ok"  # "ok" | "status" | "cut" | "in_stream" | "cut_event" | "replay"
     text: str | None = None
     status: int = 200
     headers: tuple[tuple[str, str], ...] = ()
     delay: float = 0.0  # seconds to sleep before answering (slow)
-    after_chunks: int = 2  # cut: text chunks sent before the connection is dropped
+    after_chunks: int = 2  # cut / in_stream / cut_event: text chunks sent before it happens
+    raw: str | None = None  # in_stream: the SSE event sent; replay: the recorded stream
+    body: str | None = None  # replay: the recorded JSON body
 
 
 def ok(text: str | None = None) -> Behaviour:
@@ -80,6 +86,24 @@ def slow(seconds: float, then: Behaviour | None = None) -> Behaviour:
 def cut(after_chunks: int = 2, text: str | None = None) -> Behaviour:
     """Stream `after_chunks` text chunks, then drop the connection (a JSON request gets a truncated body)."""
     return Behaviour("cut", text=text, after_chunks=after_chunks)
+
+
+def in_stream(raw: str, after_chunks: int = 2, text: str | None = None) -> Behaviour:
+    """Stream `after_chunks` text chunks, then the SSE event `raw` (e.g. a recorded in-band error), then end the
+    response cleanly without [DONE] / message_stop, as OpenRouter, vLLM and Anthropic do after such an event."""
+    return Behaviour("in_stream", text=text, after_chunks=after_chunks, raw=raw)
+
+
+def cut_event(after_chunks: int = 2, text: str | None = None) -> Behaviour:
+    """Stream `after_chunks` text chunks, then the first half of the next event's bytes, then end cleanly: a JSON
+    event cut in the middle with no transport error to show for it."""
+    return Behaviour("cut_event", text=text, after_chunks=after_chunks)
+
+
+def replay(stream: str | None = None, body: str | None = None) -> Behaviour:
+    """Answer with recorded bytes: `stream` (SSE) to a streaming request, `body` (JSON, status 200) to a plain
+    one. An Anthropic plain request with only a `stream` gets the Message that stream folds into."""
+    return Behaviour("replay", raw=stream, body=body)
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +230,8 @@ class FakeModelServer:
             kind = {429: "rate_limit_exceeded", 401: "invalid_api_key"}.get(b.status, "server_error")
             return JSONResponse({"error": {"message": f"fake {b.status}", "type": kind, "code": kind}},
                                 status_code=b.status, headers=dict(b.headers))
+        if b.kind == "replay":
+            return _replayed(b, record.stream, None)
         model, messages = record.model, record.body.get("messages", [])
         text = b.text if b.text is not None else f"fake reply to: {_last_user(messages)}"
         usage = {"prompt_tokens": sum(len(str(m.get("content", "")).split()) for m in messages),
@@ -228,8 +254,9 @@ class FakeModelServer:
         async def events() -> AsyncIterator[bytes]:
             yield chunk({"role": "assistant", "content": ""})
             for i, word in enumerate(_words(text)):
-                if b.kind == "cut" and i >= b.after_chunks:
-                    raise _Cut()
+                if i >= b.after_chunks and b.kind in _BREAKS:
+                    yield _break(b, chunk({"content": word}))
+                    return
                 yield chunk({"content": word})
             yield chunk({}, "stop")
             if (record.body.get("stream_options") or {}).get("include_usage"):
@@ -246,6 +273,8 @@ class FakeModelServer:
                     400: "invalid_request_error"}.get(b.status, "api_error")
             return JSONResponse({"type": "error", "error": {"type": kind, "message": f"fake {b.status}"}},
                                 status_code=b.status, headers=dict(b.headers))
+        if b.kind == "replay":
+            return _replayed(b, record.stream, anthropic_message_of)
         model, messages = record.model, record.body.get("messages", [])
         text = b.text if b.text is not None else f"fake reply to: {_last_user(messages)}"
         tokens_in = len(str(record.body.get("system", "")).split()) + sum(
@@ -267,16 +296,45 @@ class FakeModelServer:
                        "content_block_start")
             yield _sse({"type": "ping"}, "ping")
             for i, word in enumerate(_words(text)):
-                if b.kind == "cut" and i >= b.after_chunks:
-                    raise _Cut()
-                yield _sse({"type": "content_block_delta", "index": 0,
-                            "delta": {"type": "text_delta", "text": word}}, "content_block_delta")
+                delta = _sse({"type": "content_block_delta", "index": 0,
+                              "delta": {"type": "text_delta", "text": word}}, "content_block_delta")
+                if i >= b.after_chunks and b.kind in _BREAKS:
+                    yield _break(b, delta)
+                    return
+                yield delta
             yield _sse({"type": "content_block_stop", "index": 0}, "content_block_stop")
             yield _sse({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
                         "usage": {"output_tokens": tokens_out}}, "message_delta")
             yield _sse({"type": "message_stop"}, "message_stop")
 
         return StreamingResponse(events(), media_type="text/event-stream")
+
+
+_BREAKS = ("cut", "in_stream", "cut_event")
+
+
+def _break(b: Behaviour, next_event: bytes) -> bytes:
+    """What a breaking behaviour sends instead of `next_event` (its generator returns right after)."""
+    if b.kind == "cut":
+        raise _Cut()
+    if b.kind == "in_stream":
+        return (b.raw or "").encode()
+    return next_event[: len(next_event) // 2]  # cut_event
+
+
+def _replayed(b: Behaviour, stream: bool, fold: Callable[[str], str] | None) -> Response:
+    if stream:
+        assert b.raw is not None, "replay(): this test sent a streaming request but recorded no stream"
+        events = [event + "\n\n" for event in b.raw.strip("\n").split("\n\n")]
+
+        async def body() -> AsyncIterator[bytes]:
+            for event in events:  # one event per chunk, as a server sends them
+                yield event.encode()
+
+        return StreamingResponse(body(), media_type="text/event-stream")
+    raw = b.body if b.body is not None else (fold(b.raw) if fold is not None and b.raw is not None else None)
+    assert raw is not None, "replay(): this test sent a plain request but recorded no body"
+    return Response(raw, media_type="application/json")
 
 
 def _truncated_json() -> Response:

@@ -56,9 +56,10 @@ class InboundMessage:
 class OutboundMessage:
     """What the pipeline hands back to the surface to deliver.
 
-    status: "ok" (a model answered), "failed" (every model failed: `text` is the localized apology and the
-    person's message is stored), "duplicate" (a redelivery: nothing to send), "command" (a command such as
-    /link was answered: nothing was stored as a message, no model was called).
+    status: "ok" (a model answered; `metadata["outcome"]` says how: "ok", "refused", "cut", "tool_calls" or
+    "empty", and `text` is never empty: see bot.answers), "failed" (every model failed: `text` is the localized
+    apology and the person's message is stored), "duplicate" (a redelivery: nothing to send), "command" (a
+    command such as /link was answered: nothing was stored as a message, no model was called).
     """
 
     surface: str

@@ -98,7 +98,7 @@ class OpenAIProvider:
         outcome = outcome_of(content, refused=bool(refusal) or choice.finish_reason == "content_filter",
                              cut=choice.finish_reason == "length",
                              tool_calls=bool(getattr(message, "tool_calls", None)))
-        return _completion(content or refusal, outcome, response.usage, messages)
+        return _completion(_answer_text(content, refusal, outcome), outcome, response.usage, messages)
 
     async def stream(
         self, model: str, messages: Sequence[ChatMessage], *, timeout: float,
@@ -140,7 +140,7 @@ class OpenAIProvider:
         content = "".join(parts)
         outcome = outcome_of(content, refused=bool(refusal) or finish == "content_filter", cut=finish == "length",
                              tool_calls=tool_calls)
-        yield _completion(content + "".join(refusal), outcome, usage, messages)
+        yield _completion(_answer_text(content, "".join(refusal), outcome), outcome, usage, messages)
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -154,6 +154,14 @@ def _raise_if_error(label: str, part: Any) -> None:
         raise error_in_answer(label, part.to_dict())
     if error is not None or getattr(part, "finish_reason", None) == "error":
         raise error_in_answer(label, error if isinstance(error, dict) else {})
+
+
+def _answer_text(content: str, refusal: str, outcome: AnswerOutcome) -> str:
+    """The refusal when the model wrote one; no text at all for an answer a content filter stopped (what it had
+    written is void); otherwise the content."""
+    if outcome == "refused":
+        return refusal
+    return content
 
 
 def _completion(text: str, outcome: AnswerOutcome, usage: Any, messages: Sequence[ChatMessage]) -> Completion:

@@ -314,7 +314,7 @@ def anthropic_message_of(stream: str) -> str:
             elif delta["type"] == "input_json_delta":
                 partial[event["index"]] = partial.get(event["index"], "") + delta["partial_json"]
         elif kind == "message_delta":
-            message.update({k: v for k, v in event["delta"].items()})
+            message.update(event["delta"])
             message["usage"] = {**message.get("usage", {}), **event.get("usage", {})}
     for index, raw in partial.items():
         try:

@@ -42,6 +42,7 @@ ANSWERS = [
     # model, behaviour, streamed, text, outcome
     ("openai:m1", replay(body=rec.OPENAI_REFUSAL_JSON), False, rec.OPENAI_REFUSAL_TEXT, "refused"),
     ("openai:m1", replay(stream=rec.OPENAI_REFUSAL_STREAM), True, rec.OPENAI_REFUSAL_STREAM_TEXT, "refused"),
+    ("openai:m1", replay(body=rec.OPENAI_CONTENT_FILTER_JSON), False, "", "refused"),
     ("openai:m1", replay(body=rec.OPENAI_TOOL_CALLS_JSON), False, "", "tool_calls"),
     ("openai:m1", replay(stream=rec.OPENAI_TOOL_CALLS_STREAM), True, "", "tool_calls"),
     ("openai:m1", ok(""), False, "", "empty"),

@@ -17,7 +17,7 @@ from bot.pipeline import Pipeline
 from bot.types import InboundMessage
 from memory.open import open_store
 from tests.fakes import recorded_shapes as rec
-from tests.fakes.model_server import FakeModelServer, ok, replay, slow, status
+from tests.fakes.model_server import FakeModelServer, in_stream, ok, replay, slow, status
 
 
 def msg(surface: str, sender: str, ext: str, text: str, **kw: Any) -> InboundMessage:
@@ -301,6 +301,9 @@ ANSWERS_WITHOUT_TEXT = [
     ("openai:m1", replay(body=rec.OPENAI_REFUSAL_JSON), False, "en", rec.OPENAI_REFUSAL_TEXT, "refused"),
     ("openai:m1", replay(stream=rec.OPENAI_REFUSAL_STREAM), True, "en", rec.OPENAI_REFUSAL_STREAM_TEXT, "refused"),
     ("anthropic:c1", replay(stream=rec.ANTHROPIC_REFUSAL_STREAM), True, "es", "{model_refused}", "refused"),
+    # a content filter stopped it after some text: what was shown is void
+    ("openai:m1", replay(stream=rec.OPENAI_CONTENT_FILTER_STREAM), True, "en", "{model_refused}", "refused"),
+    ("openai:m1", replay(body=rec.OPENAI_CONTENT_FILTER_JSON), False, "es", "{model_refused}", "refused"),
     ("anthropic:c1", replay(stream=rec.ANTHROPIC_REFUSAL_STREAM), False, "en", "{model_refused}", "refused"),
     ("openai:m1", replay(body=rec.OPENAI_TOOL_CALLS_JSON), False, "es", "{model_no_answer}", "tool_calls"),
     ("openai:m1", replay(stream=rec.OPENAI_TOOL_CALLS_STREAM), True, "en", "{model_no_answer}", "tool_calls"),
@@ -360,3 +363,28 @@ async def test_a_refusal_after_some_streamed_text_resets_what_was_shown(
     assert out.text == catalog.t("model_refused", "en")
     assert events[-2:] == [("", True), (out.text, False)]
     assert "".join(t for t, _ in events[:-2]) == rec.ANTHROPIC_TOOL_USE_TEXT
+
+
+@pytest.mark.parametrize(("first", "streamed"), [
+    (in_stream(rec.OPENROUTER_MIDSTREAM_ERROR), True),
+    (replay(body=rec.openrouter_error_body(502, "Your chosen model is down")), False),
+])
+async def test_an_error_inside_a_200_answer_is_retried_and_the_person_gets_the_answer(
+    store: Any, model_server: FakeModelServer, fake_pipeline: Any, first: Any, streamed: bool,
+) -> None:
+    # one model, no fallback: before, this was one attempt and then "try again shortly"
+    model_server.enqueue(first)
+    p = fake_pipeline(store, model_server, {"HILO_MODEL": "openai:m1"})
+    shown: list[str] = []
+
+    async def on_delta(text: str, reset: bool) -> None:
+        if reset:
+            shown.clear()
+        shown.append(text)
+
+    out = await p.handle(msg("telegram", "78", "e1", "are you there?"), on_delta=on_delta if streamed else None)
+    assert (out.status, out.text) == ("ok", "fake reply to: are you there?")
+    if streamed:
+        assert "".join(shown) == out.text
+    calls = (await store.inspect("telegram:78"))["model_calls"]
+    assert [(c["model"], c["outcome"]) for c in calls] == [("openai:m1", "server_error"), ("openai:m1", "ok")]

@@ -25,6 +25,10 @@ OPENAI_TOOL_CALLS_JSON = r"""{"id": "chatcmpl-ABfvx6Z4dchiW2nya1N8KMsHFrQRE", "o
 OPENAI_LENGTH_JSON = r"""{"id": "chatcmpl-ABfvvX7eB1KsfeZj8VcF3z7G7SbaA", "object": "chat.completion", "created": 1727346163, "model": "gpt-4o-2024-08-06", "choices": [{"index": 0, "message": {"role": "assistant", "content": "{\"", "refusal": null}, "logprobs": null, "finish_reason": "length"}], "usage": {"prompt_tokens": 79, "completion_tokens": 1, "total_tokens": 80, "completion_tokens_details": {"reasoning_tokens": 0}}, "system_fingerprint": "fp_7568d46099"}"""  # noqa: E501
 OPENAI_LENGTH_TEXT = '{"'
 
+# openai/openai-python tests/lib/chat/test_content_filter.py, test_parse_content_filter_completion: stopped by the
+# content filter before any content.
+OPENAI_CONTENT_FILTER_JSON = r"""{"id": "chatcmpl-example", "object": "chat.completion", "created": 0, "model": "gpt-4o-2024-08-06", "choices": [{"index": 0, "message": {"role": "assistant", "content": null}, "finish_reason": "content_filter"}], "usage": {"prompt_tokens": 5, "completion_tokens": 0, "total_tokens": 5}}"""  # noqa: E501
+
 # -- OpenAI chat completions, streams -----------------------------------------------------------------------------
 
 # openai/openai-python .inline-snapshot/external/ca015b8b1ebaac98be76f2f855f8694b77f608de5e2a3799276be06ce3fbb15b.bin
@@ -116,6 +120,17 @@ data: {"id":"chatcmpl-9tXjnXkjzholyB3ceNegQC7g5zP57","object":"chat.completion.c
 data: [DONE]
 
 """  # noqa: E501
+
+# openai/openai-python tests/lib/chat/test_content_filter.py, test_stream_content_filter_completion[after_content]:
+# some content, then finish_reason "content_filter" (the bytes that test builds: json.dumps of each event).
+OPENAI_CONTENT_FILTER_STREAM = r"""data: {"id": "chatcmpl-example", "object": "chat.completion.chunk", "created": 0, "model": "gpt-4o-2024-08-06", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "{\"value\": \"example"}, "finish_reason": null}]}
+
+data: {"id": "chatcmpl-example", "object": "chat.completion.chunk", "created": 0, "model": "gpt-4o-2024-08-06", "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": "content_filter"}]}
+
+data: [DONE]
+
+"""  # noqa: E501
+OPENAI_CONTENT_FILTER_PARTIAL = '{"value": "example'
 
 # -- errors inside a 200 answer (OpenAI-compatible servers) -------------------------------------------------------
 

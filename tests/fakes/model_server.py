@@ -24,8 +24,8 @@ import asyncio
 import json
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from collections.abc import AsyncIterator, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -35,75 +35,28 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tests.fakes.loopback import ThreadedServer
+from tests.fakes.model_behaviours import (
+    BREAKS,
+    Behaviour,
+    Cut,
+    break_with,
+    cut,
+    cut_event,
+    in_stream,
+    ok,
+    overloaded,
+    rate_limited,
+    replay,
+    replayed,
+    slow,
+    status,
+)
 from tests.fakes.recorded_shapes import anthropic_message_of
 
-
-@dataclass(frozen=True, slots=True)
-class Behaviour:
-    """What the fake does with one request. Build these with the helpers below."""
-
-    kind: str = "ok"  # "ok" | "status" | "cut" | "in_stream" | "cut_event" | "replay"
-    text: str | None = None
-    status: int = 200
-    headers: tuple[tuple[str, str], ...] = ()
-    delay: float = 0.0  # seconds to sleep before answering (slow)
-    after_chunks: int = 2  # cut / in_stream / cut_event: text chunks sent before it happens
-    raw: str | None = None  # in_stream: the SSE event sent; replay: the recorded stream
-    body: str | None = None  # replay: the recorded JSON body
-
-
-def ok(text: str | None = None) -> Behaviour:
-    """Answer normally (JSON or SSE as the request asks); `text` defaults to "fake reply to: <last user>"."""
-    return Behaviour("ok", text=text)
-
-
-def status(code: int, headers: dict[str, str] | None = None) -> Behaviour:
-    """Answer an HTTP error in the provider's error shape (503, 500, 401, 400 ...)."""
-    return Behaviour("status", status=code, headers=tuple((headers or {}).items()))
-
-
-def rate_limited(retry_after: float | None = 1.0, *, ms: bool = False) -> Behaviour:
-    """429 with a `retry-after` header in seconds (or `retry-after-ms` when ms=True); None sends no header."""
-    headers: dict[str, str] = {}
-    if retry_after is not None:
-        if ms:
-            headers["retry-after-ms"] = str(int(retry_after * 1000))
-        else:
-            headers["retry-after"] = f"{retry_after:g}"
-    return status(429, headers)
-
-
-def overloaded() -> Behaviour:
-    """Anthropic's 529 overloaded_error."""
-    return status(529)
-
-
-def slow(seconds: float, then: Behaviour | None = None) -> Behaviour:
-    """Sleep before answering with `then` (default ok())."""
-    return replace(then or ok(), delay=seconds)
-
-
-def cut(after_chunks: int = 2, text: str | None = None) -> Behaviour:
-    """Stream `after_chunks` text chunks, then drop the connection (a JSON request gets a truncated body)."""
-    return Behaviour("cut", text=text, after_chunks=after_chunks)
-
-
-def in_stream(raw: str, after_chunks: int = 2, text: str | None = None) -> Behaviour:
-    """Stream `after_chunks` text chunks, then the SSE event `raw` (e.g. a recorded in-band error), then end the
-    response cleanly without [DONE] / message_stop, as OpenRouter, vLLM and Anthropic do after such an event."""
-    return Behaviour("in_stream", text=text, after_chunks=after_chunks, raw=raw)
-
-
-def cut_event(after_chunks: int = 2, text: str | None = None) -> Behaviour:
-    """Stream `after_chunks` text chunks, then the first half of the next event's bytes, then end cleanly: a JSON
-    event cut in the middle with no transport error to show for it."""
-    return Behaviour("cut_event", text=text, after_chunks=after_chunks)
-
-
-def replay(stream: str | None = None, body: str | None = None) -> Behaviour:
-    """Answer with recorded bytes: `stream` (SSE) to a streaming request, `body` (JSON, status 200) to a plain
-    one. An Anthropic plain request with only a `stream` gets the Message that stream folds into."""
-    return Behaviour("replay", raw=stream, body=body)
+__all__ = [
+    "Behaviour", "FakeModelServer", "RecordedRequest", "cut", "cut_event", "in_stream", "model_server",
+    "model_server_session", "ok", "overloaded", "rate_limited", "replay", "slow", "status",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,10 +75,6 @@ class RecordedRequest:
 class _Script:
     queue: deque[Behaviour] = field(default_factory=deque)
     default: Behaviour | None = None
-
-
-class _Cut(Exception):
-    """Raised inside a streaming body to make uvicorn drop the connection mid-response."""
 
 
 def _last_user(messages: Iterable[Any]) -> str:
@@ -231,7 +180,7 @@ class FakeModelServer:
             return JSONResponse({"error": {"message": f"fake {b.status}", "type": kind, "code": kind}},
                                 status_code=b.status, headers=dict(b.headers))
         if b.kind == "replay":
-            return _replayed(b, record.stream, None)
+            return replayed(b, record.stream, None)
         model, messages = record.model, record.body.get("messages", [])
         text = b.text if b.text is not None else f"fake reply to: {_last_user(messages)}"
         usage = {"prompt_tokens": sum(len(str(m.get("content", "")).split()) for m in messages),
@@ -254,8 +203,8 @@ class FakeModelServer:
         async def events() -> AsyncIterator[bytes]:
             yield chunk({"role": "assistant", "content": ""})
             for i, word in enumerate(_words(text)):
-                if i >= b.after_chunks and b.kind in _BREAKS:
-                    yield _break(b, chunk({"content": word}))
+                if i >= b.after_chunks and b.kind in BREAKS:
+                    yield break_with(b, chunk({"content": word}))
                     return
                 yield chunk({"content": word})
             yield chunk({}, "stop")
@@ -274,7 +223,7 @@ class FakeModelServer:
             return JSONResponse({"type": "error", "error": {"type": kind, "message": f"fake {b.status}"}},
                                 status_code=b.status, headers=dict(b.headers))
         if b.kind == "replay":
-            return _replayed(b, record.stream, anthropic_message_of)
+            return replayed(b, record.stream, anthropic_message_of)
         model, messages = record.model, record.body.get("messages", [])
         text = b.text if b.text is not None else f"fake reply to: {_last_user(messages)}"
         tokens_in = len(str(record.body.get("system", "")).split()) + sum(
@@ -298,8 +247,8 @@ class FakeModelServer:
             for i, word in enumerate(_words(text)):
                 delta = _sse({"type": "content_block_delta", "index": 0,
                               "delta": {"type": "text_delta", "text": word}}, "content_block_delta")
-                if i >= b.after_chunks and b.kind in _BREAKS:
-                    yield _break(b, delta)
+                if i >= b.after_chunks and b.kind in BREAKS:
+                    yield break_with(b, delta)
                     return
                 yield delta
             yield _sse({"type": "content_block_stop", "index": 0}, "content_block_stop")
@@ -310,37 +259,10 @@ class FakeModelServer:
         return StreamingResponse(events(), media_type="text/event-stream")
 
 
-_BREAKS = ("cut", "in_stream", "cut_event")
-
-
-def _break(b: Behaviour, next_event: bytes) -> bytes:
-    """What a breaking behaviour sends instead of `next_event` (its generator returns right after)."""
-    if b.kind == "cut":
-        raise _Cut()
-    if b.kind == "in_stream":
-        return (b.raw or "").encode()
-    return next_event[: len(next_event) // 2]  # cut_event
-
-
-def _replayed(b: Behaviour, stream: bool, fold: Callable[[str], str] | None) -> Response:
-    if stream:
-        assert b.raw is not None, "replay(): this test sent a streaming request but recorded no stream"
-        events = [event + "\n\n" for event in b.raw.strip("\n").split("\n\n")]
-
-        async def body() -> AsyncIterator[bytes]:
-            for event in events:  # one event per chunk, as a server sends them
-                yield event.encode()
-
-        return StreamingResponse(body(), media_type="text/event-stream")
-    raw = b.body if b.body is not None else (fold(b.raw) if fold is not None and b.raw is not None else None)
-    assert raw is not None, "replay(): this test sent a plain request but recorded no body"
-    return Response(raw, media_type="application/json")
-
-
 def _truncated_json() -> Response:
     async def body() -> AsyncIterator[bytes]:
         yield b'{"id": "cut", "choi'
-        raise _Cut()
+        raise Cut()
 
     return StreamingResponse(body(), media_type="application/json")
 

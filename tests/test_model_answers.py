@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from bot.models.base import Reset
+from bot import answers, catalog
+from bot.models.base import Completion, Reset
 from bot.models.chain import ModelChain
 from tests.fakes import recorded_shapes as rec
 from tests.fakes.model_server import Behaviour, FakeModelServer, cut_event, in_stream, ok, replay
@@ -97,6 +98,7 @@ IN_BAND = [
     ("openai:m1", replay(body=rec.openrouter_error_body(502, "Your chosen model is down")), False, "server_error"),
     ("openai:m1", replay(body=rec.openrouter_error_body(429, "You are being rate limited")), False, "rate_limited"),
     ("openai:m1", replay(body=rec.vllm_bare_error("engine dead")), False, "server_error"),
+    ("anthropic:c1", replay(body=rec.ANTHROPIC_OVERLOADED_BODY), False, "rate_limited"),
 ]
 
 
@@ -135,3 +137,13 @@ async def test_a_permanent_error_inside_a_200_answer_goes_to_the_next_model(
     text, got, _ = await answer(make_chain("openai:m1", "openai:m2"), streamed)
     assert (text, got) == (REPLY, ["error", "ok"])
     assert [r.model for r in model_server.requests] == ["m1", "m2"]  # not retried on m1
+
+
+def test_the_reply_for_each_outcome() -> None:
+    note = catalog.t("model_cut_note", "es")
+    assert answers.reply_text(Completion("", 1, 0, "cut"), "es") == note  # cut before any text: the note alone
+    assert answers.reply_text(Completion("Half a sente ", 1, 9, "cut"), "es") == "Half a sente\n\n" + note
+    assert answers.reply_text(Completion(" \n", 1, 1, "empty"), "en") == catalog.t("model_no_answer", "en")
+    assert answers.reply_text(Completion("No.", 1, 1, "refused"), "en") == "No."
+    assert answers.reply_text(Completion("", 1, 1, "refused"), "es") == catalog.t("model_refused", "es")
+    assert answers.reply_text(Completion("Let me look.", 1, 1, "tool_calls"), "en") == "Let me look."

@@ -295,6 +295,8 @@ ANTHROPIC_MAX_TOKENS_TEXT = (
 ANTHROPIC_OVERLOADED_EVENT = (
     'event: error\ndata: {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}\n\n'
 )
+#: The same error object as a whole 200 body (what a proxy in front of Anthropic may answer).
+ANTHROPIC_OVERLOADED_BODY = ANTHROPIC_OVERLOADED_EVENT.split("data: ", 1)[1].strip()
 
 # -- Anthropic messages, JSON -------------------------------------------------------------------------------------
 

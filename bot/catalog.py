@@ -14,6 +14,10 @@ MESSAGES: dict[str, dict[str, str]] = {
             "Sorry, I can't answer right now: my language model is not responding. "
             "Your message is saved; please try again shortly."
         ),
+        # -- answers without text (bot/answers.py) --
+        "model_refused": "Sorry, I can't help with that.",
+        "model_no_answer": "Sorry, I couldn't come up with an answer to that. Could you put it another way?",
+        "model_cut_note": "(My answer was cut off here because it got too long. Ask me to go on if you want the rest.)",
         "message_too_long": "That message is too long ({length} characters). Please keep it under {limit}.",
         "empty_message": "That message is empty. Please write some text.",
         "bad_request": "That request could not be read: {detail}",
@@ -104,6 +108,11 @@ MESSAGES: dict[str, dict[str, str]] = {
         "model_unavailable": (
             "Lo siento, ahora mismo no puedo responder: mi modelo de lenguaje no contesta. "
             "Tu mensaje está guardado; vuelve a intentarlo en un momento."
+        ),
+        "model_refused": "Lo siento, no puedo ayudarte con eso.",
+        "model_no_answer": "Lo siento, no se me ha ocurrido una respuesta. ¿Puedes decirlo de otra manera?",
+        "model_cut_note": (
+            "(Mi respuesta se ha cortado aquí porque era demasiado larga. Pídeme que siga si quieres el resto.)"
         ),
         "message_too_long": "Ese mensaje es demasiado largo ({length} caracteres). El máximo es {limit}.",
         "empty_message": "Ese mensaje está vacío. Escribe algo de texto.",

@@ -14,11 +14,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from bot import catalog, commands, log, tokens
+from bot import answers, catalog, commands, log, tokens
 from bot.config import Settings
 from bot.errors import InputError
 from bot.keyed import KeyedLocks
-from bot.models.base import AllModelsFailed, Reset
+from bot.models.base import AllModelsFailed, Completion, Reset
 from bot.models.chain import ChainResult
 from bot.notices import Notices
 from bot.types import InboundMessage, ModelCallRecord, OutboundMessage, utcnow
@@ -92,7 +92,8 @@ class Pipeline:
         async with self._locks.hold(turn.conversation_id), self.store.turn_lock(turn.conversation_id):
             ctx = await self.context_for(turn)
             pre_model_ms = (time.perf_counter() - started) * 1000
-            reply, calls = await self._call_model(ctx, on_delta)
+            completion, calls = await self._call_model(ctx, lang, on_delta)
+            reply = answers.reply_text(completion, lang) if completion is not None else None
             reply_tokens = await _count(reply) if reply is not None else 0
             try:
                 stored = await self.store.finish_turn(turn, reply, reply_tokens, calls)
@@ -103,7 +104,8 @@ class Pipeline:
         logger.info(
             "turn.done", surface=msg.surface, user_id=turn.user_id, conversation_id=turn.conversation_id,
             message_id=turn.message.id, chars_in=len(msg.text), chars_out=len(reply or ""),
-            context_tokens=ctx.tokens["total"], calls=len(calls), outcome="ok" if reply is not None else "failed",
+            context_tokens=ctx.tokens["total"], calls=len(calls),
+            outcome=completion.outcome if completion is not None else "failed",
             pre_model_ms=round(pre_model_ms, 2),
         )
         if reply is None:
@@ -111,9 +113,11 @@ class Pipeline:
                 msg.surface, msg.sender, catalog.t("model_unavailable", lang), "failed",
                 conversation_id=turn.conversation_id, user_id=turn.user_id, message_id=turn.message.id,
             )
+        assert completion is not None
         return OutboundMessage(
             msg.surface, msg.sender, reply, "ok", conversation_id=turn.conversation_id, user_id=turn.user_id,
             message_id=turn.message.id, reply_id=stored.id if stored else None,
+            metadata={"outcome": completion.outcome},
         )
 
     async def context_for(self, turn: Ingested) -> AssembledContext:
@@ -151,22 +155,38 @@ class Pipeline:
         )
 
     async def _call_model(
-        self, ctx: AssembledContext, on_delta: DeltaSink | None,
-    ) -> tuple[str | None, Sequence[ModelCallRecord]]:
+        self, ctx: AssembledContext, lang: str, on_delta: DeltaSink | None,
+    ) -> tuple[Completion | None, Sequence[ModelCallRecord]]:
+        """The chain's answer (None when every model failed) and every call made for it. While streaming, what
+        the sink was shown ends up being exactly the reply the person gets (bot.answers): a note is streamed
+        after the text, a reply that replaces the text is shown after a reset."""
         try:
             if on_delta is None:
                 result = await self.chain.complete(ctx.messages)
-                return result.completion.text, result.calls
+                return result.completion, result.calls
+            shown: list[str] = []
             async for event in self.chain.stream(ctx.messages):
                 if isinstance(event, ChainResult):
-                    return event.completion.text, event.calls
+                    await _show_reply(on_delta, "".join(shown), answers.reply_text(event.completion, lang))
+                    return event.completion, event.calls
                 if isinstance(event, Reset):
+                    shown.clear()
                     await on_delta("", True)
                 else:
+                    shown.append(event)
                     await on_delta(event, False)
             raise RuntimeError("model stream ended without a result")
         except AllModelsFailed as exc:
             return None, exc.calls
+
+
+async def _show_reply(on_delta: DeltaSink, shown: str, reply: str) -> None:
+    if reply.startswith(shown):
+        if len(reply) > len(shown):
+            await on_delta(reply[len(shown):], False)
+        return
+    await on_delta("", True)
+    await on_delta(reply, False)
 
 
 async def _count(text: str) -> int:

@@ -11,6 +11,9 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 Role = Literal["system", "user", "assistant", "tool"]
+#: What an answer that arrived amounts to (bot.models.base.outcome_of); model_calls.outcome records it, and the
+#: failed calls' outcomes ("rate_limited", "server_error", "timeout", "connection", "error", "circuit_open").
+AnswerOutcome = Literal["ok", "refused", "cut", "tool_calls", "empty"]
 SURFACES = ("cli", "web", "telegram", "whatsapp")
 #: Surfaces whose person has exactly one conversation with hilo (a chat, a phone number, a terminal).
 SINGLETON_SURFACES = frozenset({"cli", "telegram", "whatsapp"})
@@ -53,9 +56,10 @@ class InboundMessage:
 class OutboundMessage:
     """What the pipeline hands back to the surface to deliver.
 
-    status: "ok" (a model answered), "failed" (every model failed: `text` is the localized apology and the
-    person's message is stored), "duplicate" (a redelivery: nothing to send), "command" (a command such as
-    /link was answered: nothing was stored as a message, no model was called).
+    status: "ok" (a model answered; `metadata["outcome"]` says how: "ok", "refused", "cut", "tool_calls" or
+    "empty", and `text` is never empty: see bot.answers), "failed" (every model failed: `text` is the localized
+    apology and the person's message is stored), "duplicate" (a redelivery: nothing to send), "command" (a
+    command such as /link was answered: nothing was stored as a message, no model was called).
     """
 
     surface: str
@@ -87,6 +91,7 @@ class ModelCallRecord:
     tokens_in: int
     tokens_out: int
     latency_ms: int
-    outcome: str  # "ok" | "rate_limited" | "server_error" | "timeout" | "connection" | "error" | "circuit_open"
+    outcome: str  # an AnswerOutcome, or "rate_limited" | "server_error" | "timeout" | "connection" | "error" |
+    #               "circuit_open" for a call that failed
     fallback_from: str | None = None
     error: str | None = None

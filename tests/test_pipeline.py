@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from bot import catalog
 from bot.config import Settings
 from bot.errors import InputError, NotFound
 from bot.models.factory import build_chain
@@ -15,7 +16,8 @@ from bot.models.retry import RetryPolicy
 from bot.pipeline import Pipeline
 from bot.types import InboundMessage
 from memory.open import open_store
-from tests.fakes.model_server import FakeModelServer, slow, status
+from tests.fakes import recorded_shapes as rec
+from tests.fakes.model_server import FakeModelServer, in_stream, ok, replay, slow, status
 
 
 def msg(surface: str, sender: str, ext: str, text: str, **kw: Any) -> InboundMessage:
@@ -290,3 +292,101 @@ async def test_a_redelivery_during_the_turn_is_a_duplicate(store: Any, model_ser
     assert again.status == "duplicate"
     assert (await first).status == "ok"
     assert len(model_server.requests_for("m1")) == 1
+
+
+# -- answers without text, and cut answers (the SDKs' own recordings replayed by the fake provider) --------------
+
+CUT_NOTE = "\n\n{model_cut_note}"
+
+ANSWERS_WITHOUT_TEXT = [
+    # model, behaviour, streamed, language, what the person reads (catalogue keys in braces), outcome
+    ("openai:m1", replay(body=rec.OPENAI_REFUSAL_JSON), False, "en", rec.OPENAI_REFUSAL_TEXT, "refused"),
+    ("openai:m1", replay(stream=rec.OPENAI_REFUSAL_STREAM), True, "en", rec.OPENAI_REFUSAL_STREAM_TEXT, "refused"),
+    ("anthropic:c1", replay(stream=rec.ANTHROPIC_REFUSAL_STREAM), True, "es", "{model_refused}", "refused"),
+    # a content filter stopped it after some text: what was shown is void
+    ("openai:m1", replay(stream=rec.OPENAI_CONTENT_FILTER_STREAM), True, "en", "{model_refused}", "refused"),
+    ("openai:m1", replay(body=rec.OPENAI_CONTENT_FILTER_JSON), False, "es", "{model_refused}", "refused"),
+    ("anthropic:c1", replay(stream=rec.ANTHROPIC_REFUSAL_STREAM), False, "en", "{model_refused}", "refused"),
+    ("openai:m1", replay(body=rec.OPENAI_TOOL_CALLS_JSON), False, "es", "{model_no_answer}", "tool_calls"),
+    ("openai:m1", replay(stream=rec.OPENAI_TOOL_CALLS_STREAM), True, "en", "{model_no_answer}", "tool_calls"),
+    ("anthropic:c1", replay(body=rec.ANTHROPIC_TOOL_ONLY_JSON), False, "en", "{model_no_answer}", "tool_calls"),
+    ("anthropic:c1", ok(""), True, "en", "{model_no_answer}", "empty"),
+    ("openai:m1", ok(""), False, "en", "{model_no_answer}", "empty"),
+    ("openai:m1", replay(body=rec.OPENAI_LENGTH_JSON), False, "en", rec.OPENAI_LENGTH_TEXT + CUT_NOTE, "cut"),
+    ("openai:m1", replay(stream=rec.OPENAI_LENGTH_STREAM), True, "es", rec.OPENAI_LENGTH_TEXT + CUT_NOTE, "cut"),
+    ("anthropic:c1", replay(stream=rec.ANTHROPIC_MAX_TOKENS_STREAM), True, "en",
+     rec.ANTHROPIC_MAX_TOKENS_TEXT + CUT_NOTE, "cut"),
+]
+
+
+@pytest.mark.parametrize(("model", "behaviour", "streamed", "lang", "expected", "outcome"), ANSWERS_WITHOUT_TEXT)
+async def test_an_answer_without_text_is_never_delivered_as_nothing(
+    store: Any, model_server: FakeModelServer, fake_pipeline: Any,
+    model: str, behaviour: Any, streamed: bool, lang: str, expected: str, outcome: str,
+) -> None:
+    model_server.enqueue(behaviour)
+    p = fake_pipeline(store, model_server, {"HILO_MODEL": model})
+    shown: list[str] = []
+
+    async def on_delta(text: str, reset: bool) -> None:
+        if reset:
+            shown.clear()
+        shown.append(text)
+
+    out = await p.handle(msg("telegram", "77", "a1", "hello?", language=lang),
+                         on_delta=on_delta if streamed else None)
+    want = expected
+    for key in ("model_refused", "model_no_answer", "model_cut_note"):
+        want = want.replace("{" + key + "}", catalog.t(key, lang))
+    assert (out.status, out.text) == ("ok", want)
+    if streamed:
+        assert "".join(shown) == want  # what the person watched arrive is what they got
+    data = await store.inspect("telegram:77")
+    assert [(m["role"], m["content"]) for m in data["conversations"][0]["messages"]] == [
+        ("user", "hello?"), ("assistant", want)]
+    assert [c["outcome"] for c in data["model_calls"]] == [outcome]
+
+
+async def test_a_refusal_after_some_streamed_text_resets_what_was_shown(
+    store: Any, model_server: FakeModelServer, fake_pipeline: Any,
+) -> None:
+    # Anthropic's stream classifiers can stop an answer already under way: the recorded refusal, with the text of
+    # the recorded tool_use stream's first block before it (both anthropic-sdk-python fixtures)
+    head = rec.ANTHROPIC_TOOL_USE_STREAM.split("event: content_block_stop")[0]
+    tail = "event: content_block_stop" + rec.ANTHROPIC_REFUSAL_STREAM.split("event: content_block_stop")[1]
+    model_server.enqueue(replay(stream=head + tail))
+    p = fake_pipeline(store, model_server, {"HILO_MODEL": "anthropic:c1"})
+    events: list[tuple[str, bool]] = []
+
+    async def on_delta(text: str, reset: bool) -> None:
+        events.append((text, reset))
+
+    out = await p.handle(msg("web", "v1", "r1", "hello?"), on_delta=on_delta)
+    assert out.text == catalog.t("model_refused", "en")
+    assert events[-2:] == [("", True), (out.text, False)]
+    assert "".join(t for t, _ in events[:-2]) == rec.ANTHROPIC_TOOL_USE_TEXT
+
+
+@pytest.mark.parametrize(("first", "streamed"), [
+    (in_stream(rec.OPENROUTER_MIDSTREAM_ERROR), True),
+    (replay(body=rec.openrouter_error_body(502, "Your chosen model is down")), False),
+])
+async def test_an_error_inside_a_200_answer_is_retried_and_the_person_gets_the_answer(
+    store: Any, model_server: FakeModelServer, fake_pipeline: Any, first: Any, streamed: bool,
+) -> None:
+    # one model, no fallback: before, this was one attempt and then "try again shortly"
+    model_server.enqueue(first)
+    p = fake_pipeline(store, model_server, {"HILO_MODEL": "openai:m1"})
+    shown: list[str] = []
+
+    async def on_delta(text: str, reset: bool) -> None:
+        if reset:
+            shown.clear()
+        shown.append(text)
+
+    out = await p.handle(msg("telegram", "78", "e1", "are you there?"), on_delta=on_delta if streamed else None)
+    assert (out.status, out.text) == ("ok", "fake reply to: are you there?")
+    if streamed:
+        assert "".join(shown) == out.text
+    calls = (await store.inspect("telegram:78"))["model_calls"]
+    assert [(c["model"], c["outcome"]) for c in calls] == [("openai:m1", "server_error"), ("openai:m1", "ok")]

@@ -4,6 +4,10 @@ System messages (the prompt and the context blocks) are concatenated into the `s
 messages of the same role are merged, and the conversation starts with a user turn, as the API requires.
 The `anthropic` SDK is imported inside the constructor, never at module import. The client never retries
 (max_retries=0); `bot.models.retry` does. Messages and keys are never logged or put into error messages.
+
+stop_reason "refusal" is a refusal (the text written before it is void: Anthropic's classifiers stopped it),
+"max_tokens" / "model_context_window_exceeded" a cut, "tool_use" a stop for a tool hilo does not offer; an
+`event: error` inside the 200 stream (or a 200 body that is an error) is classified like its HTTP status.
 """
 
 from __future__ import annotations
@@ -19,14 +23,15 @@ from bot.models.base import (
     PermanentError,
     error_for_status,
     error_for_transport,
+    error_in_answer,
+    outcome_of,
 )
-from bot.types import ChatMessage
+from bot.types import AnswerOutcome, ChatMessage
 
 DEFAULT_MAX_TOKENS = 1024
 #: Stands in for a missing first user turn (the API refuses a conversation that starts with the assistant).
 _OPENING = "(earlier conversation)"
-#: Error types Anthropic sends inside a 200 stream (`event: error`), as the HTTP status they stand for.
-_STREAM_ERROR_STATUS = {"overloaded_error": 529, "rate_limit_error": 429, "api_error": 500, "timeout_error": 504}
+_CUT = frozenset({"max_tokens", "model_context_window_exceeded"})
 
 
 def to_anthropic(messages: Sequence[ChatMessage]) -> tuple[str, list[dict[str, str]]]:
@@ -54,13 +59,9 @@ def classify(label: str, exc: BaseException) -> ModelError:
     if isinstance(exc, ModelError):
         return exc
     if isinstance(exc, anthropic.APIStatusError):
-        status = exc.status_code
-        if status < 400:  # an error event inside a streamed 200 response
-            body = exc.body if isinstance(exc.body, dict) else {}
-            error = body.get("error", body)
-            kind = error.get("type") if isinstance(error, dict) else None
-            status = _STREAM_ERROR_STATUS.get(str(kind), 500)
-        return error_for_status(label, status, exc.response.headers)
+        if exc.status_code < 400:  # an error event inside a streamed 200 response
+            return error_in_answer(label, exc.body, exc.response.headers)
+        return error_for_status(label, exc.status_code, exc.response.headers)
     transport = error_for_transport(label, exc)
     if transport is not None:
         return transport
@@ -101,8 +102,14 @@ class AnthropicProvider:
             response = await self._client.messages.create(**self._params(model, messages, timeout))
         except Exception as exc:
             raise classify(label, exc) from exc
+        if getattr(response, "type", None) == "error":  # a 200 body that is an error object
+            raise error_in_answer(label, response.to_dict())
+        if response.content is None or response.usage is None:
+            raise ConnectionFailed(f"{label}: answer without content")
         text = "".join(getattr(block, "text", "") for block in response.content if block.type == "text")
-        return Completion(text, response.usage.input_tokens, response.usage.output_tokens)
+        outcome = _outcome(text, response.stop_reason)
+        return Completion(text if outcome != "refused" else "", response.usage.input_tokens,
+                          response.usage.output_tokens, outcome)
 
     async def stream(
         self, model: str, messages: Sequence[ChatMessage], *, timeout: float,
@@ -111,6 +118,7 @@ class AnthropicProvider:
         parts: list[str] = []
         tokens_in = tokens_out = 0
         stopped = False
+        stop_reason: str | None = None
         try:
             stream = await self._client.messages.create(**self._params(model, messages, timeout), stream=True)
             try:
@@ -123,6 +131,7 @@ class AnthropicProvider:
                         yield event.delta.text
                     elif event.type == "message_delta":
                         tokens_out = event.usage.output_tokens or tokens_out
+                        stop_reason = event.delta.stop_reason or stop_reason
                     elif event.type == "message_stop":
                         stopped = True
             finally:
@@ -131,7 +140,14 @@ class AnthropicProvider:
             raise classify(label, exc) from exc
         if not stopped:
             raise ConnectionFailed(f"{label}: stream ended before message_stop")
-        yield Completion("".join(parts), tokens_in, tokens_out)
+        text = "".join(parts)
+        outcome = _outcome(text, stop_reason)
+        yield Completion(text if outcome != "refused" else "", tokens_in, tokens_out, outcome)
 
     async def aclose(self) -> None:
         await self._client.close()
+
+
+def _outcome(text: str, stop_reason: str | None) -> AnswerOutcome:
+    return outcome_of(text, refused=stop_reason == "refusal", cut=stop_reason in _CUT,
+                      tool_calls=stop_reason == "tool_use")

@@ -9,8 +9,14 @@ ModelError                        a call failed; adapters classify SDK errors in
  └── PermanentError               retrying will not help (401, 400, 404 ...): go to the next model
 AllModelsFailed                   every model of the chain failed: `calls` carries every attempt
 
-Adapters map HTTP statuses with `error_for_status` (one table for every provider) and transport failures with
-`error_for_transport`. A streaming consumer sees `Reset()` when output already shown must be discarded.
+Adapters map HTTP statuses with `error_for_status` (one table for every provider), error objects sent inside a
+200 answer (OpenRouter's and vLLM's stream events and bodies, Anthropic's `event: error`) with `error_in_answer`
+(classified like the HTTP status they stand for) and transport failures with `error_for_transport`. A streaming
+consumer sees `Reset()` when output already shown must be discarded.
+
+An answer that arrived is a `Completion` with its `outcome` (what model_calls records): "ok", "refused" (the model
+declined; `text` is its refusal when it gave one), "cut" (the token limit ended it), "tool_calls" (it stopped to
+call a tool, which hilo does not offer) or "empty" (no text at all). `outcome_of` decides it for every provider.
 
 Retries live in `bot.models.retry` only; providers never retry (SDK retries are off).
 """
@@ -24,7 +30,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from bot.errors import HiloError
-from bot.types import ChatMessage, ModelCallRecord
+from bot.types import AnswerOutcome, ChatMessage, ModelCallRecord
 
 
 class ModelError(HiloError):
@@ -118,22 +124,75 @@ def error_for_status(label: str, status: int, headers: Mapping[str, str] | None 
                           status=status)
 
 
+#: Error kinds (OpenAI `type` / `code`, Anthropic `error.type`, vLLM exception names) as the HTTP status they stand for.
+_KIND_STATUS = {
+    "rate_limit_exceeded": 429, "rate_limit_error": 429, "RateLimitError": 429, "insufficient_quota": 429,
+    "overloaded_error": 529, "overloaded": 529,
+    "server_error": 500, "api_error": 500, "internal_error": 500, "InternalServerError": 500,
+    "service_unavailable": 503, "ServiceUnavailableError": 503, "timeout_error": 504, "timeout": 504,
+    "invalid_request_error": 400, "BadRequestError": 400, "authentication_error": 401, "invalid_api_key": 401,
+    "permission_error": 403, "not_found_error": 404, "NotFoundError": 404, "model_not_found": 404,
+}
+
+
+def _status_in(error: Mapping[str, object]) -> int:
+    """The HTTP status an error object stands for: its numeric `code` (OpenRouter, vLLM), else its kind (`type` or
+    a string `code`), else 500: the server took the request and then failed, which is worth another try."""
+    code = error.get("code")
+    if isinstance(code, str) and code.isdigit():
+        code = int(code)
+    if isinstance(code, int) and not isinstance(code, bool) and 400 <= code <= 599:
+        return code
+    for kind in (error.get("type"), code):
+        if isinstance(kind, str) and kind in _KIND_STATUS:
+            return _KIND_STATUS[kind]
+    return 500
+
+
+def error_in_answer(label: str, error: object, headers: Mapping[str, str] | None = None) -> ModelError:
+    """The error for an error object found inside a 200 answer (a stream event or a body), classified like its
+    HTTP equivalent. `error` is the object itself or an envelope holding it under "error" (as OpenRouter, vLLM and
+    Anthropic send it). The provider's message is never kept."""
+    if isinstance(error, Mapping) and isinstance(error.get("error"), Mapping):
+        error = error["error"]
+    status = _status_in(error) if isinstance(error, Mapping) else 500
+    return error_for_status(label, status, headers)
+
+
 def error_for_transport(label: str, exc: BaseException) -> ModelError | None:
     """Timeouts and connection failures of httpx-style clients (matched by class name, so no import is
-    needed): ModelTimeout or ConnectionFailed; None when `exc` is not a transport error."""
+    needed): ModelTimeout or ConnectionFailed; None when `exc` is not a transport error. An answer whose JSON
+    ends in the middle (a cut event or body that still ended cleanly) is a connection failure too."""
     names = {cls.__name__ for cls in type(exc).__mro__}
     if names & {"TimeoutException", "APITimeoutError", "TimeoutError"}:
         return ModelTimeout(f"{label}: no answer in time")
     if names & {"TransportError", "APIConnectionError", "StreamError", "ConnectionError"}:
         return ConnectionFailed(f"{label}: connection failed ({type(exc).__name__})")
+    if "JSONDecodeError" in names:
+        return ConnectionFailed(f"{label}: answer cut in the middle of its JSON")
     return None
 
 
 @dataclass(frozen=True, slots=True)
 class Completion:
+    """One answer. `outcome`: see the module docstring (AnswerOutcome)."""
+
     text: str
     tokens_in: int
     tokens_out: int
+    outcome: AnswerOutcome = "ok"
+
+
+def outcome_of(text: str, *, refused: bool = False, cut: bool = False, tool_calls: bool = False) -> AnswerOutcome:
+    """What an answer amounts to, the same way for every provider: a refusal first, then a cut, then one that
+    stopped for a tool call, then an answer with no text."""
+    if refused:
+        return "refused"
+    if cut:
+        return "cut"
+    if tool_calls:
+        return "tool_calls"
+    return "ok" if text.strip() else "empty"
 
 
 class ModelProvider(Protocol):

@@ -3,6 +3,12 @@
 The `openai` SDK is imported inside the constructor, never at module import: commands that call no model stay
 fast. The client never retries (max_retries=0); `bot.models.retry` does. SDK errors are classified into the
 `bot.models.base` tree; messages and keys are never logged or put into error messages.
+
+Compatible servers put errors inside a 200 answer: OpenRouter an `error` beside a choice with finish_reason
+"error", vLLM `{"error": {"object": "error", ...}}` or a bare `{"object": "error", ...}` (in a stream event or a
+body). Each is classified like the HTTP status it carries (`error_in_answer`). A refusal (`message.refusal`,
+`delta.refusal`, finish_reason "content_filter"), a cut ("length"), tool calls and an empty answer are answers:
+their outcome rides on the Completion.
 """
 
 from __future__ import annotations
@@ -19,8 +25,10 @@ from bot.models.base import (
     PermanentError,
     error_for_status,
     error_for_transport,
+    error_in_answer,
+    outcome_of,
 )
-from bot.types import ChatMessage
+from bot.types import AnswerOutcome, ChatMessage
 
 #: Sent when only a base URL is configured (Ollama, vLLM): the SDK insists on some key.
 PLACEHOLDER_KEY = "not-needed"
@@ -49,6 +57,8 @@ def classify(label: str, exc: BaseException) -> ModelError:
     transport = error_for_transport(label, exc)
     if transport is not None:
         return transport
+    if isinstance(exc, openai.APIError) and isinstance(exc.body, dict):  # the SDK saw {"error": ...} in a stream
+        return error_in_answer(label, exc.body)
     # Anything else the SDK raises (bad response shape ...) will not get better by asking the same server again.
     return PermanentError(f"{label}: unexpected {type(exc).__name__} from the OpenAI SDK")
 
@@ -78,21 +88,27 @@ class OpenAIProvider:
             )
         except Exception as exc:
             raise classify(label, exc) from exc
+        _raise_if_error(label, response)
         if not response.choices:
             raise ConnectionFailed(f"{label}: answer without choices")
-        text = response.choices[0].message.content or ""
-        usage = response.usage
-        if usage is None:  # some compatible servers omit usage: count offline
-            return Completion(text, sum(tokens.count(m.content) for m in messages), tokens.count(text))
-        return Completion(text, usage.prompt_tokens, usage.completion_tokens)
+        choice = response.choices[0]
+        _raise_if_error(label, choice)
+        message = choice.message
+        content, refusal = message.content or "", getattr(message, "refusal", None) or ""
+        outcome = outcome_of(content, refused=bool(refusal) or choice.finish_reason == "content_filter",
+                             cut=choice.finish_reason == "length",
+                             tool_calls=bool(getattr(message, "tool_calls", None)))
+        return _completion(_answer_text(content, refusal, outcome), outcome, response.usage, messages)
 
     async def stream(
         self, model: str, messages: Sequence[ChatMessage], *, timeout: float,
     ) -> AsyncIterator[str | Completion]:
         label = f"openai:{model}"
         parts: list[str] = []
+        refusal: list[str] = []
         usage: Any = None
-        finished = False
+        finish: str | None = None
+        tool_calls = False
         try:
             stream = await self._client.chat.completions.create(
                 model=model, messages=to_openai_messages(messages), timeout=timeout,
@@ -100,25 +116,55 @@ class OpenAIProvider:
             )
             try:
                 async for chunk in stream:
+                    _raise_if_error(label, chunk)
                     if chunk.usage is not None:
                         usage = chunk.usage
-                    for choice in chunk.choices:
-                        if choice.delta is not None and choice.delta.content:
-                            parts.append(choice.delta.content)
-                            yield choice.delta.content
-                        if choice.finish_reason:
-                            finished = True
+                    for choice in chunk.choices or ():
+                        _raise_if_error(label, choice)
+                        delta = choice.delta
+                        if delta is not None and delta.content:
+                            parts.append(delta.content)
+                            yield delta.content
+                        # the refusal is the answer the person reads: it streams like text
+                        if delta is not None and getattr(delta, "refusal", None):
+                            refusal.append(delta.refusal)
+                            yield delta.refusal
+                        tool_calls = tool_calls or bool(delta is not None and delta.tool_calls)
+                        finish = choice.finish_reason or finish
             finally:
                 await stream.close()
         except Exception as exc:
             raise classify(label, exc) from exc
-        if not finished:
+        if finish is None:
             raise ConnectionFailed(f"{label}: stream ended before the answer finished")
-        text = "".join(parts)
-        if usage is None:
-            yield Completion(text, sum(tokens.count(m.content) for m in messages), tokens.count(text))
-        else:
-            yield Completion(text, usage.prompt_tokens, usage.completion_tokens)
+        content = "".join(parts)
+        outcome = outcome_of(content, refused=bool(refusal) or finish == "content_filter", cut=finish == "length",
+                             tool_calls=tool_calls)
+        yield _completion(_answer_text(content, "".join(refusal), outcome), outcome, usage, messages)
 
     async def aclose(self) -> None:
         await self._client.close()
+
+
+def _raise_if_error(label: str, part: Any) -> None:
+    """Raise the ModelError for an error carried inside a 200 answer: a body or chunk that is an error object
+    (vLLM's `"object": "error"`, OpenRouter's top-level `error`) or a choice that finished with "error"."""
+    error = getattr(part, "error", None)
+    if getattr(part, "object", None) == "error":
+        raise error_in_answer(label, part.to_dict())
+    if error is not None or getattr(part, "finish_reason", None) == "error":
+        raise error_in_answer(label, error if isinstance(error, dict) else {})
+
+
+def _answer_text(content: str, refusal: str, outcome: AnswerOutcome) -> str:
+    """The refusal when the model wrote one; no text at all for an answer a content filter stopped (what it had
+    written is void); otherwise the content."""
+    if outcome == "refused":
+        return refusal
+    return content
+
+
+def _completion(text: str, outcome: AnswerOutcome, usage: Any, messages: Sequence[ChatMessage]) -> Completion:
+    if usage is None:  # some compatible servers omit usage: count offline
+        return Completion(text, sum(tokens.count(m.content) for m in messages), tokens.count(text), outcome)
+    return Completion(text, usage.prompt_tokens, usage.completion_tokens, outcome)

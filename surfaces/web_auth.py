@@ -9,8 +9,10 @@ never read. Three kinds of token, told apart by their shape and then verified in
                                                    valid for HILO_SESSION_MAX_AGE after it was issued, and
                                                    renewed (a fresh token handed back) once it is a tenth as old
 - site user (HMAC) `<user id>.<expiry>.<hex sig>`  HMAC-SHA256(HILO_SITE_SECRET, "<user id>.<expiry>")
-- site user (JWT)  `<header>.<claims>.<sig>`       HS256 with HILO_JWT_SECRET (e.g. a Supabase Auth access
-                                                   token): `exp` and `sub` required, `aud` checked
+- site user (JWT)  `<header>.<claims>.<sig>`       a Supabase Auth (or any OpenID) access token: HS256 with
+                                                   HILO_JWT_SECRET, or RS256 / ES256 with a key of the JWKS at
+                                                   HILO_JWT_JWKS_URL (surfaces.web_jwks, cached); `exp` and `sub`
+                                                   required, `aud` checked; the alg must be its key's
 
 Visitor tokens from before sessions expired (`<payload>.<sig>`, no time in them) are answered 401
 `session_expired`: nothing tells one issued yesterday from one stolen years ago. The widget then starts
@@ -33,7 +35,9 @@ from typing import Any
 from itsdangerous import BadSignature, TimestampSigner, URLSafeSerializer, URLSafeTimedSerializer
 from starlette.requests import Request
 
+from bot import log
 from bot.config import Settings
+from surfaces.web_jwks import JwksKeys, JwksUnavailable, UnknownKey
 
 SESSION_COOKIE = "hilo_session"
 SITE_PREFIX = "site:"
@@ -41,6 +45,10 @@ SITE_PREFIX = "site:"
 _USER_ID = re.compile(r"^[\x21-\x7e]{1,200}$")
 _HMAC_TOKEN = re.compile(r"^(?P<user>.+)\.(?P<exp>\d{1,12})\.(?P<sig>[0-9a-f]{64})$")
 _JWT_LEEWAY_S = 10
+#: Asymmetric algorithms taken from the JWKS (Supabase's signing keys are RS256 or ES256).
+JWKS_ALGORITHMS = ("RS256", "ES256")
+
+logger = log.get("hilo.web.auth")
 
 
 class AuthFailed(Exception):
@@ -150,15 +158,36 @@ def verify_site_token(secret: str, token: str, *, now: float | None = None) -> s
     return m["user"]
 
 
-def verify_jwt(secret: str, token: str, audience: tuple[str, ...]) -> str:
-    """The `sub` of a valid HS256 JWT (exp required); AuthFailed("session_expired") when expired."""
+async def verify_jwt(token: str, *, secret: str, audience: tuple[str, ...], jwks: JwksKeys | None) -> str:
+    """The `sub` of a valid JWT: HS256 with `secret`, or RS256/ES256 with its kid's key from `jwks`.
+    AuthFailed("session_expired") when expired, ("sign_in_unavailable") when the keys cannot be fetched."""
     import jwt  # PyJWT, imported on first use: most requests carry visitor tokens
 
-    if not secret:
+    try:
+        header = jwt.get_unverified_header(token)
+    except jwt.PyJWTError:
+        raise AuthFailed() from None
+    alg, kid = header.get("alg"), header.get("kid")
+    key: Any
+    if alg == "HS256" and secret:
+        key = secret
+    elif alg in JWKS_ALGORITHMS and jwks is not None and isinstance(kid, str) and kid:
+        try:
+            jwk = await jwks.key(kid)
+        except JwksUnavailable:
+            raise AuthFailed("sign_in_unavailable") from None
+        except UnknownKey:
+            raise AuthFailed() from None
+        if jwk.algorithm_name != alg:  # never let a token choose how its key is used
+            _refused(alg, f"its key {kid!r} is {jwk.algorithm_name}: the token is not from that key's issuer")
+            raise AuthFailed()
+        key = jwk.key
+    else:
+        _refused(alg if isinstance(alg, str) else None, _fix(alg, secret, jwks, kid))
         raise AuthFailed()
     try:
         claims = jwt.decode(
-            token, secret, algorithms=["HS256"], audience=list(audience) or None, leeway=_JWT_LEEWAY_S,
+            token, key, algorithms=[alg], audience=list(audience) or None, leeway=_JWT_LEEWAY_S,
             options={"require": ["exp", "sub"], "verify_aud": bool(audience)},
         )
     except jwt.ExpiredSignatureError:
@@ -169,6 +198,20 @@ def verify_jwt(secret: str, token: str, audience: tuple[str, ...]) -> str:
     if not isinstance(sub, str) or not _USER_ID.match(sub):
         raise AuthFailed()
     return sub
+
+
+def _fix(alg: object, secret: str, jwks: JwksKeys | None, kid: object) -> str:
+    if alg == "HS256":
+        return "HS256 tokens need HILO_JWT_SECRET (the project's JWT secret)"
+    if alg in JWKS_ALGORITHMS and jwks is None:
+        return f"{alg} tokens need HILO_JWT_JWKS_URL (for Supabase: https://<project>.supabase.co/auth/v1/.well-known/jwks.json)"
+    if alg in JWKS_ALGORITHMS:
+        return "the token has no kid: its issuer does not sign with JWKS keys"
+    return "hilo takes HS256 (HILO_JWT_SECRET), RS256 and ES256 (HILO_JWT_JWKS_URL) site logins"
+
+
+def _refused(alg: str | None, fix: str) -> None:
+    logger.warning("web.jwt_refused", alg=(alg or "")[:20], fix=fix)
 
 
 def request_token(request: Request) -> tuple[str, bool] | None:
@@ -196,8 +239,9 @@ class Authenticator:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.sessions = Sessions(settings.secret_key, settings.session_max_age)
+        self.jwks = JwksKeys(settings.jwt_jwks_url) if settings.jwt_jwks_url else None
 
-    def caller(self, request: Request, *, issue: bool = False) -> Caller | None:
+    async def caller(self, request: Request, *, issue: bool = False) -> Caller | None:
         """The caller; None when no credential was sent (a new visitor when `issue`)."""
         credential = request_token(request)
         if credential is None:
@@ -206,9 +250,9 @@ class Authenticator:
             visitor, new_token = self.sessions.issue()
             return Caller(visitor, "visitor", new_token)
         token, bearer = credential
-        return self.resolve(token, sites=bearer)
+        return await self.resolve(token, sites=bearer)
 
-    def resolve(self, token: str, *, sites: bool = True) -> Caller:
+    async def resolve(self, token: str, *, sites: bool = True) -> Caller:
         """The caller a token names; a site token only when `sites` (it came as a Bearer token)."""
         s = self.settings
         session = self.sessions.check(token)
@@ -219,5 +263,6 @@ class Authenticator:
         if _HMAC_TOKEN.match(token):
             return Caller(SITE_PREFIX + verify_site_token(s.site_secret, token), "site")
         if token.count(".") == 2:
-            return Caller(SITE_PREFIX + verify_jwt(s.jwt_secret, token, s.jwt_audience), "site")
+            sub = await verify_jwt(token, secret=s.jwt_secret, audience=s.jwt_audience, jwks=self.jwks)
+            return Caller(SITE_PREFIX + sub, "site")
         raise AuthFailed()  # a token that is not ours: never silently swap identities

@@ -30,14 +30,16 @@ import re
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from itsdangerous import BadSignature, TimestampSigner, URLSafeSerializer, URLSafeTimedSerializer
 from starlette.requests import Request
 
 from bot import log
 from bot.config import Settings
-from surfaces.web_jwks import JwksKeys, JwksUnavailable, UnknownKey
+
+if TYPE_CHECKING:  # PyJWT (and cryptography, through web_jwks) load on first use: most requests are visitors'
+    from surfaces.web_jwks import JwksKeys
 
 SESSION_COOKIE = "hilo_session"
 SITE_PREFIX = "site:"
@@ -161,7 +163,9 @@ def verify_site_token(secret: str, token: str, *, now: float | None = None) -> s
 async def verify_jwt(token: str, *, secret: str, audience: tuple[str, ...], jwks: JwksKeys | None) -> str:
     """The `sub` of a valid JWT: HS256 with `secret`, or RS256/ES256 with its kid's key from `jwks`.
     AuthFailed("session_expired") when expired, ("sign_in_unavailable") when the keys cannot be fetched."""
-    import jwt  # PyJWT, imported on first use: most requests carry visitor tokens
+    import jwt
+
+    from surfaces.web_jwks import JwksUnavailable, UnknownKey
 
     try:
         header = jwt.get_unverified_header(token)
@@ -183,7 +187,7 @@ async def verify_jwt(token: str, *, secret: str, audience: tuple[str, ...], jwks
             raise AuthFailed()
         key = jwk.key
     else:
-        _refused(alg if isinstance(alg, str) else None, _fix(alg, secret, jwks, kid))
+        _refused(alg if isinstance(alg, str) else None, _fix(alg, jwks))
         raise AuthFailed()
     try:
         claims = jwt.decode(
@@ -200,11 +204,13 @@ async def verify_jwt(token: str, *, secret: str, audience: tuple[str, ...], jwks
     return sub
 
 
-def _fix(alg: object, secret: str, jwks: JwksKeys | None, kid: object) -> str:
+def _fix(alg: object, jwks: JwksKeys | None) -> str:
+    """What the operator can do about a token refused for its algorithm."""
     if alg == "HS256":
         return "HS256 tokens need HILO_JWT_SECRET (the project's JWT secret)"
     if alg in JWKS_ALGORITHMS and jwks is None:
-        return f"{alg} tokens need HILO_JWT_JWKS_URL (for Supabase: https://<project>.supabase.co/auth/v1/.well-known/jwks.json)"
+        return (f"{alg} tokens need HILO_JWT_JWKS_URL "
+                "(for Supabase: https://<project>.supabase.co/auth/v1/.well-known/jwks.json)")
     if alg in JWKS_ALGORITHMS:
         return "the token has no kid: its issuer does not sign with JWKS keys"
     return "hilo takes HS256 (HILO_JWT_SECRET), RS256 and ES256 (HILO_JWT_JWKS_URL) site logins"
@@ -239,7 +245,11 @@ class Authenticator:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.sessions = Sessions(settings.secret_key, settings.session_max_age)
-        self.jwks = JwksKeys(settings.jwt_jwks_url) if settings.jwt_jwks_url else None
+        self.jwks: JwksKeys | None = None
+        if settings.jwt_jwks_url:
+            from surfaces.web_jwks import JwksKeys
+
+            self.jwks = JwksKeys(settings.jwt_jwks_url)
 
     async def caller(self, request: Request, *, issue: bool = False) -> Caller | None:
         """The caller; None when no credential was sent (a new visitor when `issue`)."""

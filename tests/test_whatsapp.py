@@ -470,7 +470,7 @@ async def test_a_message_that_arrives_while_the_database_is_down_is_neither_ackn
     tmp_path: Path, twilio_api: fake_twilio.FakeTwilioApi, capsys: pytest.CaptureFixture[str],
 ) -> None:
     # A real Postgres of this test's own, stopped under the running daemon and started again.
-    pg = StoppablePostgres(tmp_path / "pg")
+    pg = StoppablePostgres()
     uri = await asyncio.to_thread(pg.start)
     try:
         async with running_daemon(settings_for(tmp_path, twilio_api, HILO_DATABASE_URL=uri)) as client:
@@ -508,4 +508,4 @@ async def test_a_message_that_arrives_while_the_database_is_down_is_neither_ackn
             await idle(client)
             assert len(twilio_api.requests) == 2  # opted out: nothing more is sent
     finally:
-        await asyncio.to_thread(pg.stop)
+        await asyncio.to_thread(pg.remove)

@@ -142,12 +142,14 @@ def postgres_databases() -> Iterator[None]:
 
 class StoppablePostgres:
     """A Postgres cluster of one test's own, that the test can stop and start again (the same data, the same
-    socket URI): a database that goes away and comes back. `start()` returns the URI; both are synchronous
-    (about a second for the first start, a tenth after) and idempotent."""
+    socket URI): a database that goes away and comes back. `start()` returns the URI; `start()` and `stop()`
+    are synchronous (about a second for the first start, a tenth after) and idempotent; `remove()` stops it
+    and deletes its files. It lives in a directory of its own under the system's temp dir, like the session's
+    server (a short socket path, and out of reach of pytest's pruning of old tmp_path trees)."""
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
-        os.makedirs(root, exist_ok=True)
-        self.pgdata = os.path.join(os.fspath(root), "data")
+    def __init__(self) -> None:
+        self._dir = tempfile.mkdtemp(prefix="hilo-pg-own-")
+        self.pgdata = os.path.join(self._dir, "data")
         self._server: Any = None
 
     def start(self) -> str:
@@ -162,3 +164,7 @@ class StoppablePostgres:
     def stop(self) -> None:
         server, self._server = self._server, None
         _stop_server(server)
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self._dir, ignore_errors=True)

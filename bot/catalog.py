@@ -76,6 +76,7 @@ MESSAGES: dict[str, dict[str, str]] = {
         "rate_limited": "You are sending messages too fast. Please wait {seconds} s and try again.",
         "origin_not_allowed": "This website is not allowed to use this chat.",
         "session_expired": "Your sign-in has expired. Please sign in again.",
+        "sign_in_unavailable": "I can't check your sign-in right now. Please try again in a moment.",
         # -- identity linking --
         "link_code": (
             "Your link code is {code}. Within 10 minutes, send /link {code} from the other app or the web chat "
@@ -175,6 +176,7 @@ MESSAGES: dict[str, dict[str, str]] = {
         "rate_limited": "Estás enviando mensajes demasiado deprisa. Espera {seconds} s y vuelve a intentarlo.",
         "origin_not_allowed": "Este sitio web no tiene permiso para usar este chat.",
         "session_expired": "Tu sesión ha caducado. Vuelve a iniciar sesión.",
+        "sign_in_unavailable": "Ahora mismo no puedo comprobar tu inicio de sesión. Inténtalo de nuevo en un momento.",
         # -- identity linking --
         "link_code": (
             "Tu código de enlace es {code}. En los próximos 10 minutos, envía /link {code} desde la otra app o "

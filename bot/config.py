@@ -48,6 +48,13 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
+def _url(env: Mapping[str, str], name: str, example: str) -> str:
+    raw = env.get(name, "").strip()
+    if raw and not raw.startswith(("https://", "http://")):
+        raise ConfigError(f"{name}={raw!r} is not a URL: set it to e.g. {example}")
+    return raw
+
+
 _ORIGIN = re.compile(r"^https?://(\*\.)?[a-z0-9.-]+(:\d{1,5})?$")
 
 
@@ -128,8 +135,12 @@ class Settings:
     site_secret: str = ""
     jwt_secret: str = ""
     jwt_audience: tuple[str, ...] = ("authenticated",)
+    #: HILO_JWT_JWKS_URL: where a site login's RS256/ES256 public keys are (Supabase: .../.well-known/jwks.json).
+    jwt_jwks_url: str = ""
     rate_limit_visitor: int = 20
     rate_limit_ip: int = 60
+    #: HILO_SESSION_MAX_AGE: seconds an anonymous web visitor's token stays valid unused (renewed while in use).
+    session_max_age: int = 30 * 24 * 3600
 
     @property
     def models(self) -> tuple[ModelSpec, ...]:
@@ -217,8 +228,11 @@ class Settings:
             jwt_secret=env.get("HILO_JWT_SECRET", "").strip(),
             jwt_audience=tuple(a.strip() for a in env.get("HILO_JWT_AUDIENCE", "authenticated").split(",")
                                if a.strip()),
+            jwt_jwks_url=_url(env, "HILO_JWT_JWKS_URL",
+                              "https://<project>.supabase.co/auth/v1/.well-known/jwks.json"),
             rate_limit_visitor=_int(env, "HILO_RATE_LIMIT_VISITOR", 20),
             rate_limit_ip=_int(env, "HILO_RATE_LIMIT_IP", 60),
+            session_max_age=_int(env, "HILO_SESSION_MAX_AGE", 30 * 24 * 3600, minimum=60),
         )
 
     @classmethod

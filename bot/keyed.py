@@ -47,6 +47,9 @@ class RecentIds:
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._size = size
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._seen
+
     def first_time(self, key: str) -> bool:
         if key in self._seen:
             return False

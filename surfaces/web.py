@@ -114,7 +114,7 @@ class WebSurface:
     async def _inbound(self, request: Request) -> tuple[InboundMessage, Caller] | Response:
         """Check the caller (before reading the body) and their rate limits; then read and check the text."""
         try:
-            caller = self.auth.caller(request, issue=True)
+            caller = await self.auth.caller(request, issue=True)
         except AuthFailed as exc:
             return error(request, 401, exc.key)
         assert caller is not None
@@ -175,7 +175,7 @@ class WebSurface:
     async def _user_id(self, request: Request) -> int | Response | None:
         """The caller's user id (None: not seen yet), or the 401 to answer with."""
         try:
-            caller = self.auth.caller(request)
+            caller = await self.auth.caller(request)
         except AuthFailed as exc:
             return error(request, 401, exc.key)
         if caller is None:

@@ -8,16 +8,11 @@ Both routes check X-Twilio-Signature with twilio's RequestValidator BEFORE anyth
 against the URL Twilio called: HILO_PUBLIC_URL + path (+ query string). The request's own Host is never
 trusted, so signatures hold behind a proxy or a tunnel. Missing or forged: 403. Bodies over 64 KiB: 413.
 
-A message is answered at once with empty TwiML (Twilio gives up after 15 s); the turn runs in a tracked task
-and the reply goes out through the REST API (surfaces.whatsapp_send), split at 1,600 characters.
-Exactly once: MessageSid is the external id, so a redelivered webhook is a "duplicate" turn, also after a restart.
-
-Decisions:
-- STOP / UNSUBSCRIBE / BAJA / ... (whole message, surfaces.whatsapp_text): the number is opted out; no turn
-  and no reply (on numbers with Twilio's opt-out handling, Twilio sends the confirmation itself). While
-  opted out, nothing new is stored and nothing is sent. START / ALTA / ... resumes, with a short confirmation.
-- Media without text gets the catalogue's "text only" answer and no turn; a caption is the message text.
-- ProfileName and WaId are kept in the message's metadata, never logged.
+What a message does (STOP / START, media, a turn) is surfaces.whatsapp_inbox: nothing is acknowledged that
+is not stored (the opt-out state, the person's message); when the database cannot take it Twilio gets 503 and
+the person is told once. The reply goes out through the REST API (surfaces.whatsapp_send), split at 1,600
+characters. Exactly once: MessageSid is the external id, so a redelivered webhook is a "duplicate" turn, also
+after a restart. ProfileName and WaId are kept in the message's metadata, never logged.
 """
 
 from __future__ import annotations
@@ -32,24 +27,22 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 from twilio.request_validator import RequestValidator
 
-from bot import catalog, log
+from bot import log
 from bot.config import Settings
-from bot.errors import ConfigError, InputError
-from bot.keyed import RecentIds
+from bot.errors import ConfigError
 from bot.types import InboundMessage
 from memory.store import StoreError
 from surfaces.base import Runtime
-from surfaces.whatsapp_send import TwilioSender, deliver
-from surfaces.whatsapp_text import keyword
+from surfaces.whatsapp_inbox import EMPTY_TWIML, SURFACE, Inbox, twiml
+from surfaces.whatsapp_send import TwilioSender
 
 logger = log.get("hilo.whatsapp")
 
-SURFACE = "whatsapp"
+__all__ = ["EMPTY_TWIML", "STATUS_PATH", "WEBHOOK_PATH", "Form", "WhatsAppSurface", "inbound"]
 WEBHOOK_PATH = "/webhooks/whatsapp"
 STATUS_PATH = "/webhooks/whatsapp/status"
 MAX_BODY_BYTES = 64 * 1024
 MAX_MEDIA = 10
-EMPTY_TWIML = '<?xml version="1.0" encoding="UTF-8"?><Response></Response>'
 
 
 class Form(dict[str, str]):
@@ -93,10 +86,6 @@ def inbound(form: Form) -> InboundMessage:
                           metadata=metadata)
 
 
-def _twiml() -> Response:
-    return Response(EMPTY_TWIML, media_type="text/xml")
-
-
 async def _read_capped(request: Request, limit: int) -> bytes | None:
     """The body, or None once it exceeds `limit` (stops reading there: a huge body is never held whole)."""
     length = request.headers.get("content-length")
@@ -136,9 +125,7 @@ class WhatsAppSurface:
         self._runtime: Runtime | None = None
         self._stopping = False
         self._inflight: set[asyncio.Task[Any]] = set()
-        # MessageSids answered without a turn (keywords, media, opted out): the store's UNIQUE index only
-        # dedups turns, so these are remembered here (per process) against Twilio's redeliveries.
-        self._seen = RecentIds()
+        self.inbox = Inbox(settings, self.sender, self._spawn)
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -148,7 +135,7 @@ class WhatsAppSurface:
 
     async def start(self, runtime: Runtime) -> None:
         await self.sender.start()
-        self._runtime = runtime
+        self._runtime = self.inbox.runtime = runtime
         runtime.pipeline.notices.register(SURFACE, self._notify)
         logger.info("whatsapp.started", webhook=self.settings.public_url + WEBHOOK_PATH)
 
@@ -210,9 +197,10 @@ class WhatsAppSurface:
             msg = inbound(form)
         except ValueError:
             return PlainTextResponse("MessageSid and From are required", status_code=400)
-        if not self._spawn(self._process(msg), name=f"whatsapp:{msg.external_id}"):
-            return PlainTextResponse("shutting down", status_code=503)
-        return _twiml()
+        try:
+            return await self.inbox.accept(msg)
+        except StoreError as exc:
+            return self.inbox.not_stored(msg, exc)
 
     async def status_callback(self, request: Request) -> Response:
         if self._runtime is None:
@@ -234,7 +222,7 @@ class WhatsAppSurface:
             # The callback can overtake the recording of the part it is about: try again shortly.
             self._spawn(self._late_status(sid, status, error), name=f"whatsapp-status:{sid}")
         logger.info("whatsapp.status", sid=sid, status=status, error_code=form.get("ErrorCode") or None, known=known)
-        return _twiml()
+        return twiml()
 
     async def _late_status(self, sid: str, status: str, error: str | None) -> None:
         assert self._runtime is not None
@@ -244,55 +232,6 @@ class WhatsAppSurface:
                 return
         logger.info("whatsapp.status_unknown_sid", sid=sid, status=status)
 
-    # -- the turn -----------------------------------------------------------------------------------------
-    async def _reply(self, recipient: str, text: str, user_id: int | None, message_id: int | None) -> None:
-        assert self._runtime is not None
-        await deliver(self.sender, self._runtime.store, recipient=recipient, text=text, user_id=user_id,
-                      message_id=message_id)
-
     async def _notify(self, recipient: str, text: str, user_id: int, message_id: int) -> None:
         """bot.notices' sender: a stored notice goes out like a reply, in a tracked task."""
-        self._spawn(self._reply(recipient, text, user_id, message_id), name=f"whatsapp-notice:{message_id}")
-
-    async def _process(self, msg: InboundMessage) -> None:
-        assert self._runtime is not None
-        store, lang, sid = self._runtime.store, self.settings.language, msg.external_id
-        user_id: int | None
-        word, word_lang = keyword(msg.text)
-        if word is not None and not self._seen.first_time(sid):
-            return  # a redelivered keyword: handled already
-        if word == "stop":
-            user_id = await store.set_opt_out(SURFACE, msg.sender, True)
-            logger.info("whatsapp.opted_out", user_id=user_id, message_sid=sid)
-            return
-        if await store.is_opted_out(SURFACE, msg.sender):
-            if word == "start":
-                user_id = await store.set_opt_out(SURFACE, msg.sender, False)
-                logger.info("whatsapp.opted_in", user_id=user_id, message_sid=sid)
-                await self._reply(msg.sender, catalog.t("whatsapp_resumed", word_lang or lang), user_id, None)
-            else:
-                logger.info("whatsapp.dropped_opted_out", message_sid=sid)
-            return
-        if not msg.text.strip() and (msg.metadata.get("num_media") or msg.metadata.get("location")):
-            if self._seen.first_time(sid):
-                user_id = await store.identity_user(SURFACE, msg.sender)
-                await self._reply(msg.sender, catalog.t("whatsapp_media_only", lang), user_id, None)
-            return
-        try:
-            out = await self._runtime.pipeline.handle(msg)
-        except InputError as exc:
-            logger.info("whatsapp.refused", message_sid=sid, reason=exc.key)
-            user_id = await store.identity_user(SURFACE, msg.sender)
-            await self._reply(msg.sender, catalog.t(exc.key, lang, **exc.params), user_id, None)
-            return
-        except StoreError as exc:
-            logger.error("whatsapp.store_unavailable", message_sid=sid, error=type(exc).__name__)
-            await self._reply(msg.sender, catalog.t("store_unavailable", lang), None, None)
-            return
-        except Exception as exc:  # a bug must not leave the person waiting for an answer that never comes
-            logger.error("whatsapp.turn_crashed", message_sid=sid, error=type(exc).__name__)
-            await self._reply(msg.sender, catalog.t("internal_error", lang), None, None)
-            raise
-        if out.status == "duplicate":
-            return
-        await self._reply(msg.sender, out.text, out.user_id, out.reply_id or out.message_id)
+        self._spawn(self.inbox.reply(recipient, text, user_id, message_id), name=f"whatsapp-notice:{message_id}")

@@ -23,6 +23,7 @@ from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 from twilio.request_validator import RequestValidator  # type: ignore[import-untyped]
 
+from bot import catalog
 from bot.app import create_app
 from bot.config import Settings
 from bot.errors import ConfigError
@@ -35,6 +36,7 @@ from surfaces.whatsapp_text import keyword, split_message
 from tests.fakes import model_server as fake_model
 from tests.fakes import twilio_api as fake_twilio
 from tests.fakes.daemon import free_port, running_daemon
+from tests.fakes.postgres import StoppablePostgres
 
 twilio_api_session = fake_twilio.twilio_api_session
 twilio_api = fake_twilio.twilio_api
@@ -462,3 +464,48 @@ def test_hilo_serve_signed_webhook_one_send_one_turn_unsigned_403(
         ("user", params["MessageSid"]), ("assistant", None)]
     assert "unsigned" not in out.stdout
     assert [(d["status"], d["provider_ref"]) for d in data["deliveries"]] == [("sent", sent.sid)]
+
+
+async def test_a_message_that_arrives_while_the_database_is_down_is_neither_acknowledged_nor_lost(
+    tmp_path: Path, twilio_api: fake_twilio.FakeTwilioApi, capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A real Postgres of this test's own, stopped under the running daemon and started again.
+    pg = StoppablePostgres()
+    uri = await asyncio.to_thread(pg.start)
+    try:
+        async with running_daemon(settings_for(tmp_path, twilio_api, HILO_DATABASE_URL=uri)) as client:
+            await asyncio.to_thread(pg.stop)
+            params = incoming("SM" + "d" * 32, "are you there?")
+            r = await post(client, "/webhooks/whatsapp", params)
+            # not stored, so not acknowledged: Twilio hears a 5xx (its fallback URL, or its retry, takes over)
+            assert r.status_code == 503, r.text
+            # and the person is told, once, that hilo could not take it
+            (apology,) = await twilio_api.wait_for(1)
+            assert (apology.to, apology.body) == (HANDLE, catalog.t("store_unavailable", "en"))
+            logged = "".join(capsys.readouterr())
+            assert "whatsapp.not_stored" in logged and params["MessageSid"] in logged
+            assert "are you there" not in logged  # ids and sizes, never the text
+            assert (await post(client, "/webhooks/whatsapp", params)).status_code == 503  # Twilio again
+            stop = incoming("SM" + "s" * 32, "STOP")
+            assert (await post(client, "/webhooks/whatsapp", stop)).status_code == 503  # STOP is not lost either
+            await idle(client)
+            assert len(twilio_api.requests) == 1  # one apology; none for STOP
+
+            await asyncio.to_thread(pg.start)
+            r = await post(client, "/webhooks/whatsapp", params)  # the redelivery, once the database is back
+            assert r.status_code == 200 and r.text == EMPTY_TWIML
+            (_, answer) = await twilio_api.wait_for(2)
+            assert "You said: are you there?" in answer.body
+            assert (await post(client, "/webhooks/whatsapp", params)).status_code == 200
+            await idle(client)
+            assert len(twilio_api.requests) == 2  # answered once
+            (conv,) = (await inspect(client))["conversations"]
+            assert [m["role"] for m in conv["messages"]] == ["user", "assistant"]
+            assert conv["messages"][0]["external_id"] == params["MessageSid"]
+
+            assert (await post(client, "/webhooks/whatsapp", stop)).status_code == 200  # STOP, redelivered
+            assert (await post(client, "/webhooks/whatsapp", incoming("SM" + "e" * 32, "hello?"))).status_code == 200
+            await idle(client)
+            assert len(twilio_api.requests) == 2  # opted out: nothing more is sent
+    finally:
+        await asyncio.to_thread(pg.remove)

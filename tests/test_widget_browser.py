@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,7 @@ from starlette.routing import Route
 
 from bot.config import Settings
 from bot.models.factory import build_chain
-from surfaces.web_auth import sign_site_token
+from surfaces.web_auth import Sessions, sign_site_token
 from tests.fakes.browser import SlowEcho, launch, serving
 from tests.fakes.daemon import free_port, running_daemon
 
@@ -36,6 +37,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 DOCS = Path(__file__).resolve().parent.parent / os.environ.get("HILO_SCREENSHOTS", "artifacts/screenshots")
 DOCS.mkdir(parents=True, exist_ok=True)
 SITE_SECRET = "browser-site-secret"
+BROWSER_SECRET = "browser-secret"
 ECHO = "[echo: dry run, no model configured]"
 
 # Installed in the page before a message is sent: counts `hilo:delta` events and records every text the
@@ -87,7 +89,7 @@ async def site(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Site]:
     allowed_port = free_port()
     settings = Settings(
         database_url=f"sqlite:///{tmp_path_factory.mktemp('widget') / 'hilo.db'}",
-        secret_key="browser-secret",
+        secret_key=BROWSER_SECRET,
         allowed_origins=(f"http://127.0.0.1:{allowed_port}",), site_secret=SITE_SECRET,
         rate_limit_ip=10_000, rate_limit_visitor=10_000,
     )
@@ -352,3 +354,30 @@ async def test_errors_are_clear_and_the_retry_button_sends_again(site: Site, vis
     await expect(page.locator(".retry")).to_be_hidden()
     await expect(page.locator("#hilo-input")).to_have_value(too_long)  # back in the box, to be shortened
     await expect(page.locator(".msg.user")).to_have_count(1)
+
+
+async def test_an_old_session_is_renewed_and_an_expired_one_starts_afresh(site: Site, visitors: Visitors) -> None:
+    sessions = Sessions(BROWSER_SECRET)  # the daemon's default lifetime (HILO_SESSION_MAX_AGE)
+    key = f"hilo:{site.daemon}:session"
+    page = await visitors.page()
+    await page.goto(site.allowed + "/")
+    # a visitor who last wrote 25 days ago: their token is near the end of its 30 days
+    visitor, old = sessions.issue(now=time.time() - 25 * 86400)
+    await page.evaluate("([k, v]) => localStorage.setItem(k, v)", [key, old])
+    await open_widget(page, site.allowed + "/")
+    assert "You said: still me" in await say(page, "still me")
+    renewed = await page.evaluate("(k) => localStorage.getItem(k)", key)
+    assert renewed != old
+    checked = sessions.check(renewed)
+    assert checked is not None and checked.visitor == visitor and checked.renewed is None
+    # one that has expired (40 days): the API answers 401 session_expired and the widget starts a new visitor
+    # without troubling the person
+    _, expired = sessions.issue(now=time.time() - 40 * 86400)
+    await page.evaluate("([k, v]) => localStorage.setItem(k, v)", [key, expired])
+    await page.reload()
+    await expect(page.locator(".panel")).to_be_visible()
+    assert "You said: new start" in await say(page, "new start")
+    fresh = await page.evaluate("(k) => localStorage.getItem(k)", key)
+    checked = sessions.check(fresh)
+    assert fresh != expired and checked is not None and checked.visitor != visitor
+    await expect(page.locator(".error")).to_be_hidden()

@@ -115,6 +115,8 @@
     throw new ApiError(401, null);
   }
 
+  // A new visitor's token, or a renewed one: the server hands back a fresh token once the one sent is getting
+  // old (HILO_SESSION_MAX_AGE), for the same visitor. An expired one is answered 401 (see call()).
   function keepSession(token) {
     if (token) local.setItem(KEY + "session", token);
   }

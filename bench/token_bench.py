@@ -162,7 +162,9 @@ def main() -> None:
     loading = time_loads(args.loads)
     print(f"\n{'load (fresh process)':<22}{'ms p50':>9}{'RSS +MB':>9}   new's parts: import / table / tiktoken maps")
     for mode, r in loading.items():
-        parts = (f"   {r['import_ms']:.0f} / {r['ranks_ms']:.0f} / {r['core_ms']:.0f} ms" if mode == "new, cached" else "")
+        parts = ""
+        if mode == "new, cached":
+            parts = f"   {r['import_ms']:.0f} / {r['ranks_ms']:.0f} / {r['core_ms']:.0f} ms"
         print(f"{mode:<22}{r['ms']:>9.0f}{r['rss_mb']:>9.1f}{parts}")
 
     out = ROOT / "bench" / "results" / "token_bench.json"

@@ -44,17 +44,9 @@ async def _with_store(settings: Settings, fn: Callable[[Any], Awaitable[int]]) -
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
+    from bot import daemon
 
-    from bot import log
-    from bot.app import create_app
-
-    settings = _settings(args)
-    log.configure(settings.log_level, settings.log_format)
-    app = create_app(settings)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", proxy_headers=True,
-                timeout_graceful_shutdown=30)
-    return 0
+    return daemon.serve(lambda: _settings(args), args.host, args.port)
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -287,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     from bot import log
 
-    # Logs go to stderr; one-shot commands only say what went wrong (serve reconfigures from settings).
+    # Logs go to stderr; one-shot commands only say what went wrong (serve logs to stdout, as its settings say).
     log.configure("warning", "console")
     try:
         return int(args.fn(args))

@@ -139,4 +139,7 @@ def test_the_readme_first_command_then_every_example_in_a_fresh_clone(tmp_path: 
         if daemon.poll() is None:
             os.killpg(daemon.pid, signal.SIGTERM)  # bash and the hilo it started (Ctrl-C would send SIGINT)
         daemon.wait(timeout=60)
-    assert "daemon.stopped" in output.to_the_end(timeout=60)  # hilo drained and closed (EOF: it exited)
+        log = output.to_the_end(timeout=60)
+        if daemon.stdout is not None:
+            daemon.stdout.close()
+    assert "daemon.stopped" in log  # hilo drained and closed (the pipe's end: it exited)

@@ -1,4 +1,4 @@
-"""`hilo`: the command line (contract in DESIGN.md). Commands that call no model import no provider SDK."""
+"""`hilo`: the command line (its contract: README.md, "Command line"). Commands that call no model import no SDK."""
 
 from __future__ import annotations
 
@@ -133,26 +133,16 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    from bot import inspect_text
+
     settings = _settings(args)
 
     async def run(store: Any) -> int:
         data = await store.inspect(args.user)
         if args.json:
             print(json.dumps(data, ensure_ascii=False, indent=2, default=str))
-            return 0
-        if data is None:
-            print(f"nothing is stored about {args.user}")
-            return 0
-        print(f"user {data['user']['handle']} (id {data['user']['id']}, since {data['user']['created_at']})")
-        for ident in data.get("identities", []):
-            print(f"  identity {ident['surface']}:{ident['external_user_id']}")
-        for fact in data.get("facts", []):
-            print(f"  fact: {fact['content']}")
-        for conv in data.get("conversations", []):
-            print(f"  conversation {conv['id']} on {conv['surface']} ({len(conv['messages'])} messages)")
-            for m in conv["messages"]:
-                print(f"    [{m['created_at']}] {m['role']}: {m['content']}")
-        print(f"  model calls: {len(data.get('model_calls', []))}")
+        else:
+            print(inspect_text.render(args.user, data))
         return 0
 
     return asyncio.run(_with_store(settings, run))

@@ -1,6 +1,6 @@
 """Settings, read once from the environment (and a `.env` file) into a typed, frozen object.
 
-Tests build `Settings.from_mapping({...})` and never touch os.environ. Names are fixed by DESIGN.md.
+Tests build `Settings.from_mapping({...})` and never touch os.environ. Names are a contract (README, "Configuration").
 """
 
 from __future__ import annotations

@@ -1,20 +1,24 @@
-"""HILO_LOG_FORMAT=json: every line the daemon writes is one JSON object, also the lines of uvicorn and
-python-telegram-bot, with exceptions as a structured field; and every line goes to stdout (PM2's out log).
+"""HILO_LOG_FORMAT=json: every line the daemon writes is one JSON object, also the lines of uvicorn,
+python-telegram-bot and asyncpg, with exceptions as a structured field; and every line goes to stdout (PM2's
+out log).
 
 `hilo serve` runs as a process under faults: the fake Bot API answers 500 to getUpdates, the fake model
-provider answers 503, and a client sends bytes that are not HTTP.
+provider answers 503, and a client sends bytes that are not HTTP. A second process emits the shapes the
+daemon meets less often (a library's record with exc_info, a warning, uncaught exceptions).
 """
 
 from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from tests.fakes import model_server as fake
-from tests.fakes.serve_process import serving
+from tests.fakes.serve_process import clean_env, serving
 from tests.fakes.telegram_api import TOKEN, FakeBotApi, bot_api, bot_api_session  # noqa: F401  (fixtures)
 
 
@@ -63,3 +67,38 @@ def test_every_line_is_json_and_on_stdout_under_faults(
     assert {"daemon.started", "daemon.stopped"} <= {r["event"] for r in records}
     assert not any("hello, are you there?" in line for line in daemon.lines)  # never message text
     assert not any(TOKEN in line for line in daemon.lines)  # never the bot token (Bot API URLs carry it)
+
+
+_LIBRARY_LINES = '''
+import logging, sys, threading, warnings
+from bot import log
+log.configure("info", "json", stream="stdout")
+log.capture_uncaught()
+try:
+    raise ConnectionResetError("connection lost")
+except ConnectionResetError:
+    logging.getLogger("asyncpg.pool").warning("Failed to restore the pool connection", exc_info=True)
+logging.getLogger("uvicorn.error").error("Exception in ASGI application\\n", exc_info=ValueError("boom"))
+warnings.warn("a library deprecation", DeprecationWarning, stacklevel=1)
+thread = threading.Thread(target=lambda: 1 / 0, name="worker")
+thread.start()
+thread.join()
+raise RuntimeError("uncaught in main")
+'''
+
+
+def test_library_records_warnings_and_uncaught_exceptions_are_json_lines(tmp_path: Path) -> None:
+    """The shapes a daemon meets outside hilo's own events: a library's record with exc_info (asyncpg's pool),
+    a message with a newline (uvicorn's), a warning, an exception no one caught (a thread, the main thread)."""
+    done = subprocess.run([sys.executable, "-W", "always", "-c", _LIBRARY_LINES], cwd=tmp_path, env=clean_env(),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr == ""
+    records = _records(done.stdout.splitlines())
+    by_logger = {r["logger"]: r for r in records}
+    assert set(by_logger) == {"asyncpg.pool", "uvicorn.error", "py.warnings", "hilo.uncaught"}
+    assert by_logger["asyncpg.pool"]["exception"][0]["exc_type"] == "ConnectionResetError"
+    assert by_logger["uvicorn.error"]["exception"][0]["exc_type"] == "ValueError"
+    uncaught = [r for r in records if r["logger"] == "hilo.uncaught"]
+    assert [(r["thread"], r["exception"][0]["exc_type"]) for r in uncaught] == [
+        ("worker", "ZeroDivisionError"), ("main", "RuntimeError")]

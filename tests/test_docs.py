@@ -117,7 +117,7 @@ def test_every_path_the_readme_and_docs_cite_exists() -> None:
 
 
 def test_no_file_cites_a_markdown_file_the_repository_lacks() -> None:
-    """Docstrings and comments too: DESIGN.md and its companions live outside the repository."""
+    """Docstrings and comments too: the shared design notes live outside the repository, so nothing cites them."""
     tracked = _tracked()
     names = {Path(f).name for f in tracked}
     missing = []

@@ -118,8 +118,10 @@ def held_port() -> Iterator[int]:
 
 def _one_line(daemon: ServeProcess, fmt: str) -> str:
     """The reason given by a daemon that failed to start: its only line of output."""
-    status = daemon.wait()
-    daemon.kill()
+    try:
+        status = daemon.wait(timeout=60)
+    finally:
+        daemon.kill()  # one that started after all must not outlive the test
     lines = [line for line in daemon.lines if line.strip()]
     assert status != 0, "\n".join(lines)
     assert len(lines) == 1, f"{len(lines)} lines:\n" + "\n".join(lines)

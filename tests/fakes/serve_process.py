@@ -105,6 +105,7 @@ class ServeProcess:
         return status
 
     def kill(self) -> None:
+        """End it (if it still runs) and close its pipes."""
         if self.proc.poll() is None:
             self.proc.kill()
         self.wait()

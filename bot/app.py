@@ -18,8 +18,10 @@ from starlette.routing import BaseRoute, Route
 
 from bot import __version__, log
 from bot.config import Settings, ensure_secret_key
+from bot.errors import ConfigError
 from bot.pipeline import Pipeline
 from bot.tasks import TaskSet
+from memory.open import SQLITE_PREFIX, open_store, sqlite_path
 from memory.store import Store
 from surfaces.base import Runtime, Surface
 
@@ -27,52 +29,84 @@ logger = log.get("hilo.app")
 
 
 def secret_file(settings: Settings) -> Path:
-    """Where a generated HILO_SECRET_KEY is kept: beside the SQLite file, else in the working directory."""
+    """Where a generated HILO_SECRET_KEY is kept: beside the SQLite file, its suffix replaced by `.secret`
+    (sqlite:///data/hilo.db -> data/hilo.secret); for Postgres (or :memory:) `.hilo-secret` in the working
+    directory."""
     url = settings.database_url
-    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-        return Path(url[len("sqlite:///"):]).with_suffix(".secret")
+    if url.startswith(SQLITE_PREFIX) and url != "sqlite:///:memory:":
+        return Path(sqlite_path(url)).with_suffix(".secret")
     return Path(".hilo-secret")
+
+
+def with_secret_key(settings: Settings) -> Settings:
+    """`settings` with HILO_SECRET_KEY, generated into `secret_file` on first run. ConfigError when that file
+    cannot be kept: its directory (the database's) is missing or not writable."""
+    path = secret_file(settings)
+    try:
+        return ensure_secret_key(settings, path)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"the directory {path.parent.absolute()} does not exist: it holds the database and its generated "
+            f"secret key ({path.name}). Create it (mkdir -p {path.parent.absolute()}) or set HILO_DATABASE_URL"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot write the generated secret key {path.absolute()} ({exc.strerror}): make "
+            f"{path.parent.absolute()} writable for this user, or set HILO_SECRET_KEY"
+        ) from None
 
 
 def create_app(
     settings: Settings, *, store: Store | None = None, chain: Any = None, surfaces: list[Surface] | None = None,
 ) -> Starlette:
-    """The app. Tests may pass their own store, chain or surfaces; otherwise they come from settings."""
+    """The app. Tests may pass their own store, chain or surfaces; otherwise they come from settings.
+    `app.state.hilo` holds the Runtime (`runtime`) and the names of the started surfaces (`surfaces`) while
+    it runs. A start that fails undoes what it started and raises: nothing is logged here, the caller says
+    why (`hilo serve`: one `daemon.failed` line)."""
     from surfaces.registry import enabled
 
-    settings = ensure_secret_key(settings, secret_file(settings))
+    settings = with_secret_key(settings)
     active = surfaces if surfaces is not None else enabled(settings)
     state: dict[str, Any] = {}
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         from bot.models.factory import build_chain
-        from memory.open import open_store
 
         st = store if store is not None else open_store(settings.database_url)
-        await st.open()
-        ch = chain if chain is not None else build_chain(settings)
-        runtime = Runtime(settings, st, ch, Pipeline(settings, st, ch), TaskSet())
-        state["runtime"] = runtime
+        ch: Any = None
         started: list[Surface] = []
-        try:
-            for surface in active:
-                await surface.start(runtime)
-                started.append(surface)
-            logger.info("daemon.started", version=__version__, models=[m.label for m in settings.models],
-                        surfaces=[s.name for s in started])
-            yield
-        finally:
+        runtime: Runtime | None = None
+
+        async def stop() -> None:
             for surface in reversed(started):
                 try:
                     await surface.stop()
                 except Exception as exc:  # one surface failing to stop must not keep the others running
                     logger.error("surface.stop_failed", surface=surface.name, error=type(exc).__name__)
-            await runtime.tasks.drain()
-            if chain is None:
+            if runtime is not None:
+                await runtime.tasks.drain()
+            if chain is None and ch is not None:
                 await ch.aclose()
             if store is None:
                 await st.close()
+
+        try:
+            await st.open()
+            ch = chain if chain is not None else build_chain(settings)
+            runtime = Runtime(settings, st, ch, Pipeline(settings, st, ch), TaskSet())
+            state["runtime"] = runtime
+            for surface in active:
+                await surface.start(runtime)
+                started.append(surface)
+        except BaseException:
+            await stop()
+            raise
+        state["surfaces"] = [s.name for s in started]
+        try:
+            yield
+        finally:
+            await stop()
             logger.info("daemon.stopped")
 
     async def health(request: Request) -> JSONResponse:

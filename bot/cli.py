@@ -1,4 +1,4 @@
-"""`hilo`: the command line (contract in DESIGN.md). Commands that call no model import no provider SDK."""
+"""`hilo`: the command line (its contract: README.md, "Command line"). Commands that call no model import no SDK."""
 
 from __future__ import annotations
 
@@ -44,17 +44,9 @@ async def _with_store(settings: Settings, fn: Callable[[Any], Awaitable[int]]) -
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
+    from bot import daemon
 
-    from bot import log
-    from bot.app import create_app
-
-    settings = _settings(args)
-    log.configure(settings.log_level, settings.log_format)
-    app = create_app(settings)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", proxy_headers=True,
-                timeout_graceful_shutdown=30)
-    return 0
+    return daemon.serve(lambda: _settings(args), args.host, args.port)
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -141,26 +133,16 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    from bot import inspect_text
+
     settings = _settings(args)
 
     async def run(store: Any) -> int:
         data = await store.inspect(args.user)
         if args.json:
             print(json.dumps(data, ensure_ascii=False, indent=2, default=str))
-            return 0
-        if data is None:
-            print(f"nothing is stored about {args.user}")
-            return 0
-        print(f"user {data['user']['handle']} (id {data['user']['id']}, since {data['user']['created_at']})")
-        for ident in data.get("identities", []):
-            print(f"  identity {ident['surface']}:{ident['external_user_id']}")
-        for fact in data.get("facts", []):
-            print(f"  fact: {fact['content']}")
-        for conv in data.get("conversations", []):
-            print(f"  conversation {conv['id']} on {conv['surface']} ({len(conv['messages'])} messages)")
-            for m in conv["messages"]:
-                print(f"    [{m['created_at']}] {m['role']}: {m['content']}")
-        print(f"  model calls: {len(data.get('model_calls', []))}")
+        else:
+            print(inspect_text.render(args.user, data))
         return 0
 
     return asyncio.run(_with_store(settings, run))
@@ -287,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     from bot import log
 
-    # Logs go to stderr; one-shot commands only say what went wrong (serve reconfigures from settings).
+    # Logs go to stderr; one-shot commands only say what went wrong (serve logs to stdout, as its settings say).
     log.configure("warning", "console")
     try:
         return int(args.fn(args))

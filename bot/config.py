@@ -1,6 +1,6 @@
 """Settings, read once from the environment (and a `.env` file) into a typed, frozen object.
 
-Tests build `Settings.from_mapping({...})` and never touch os.environ. Names are fixed by DESIGN.md.
+Tests build `Settings.from_mapping({...})` and never touch os.environ. Names are a contract (README, "Configuration").
 """
 
 from __future__ import annotations
@@ -249,14 +249,14 @@ class Settings:
 
 
 def ensure_secret_key(settings: Settings, key_file: Path) -> Settings:
-    """HILO_SECRET_KEY, or one generated on first run and kept in `key_file` (mode 0600): sessions survive restarts."""
+    """HILO_SECRET_KEY, or one generated on first run and kept in `key_file` (mode 0600): sessions survive restarts.
+    The file's directory must exist (OSError otherwise): a mistyped database path is not created silently."""
     if settings.secret_key:
         return settings
     if key_file.is_file():
         key = key_file.read_text().strip()
     else:
         key = secrets.token_urlsafe(48)
-        key_file.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
             fh.write(key + "\n")

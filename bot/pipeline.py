@@ -1,4 +1,4 @@
-"""One turn, as data (DESIGN.md "One turn"): dedup, identity, conversation, persist, context, model, persist.
+"""One turn (docs/architecture.md, "One turn, as data"): dedup, identity, conversation, persist, context, model, store.
 
 A turn costs three database round trips: `ingest` (one write transaction: dedup, identity, conversation and
 the person's message, stored BEFORE the model is called), `load_context` (one read transaction) and

@@ -1,4 +1,7 @@
 // PM2: `pm2 start deploy/ecosystem.config.js && pm2 save`. Run from the project directory (where .env lives).
+// hilo logs every line (its own, uvicorn's, the libraries') to stdout, JSON here: `pm2 logs hilo` shows them
+// and they land in PM2's out log; the error log stays empty unless Python itself cannot start. A daemon that
+// cannot start says why in one `daemon.failed` line and exits non-zero (PM2 retries max_restarts times).
 module.exports = {
   apps: [
     {

@@ -1,4 +1,4 @@
-"""Context assembly: a priority window under a token budget (DESIGN.md, "Context assembly").
+"""Context assembly: a priority window under a token budget (docs/architecture.md, "Context assembly").
 
 `assemble` is a pure function of the rows `Store.load_context` gathered: no I/O, and no stored message is
 re-tokenized (their cached `token_count` is used; only fixed header and label text is counted).

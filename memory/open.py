@@ -44,12 +44,12 @@ def open_store(url: str) -> Store:
     if scheme in ("postgres", "postgresql"):
         try:
             from memory.pg_store import PostgresStore
-        except ImportError as exc:  # asyncpg is the `postgres` extra
+        except ImportError as exc:  # asyncpg is a dependency: only a broken install lacks it
             if exc.name != "asyncpg":
                 raise
             raise ConfigError(
-                f"Postgres needs asyncpg ({exc}): pip install 'hilo[postgres]', or use "
-                "HILO_DATABASE_URL=sqlite:///hilo.db"
+                f"Postgres needs asyncpg ({exc}): reinstall hilo with `pip install -e .` (it installs asyncpg), "
+                "or use HILO_DATABASE_URL=sqlite:///hilo.db"
             ) from exc
         return PostgresStore(url)
     raise ConfigError(

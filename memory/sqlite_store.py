@@ -101,18 +101,28 @@ class SqliteStore(PeopleMethods):
             raise
 
     def _connect_sync(self) -> None:
+        conn: sqlite3.Connection | None = None
         try:
             conn = sqlite3.connect(self.path, isolation_level=None, timeout=self.busy_timeout_ms / 1000)
+            conn.execute("PRAGMA journal_mode = WAL")  # the first write: a read-only file or directory fails here
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA synchronous = NORMAL")  # durable across process crashes; WAL keeps it consistent
         except sqlite3.OperationalError as exc:
-            raise StoreUnavailable(
-                f"cannot open the SQLite database {self.path!r} ({exc}): check that its directory exists and "
-                "is writable, or set HILO_DATABASE_URL=sqlite:///hilo.db"
-            ) from exc
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
-        conn.execute("PRAGMA foreign_keys = ON")
-        conn.execute("PRAGMA synchronous = NORMAL")  # durable across process crashes; WAL keeps it consistent
+            if conn is not None:
+                conn.close()
+            raise StoreUnavailable(self._cannot_open(exc)) from exc
         self._conn = conn
+
+    def _cannot_open(self, exc: sqlite3.Error) -> str:
+        """What to tell the operator when the file cannot be opened or written."""
+        path = os.path.abspath(self.path)
+        folder = os.path.dirname(path)
+        if not os.path.isdir(folder):
+            why = f"its directory {folder} does not exist: create it (mkdir -p {folder})"
+        else:
+            why = f"check that {folder} and the file are writable for this user"
+        return f"cannot open the SQLite database {path} ({exc}): {why}, or set HILO_DATABASE_URL"
 
     def _close_sync(self) -> None:
         conn, self._conn = self._conn, None
@@ -127,7 +137,10 @@ class SqliteStore(PeopleMethods):
     def _migrate_sync(self) -> list[str]:
         assert self._conn is not None
         self.counters["transactions"] += 1
-        return migrations.apply_sqlite(self._conn)
+        try:
+            return migrations.apply_sqlite(self._conn)
+        except sqlite3.OperationalError as exc:  # read-only, disk full, locked past the timeout
+            raise StoreUnavailable(self._cannot_open(exc)) from exc
 
     # -- plumbing: one hop, one transaction ----------------------------------------------------------------
 

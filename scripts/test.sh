@@ -12,10 +12,10 @@ if [ ! -x "$CHROMIUM" ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "scripts/test.sh: $CHROMIUM is missing: installing Debian's chromium with apt-get" >&2
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
   else
     echo "scripts/test.sh: $CHROMIUM is missing. The web widget tests need Debian's Chromium:" >&2
-    echo "  sudo apt-get update && sudo apt-get install -y chromium" >&2
+    echo "  sudo apt-get update && sudo apt-get install -y --no-install-recommends chromium" >&2
     echo "  (or set HILO_TEST_CHROMIUM=/path/to/chromium; do not run \`playwright install\`)" >&2
     exit 1
   fi
@@ -24,7 +24,7 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test,telegram,whatsapp,postgres]'
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
 if [ "$#" -eq 0 ] || [ "${HILO_LINT:-}" = 1 ]; then  # the whole suite also checks style and types
   .venv/bin/python -m ruff check .
   .venv/bin/python -m mypy

@@ -1,7 +1,7 @@
 """Which surfaces run: the web API always; the others when their settings are present.
 
-Each optional surface is imported only when configured, so its library (python-telegram-bot, twilio) is
-needed only by those who use it.
+Each optional surface is imported only when configured, so a daemon without Telegram or WhatsApp never loads
+python-telegram-bot or twilio (both are installed with hilo).
 """
 
 from __future__ import annotations

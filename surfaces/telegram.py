@@ -28,12 +28,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from telegram import Update
-from telegram.error import InvalidToken
+from telegram.error import InvalidToken, NetworkError, TelegramError
 from telegram.ext import Application, MessageHandler, filters
 
 from bot import catalog, commands, log
 from bot.config import Settings
-from bot.errors import ConfigError, InputError
+from bot.errors import ConfigError, HiloError, InputError, ServiceUnavailable
 from bot.keyed import RecentIds
 from bot.types import OutboundMessage
 from memory.store import StoreUnavailable
@@ -110,11 +110,8 @@ class TelegramSurface:
             await app.initialize()  # getMe
         except BaseException as exc:
             await app.bot.shutdown()  # a half-done initialize leaves its HTTP connections open
-            if isinstance(exc, InvalidToken):  # `from None`: the library's message quotes the token
-                raise ConfigError(
-                    "Telegram refused TELEGRAM_BOT_TOKEN (or TELEGRAM_API_BASE_URL is not a Bot API server): "
-                    "check the token with @BotFather"
-                ) from None
+            if isinstance(exc, TelegramError):
+                raise self._start_failed(exc) from None
             raise
         self._app = app
         try:
@@ -131,15 +128,35 @@ class TelegramSurface:
                     poll_interval=self.poll_interval, timeout=timedelta(seconds=self.poll_timeout),
                     allowed_updates=[Update.MESSAGE],
                 )
-        except BaseException:
+        except BaseException as exc:
             await self.stop()
+            if isinstance(exc, TelegramError):
+                raise self._start_failed(exc) from None
             raise
         self._accepting = True
         runtime.pipeline.notices.register(self.name, self._notify)
         logger.info("telegram.started", mode=self.mode, bot_id=app.bot.id, allowlist=bool(self.allowlist))
 
+    def _start_failed(self, exc: TelegramError) -> HiloError:
+        """What a Bot API error at start means for the operator (`from None` where raised: the library's
+        messages and tracebacks may quote the token)."""
+        if isinstance(exc, InvalidToken):
+            return ConfigError(
+                "Telegram refused TELEGRAM_BOT_TOKEN (or TELEGRAM_API_BASE_URL is not a Bot API server): "
+                "check the token with @BotFather"
+            )
+        api = (self.settings.telegram_api_base_url or DEFAULT_API).rstrip("/")
+        detail = str(exc).replace(self.settings.telegram_bot_token, "<TELEGRAM_BOT_TOKEN>")
+        if isinstance(exc, NetworkError):  # connection refused, DNS, timeouts, 5xx
+            return ServiceUnavailable(
+                f"cannot reach the Telegram Bot API at {api} ({detail}): check the network, or "
+                "TELEGRAM_API_BASE_URL"
+            )
+        return ServiceUnavailable(f"the Telegram Bot API at {api} refused to start the bot ({detail})")
+
     async def stop(self) -> None:
         """Stop receiving, then let the Application finish the updates it has (queued and in flight)."""
+        was_started = self._accepting
         self._accepting = False
         app = self._app
         if app is None:
@@ -158,7 +175,8 @@ class TelegramSurface:
                 await asyncio.wait(set(self._notices), timeout=30)
             await app.shutdown()
             self._app = None  # only now: the updates drained above still send their replies
-        logger.info("telegram.stopped", mode=self.mode)
+        if was_started:  # a start that failed says so once, where it is caught
+            logger.info("telegram.stopped", mode=self.mode)
 
     async def webhook(self, request: Request) -> Response:
         app = self._app

@@ -1,4 +1,4 @@
-"""The CLI contract of DESIGN.md, run as a real process against a real SQLite file."""
+"""The CLI contract (README, "Command line"), run as a real process against a real SQLite file."""
 
 from __future__ import annotations
 

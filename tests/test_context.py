@@ -1,4 +1,4 @@
-"""Context assembly (memory/context.py): every rule of DESIGN.md "Context assembly", on hand-built rows."""
+"""Context assembly (memory/context.py): every rule of docs/architecture.md "Context assembly", on hand-built rows."""
 
 from __future__ import annotations
 

@@ -265,6 +265,6 @@ async def test_unopenable_path_is_store_unavailable(tmp_path: Path) -> None:
     from memory.store import StoreUnavailable
 
     store = SqliteStore(tmp_path / "missing-dir" / "hilo.db")
-    with pytest.raises(StoreUnavailable, match="directory exists"):
+    with pytest.raises(StoreUnavailable, match="missing-dir does not exist: create it"):
         await store.open()
     await store.close()

@@ -21,6 +21,7 @@ import tempfile
 import threading
 import warnings
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -101,6 +102,20 @@ class EmbeddedPostgres:
         self.query("postgres", f'CREATE DATABASE "{name}"')
         self._created.append(name)
         return self.uri(name)
+
+    def password_role(self, name: str, password: str) -> str:
+        """A login role that must give `password` (scram-sha-256; every other role keeps trust auth). Returns
+        the URL of the `postgres` database for that role WITHOUT a password: put one in to try it."""
+        self.query("postgres", f"DROP ROLE IF EXISTS \"{name}\"")
+        self.query("postgres", f"CREATE ROLE \"{name}\" LOGIN PASSWORD '{password}'")
+        hba = Path(self.query("postgres", "SHOW hba_file")[0][0])
+        rule = f"local all {name} scram-sha-256\n"
+        text = hba.read_text()
+        if rule not in text:  # first match wins: before the trust rules
+            with hba.open("r+") as fh:  # in place: the file keeps its owner (the server's system user)
+                fh.write(rule + text)
+        self.query("postgres", "SELECT pg_reload_conf()")
+        return self.uri("postgres").replace("postgresql://postgres:@", f"postgresql://{name}@", 1)
 
     def drop_created(self) -> None:
         names, self._created = self._created, []

@@ -1,0 +1,44 @@
+"""What a plain install gives, and what the install scripts pull in.
+
+The surfaces hilo exists for (Telegram, WhatsApp) and the Postgres driver install with `pip install -e .`;
+the old extras names stay valid, empty, so `pip install -e '.[telegram,whatsapp,postgres]'` keeps working.
+tests/test_readme.py installs a fresh clone for real; this checks the declaration without the network.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _name(requirement: str) -> str:
+    return re.split(r"[<>=!~ \[;]", requirement, maxsplit=1)[0].lower()
+
+
+def test_surface_libraries_and_asyncpg_are_main_dependencies() -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    main = {_name(r) for r in project["dependencies"]}
+    for package in ("python-telegram-bot", "twilio", "asyncpg"):
+        assert package in main, f"{package} is not installed by a plain `pip install -e .`"
+    extras = project["optional-dependencies"]
+    for extra in ("telegram", "whatsapp", "postgres"):  # old install commands still name them
+        assert extra in extras, f"the extra {extra!r} is gone: `pip install '.[{extra}]'` would warn"
+        assert not {_name(r) for r in extras[extra]} - main, f"the extra {extra!r} installs more than main"
+
+
+def _apt_installs(text: str) -> list[str]:
+    return [m.group(0) for m in re.finditer(r"apt-get\s+install[^\n]*", text)]
+
+
+def test_every_apt_get_install_skips_recommends() -> None:
+    """Debian's chromium recommends ~120 packages (avahi, upower, ...) that headless tests never use."""
+    files = [REPO / "scripts" / "test.sh", REPO / ".ci" / "run", REPO / "deploy" / "Dockerfile", REPO / "README.md"]
+    found = 0
+    for path in files:
+        for command in _apt_installs(path.read_text()):
+            found += 1
+            assert "--no-install-recommends" in command, f"{path.relative_to(REPO)}: {command}"
+    assert found >= 1  # scripts/test.sh installs chromium with apt-get

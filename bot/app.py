@@ -6,6 +6,7 @@ surface. Stop (SIGTERM): stop the surfaces, drain turns in flight, close the cha
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 
-from bot import __version__, log
+from bot import __version__, log, tokens
 from bot.config import Settings, ensure_secret_key
 from bot.errors import ConfigError
 from bot.pipeline import Pipeline
@@ -91,6 +92,8 @@ def create_app(
             if store is None:
                 await st.close()
 
+        # The tokenizer loads on a thread while the store opens and the surfaces start: no turn waits for it.
+        loader = tokens.preload()
         try:
             await st.open()
             ch = chain if chain is not None else build_chain(settings)
@@ -99,6 +102,8 @@ def create_app(
             for surface in active:
                 await surface.start(runtime)
                 started.append(surface)
+            if loader is not None:
+                await asyncio.to_thread(loader.join)
         except BaseException:
             await stop()
             raise

@@ -190,7 +190,7 @@ async def _show_reply(on_delta: DeltaSink, shown: str, reply: str) -> None:
 
 
 async def _count(text: str) -> int:
-    # Pure-Python BPE: a long text would hold the loop for milliseconds, so it goes to a thread.
+    # tiktoken releases the GIL while it counts: a long text goes to a thread instead of holding the loop.
     if len(text) < 512:
         return tokens.count(text)
     return await asyncio.to_thread(tokens.count, text)

@@ -109,7 +109,8 @@ class Settings:
     anthropic_base_url: str = ""
     model_timeout: float = 60.0
     model_attempts: int = 3
-    max_message_chars: int = 4000
+    #: Telegram's own maximum is 4,096: a full-length Telegram message must fit.
+    max_message_chars: int = 4096
     language: str = "en"
     log_level: str = "info"
     log_format: str = "console"
@@ -197,7 +198,7 @@ class Settings:
             anthropic_base_url=anthropic_base,
             model_timeout=_float(env, "HILO_MODEL_TIMEOUT", 60.0),
             model_attempts=_int(env, "HILO_MODEL_ATTEMPTS", 3),
-            max_message_chars=_int(env, "HILO_MAX_MESSAGE_CHARS", 4000),
+            max_message_chars=_int(env, "HILO_MAX_MESSAGE_CHARS", 4096),
             language=language,
             log_level=env.get("HILO_LOG_LEVEL", "info").strip().lower() or "info",
             log_format=log_format,

@@ -39,6 +39,7 @@ from bot.keyed import RecentIds
 from bot.types import InboundMessage
 from memory.store import StoreError
 from surfaces.base import Runtime
+from surfaces.http_body import BodyTooLarge, read_body
 from surfaces.whatsapp_send import TwilioSender, deliver
 from surfaces.whatsapp_text import keyword
 
@@ -95,20 +96,6 @@ def inbound(form: Form) -> InboundMessage:
 
 def _twiml() -> Response:
     return Response(EMPTY_TWIML, media_type="text/xml")
-
-
-async def _read_capped(request: Request, limit: int) -> bytes | None:
-    """The body, or None once it exceeds `limit` (stops reading there: a huge body is never held whole)."""
-    length = request.headers.get("content-length")
-    if length is not None and (not length.isdigit() or int(length) > limit):
-        return None
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 class WhatsAppSurface:
@@ -170,10 +157,10 @@ class WhatsAppSurface:
     async def _verified(self, request: Request, path: str) -> Form | Response:
         """The signed form, or the response refusing it. Nothing is looked at before the signature holds."""
         try:
-            body = await _read_capped(request, MAX_BODY_BYTES)
+            body = await read_body(request, MAX_BODY_BYTES)
         except ClientDisconnect:
             return Response(status_code=400)
-        if body is None:
+        except BodyTooLarge:
             return PlainTextResponse("payload too large", status_code=413)
         signature = request.headers.get("x-twilio-signature", "")
         try:

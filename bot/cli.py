@@ -52,8 +52,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings = _settings(args)
     log.configure(settings.log_level, settings.log_format)
     app = create_app(settings)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", proxy_headers=True,
-                timeout_graceful_shutdown=30)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=30,
+                proxy_headers=bool(settings.trusted_proxies), forwarded_allow_ips=list(settings.trusted_proxies))
     return 0
 
 

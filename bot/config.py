@@ -5,6 +5,7 @@ Tests build `Settings.from_mapping({...})` and never touch os.environ. Names are
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import secrets
@@ -49,6 +50,20 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
 
 
 _ORIGIN = re.compile(r"^https?://(\*\.)?[a-z0-9.-]+(:\d{1,5})?$")
+
+
+def _proxies(raw: str) -> tuple[str, ...]:
+    """HILO_TRUSTED_PROXIES: comma list of IP addresses and networks (CIDR) whose X-Forwarded-* count."""
+    proxies = tuple(part.strip() for part in raw.split(",") if part.strip())
+    for proxy in proxies:
+        try:
+            ipaddress.ip_network(proxy, strict=False)
+        except ValueError:
+            raise ConfigError(
+                f"HILO_TRUSTED_PROXIES: {proxy!r} is not an IP address or network. Write the addresses your "
+                "reverse proxy connects from, e.g. 127.0.0.1,::1 or 10.0.0.0/8"
+            ) from None
+    return proxies
 
 
 def _origins(raw: str) -> tuple[str, ...]:
@@ -131,6 +146,8 @@ class Settings:
     jwt_audience: tuple[str, ...] = ("authenticated",)
     rate_limit_visitor: int = 20
     rate_limit_ip: int = 60
+    #: HILO_TRUSTED_PROXIES: X-Forwarded-For/-Proto are believed only from these addresses/networks (default none).
+    trusted_proxies: tuple[str, ...] = ()
 
     @property
     def models(self) -> tuple[ModelSpec, ...]:
@@ -220,6 +237,7 @@ class Settings:
                                if a.strip()),
             rate_limit_visitor=_int(env, "HILO_RATE_LIMIT_VISITOR", 20),
             rate_limit_ip=_int(env, "HILO_RATE_LIMIT_IP", 60),
+            trusted_proxies=_proxies(env.get("HILO_TRUSTED_PROXIES", "")),
         )
 
     @classmethod

@@ -213,4 +213,4 @@ def _set_cookie(request: Request, response: Response, token: str) -> None:
     # For same-origin clients only: HttpOnly (no script reads it), SameSite=Lax (no cross-site requests carry
     # it). The widget never relies on it: it sends its token as a Bearer header.
     response.set_cookie(SESSION_COOKIE, token, max_age=365 * 24 * 3600, httponly=True, samesite="lax",
-                        secure=request.url.scheme == "https")  # behind a TLS proxy: run with --proxy-headers
+                        secure=request.url.scheme == "https")  # behind a TLS proxy: HILO_TRUSTED_PROXIES

@@ -145,6 +145,6 @@ async def _answer(endpoint: Endpoint, request: Request) -> Response:
 
 
 def client_ip(request: Request) -> str:
-    # Behind a reverse proxy, run uvicorn with --proxy-headers (and --forwarded-allow-ips) so this is the
-    # visitor's address, not the proxy's.
+    # uvicorn puts X-Forwarded-For here only on connections from HILO_TRUSTED_PROXIES (bot/cli.py): a header
+    # sent by anyone else never changes whose limits count.
     return request.client.host if request.client else "unknown"

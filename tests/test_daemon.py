@@ -19,11 +19,13 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @contextmanager
-def serve(cwd: Path, port: int) -> Iterator[subprocess.Popen[str]]:
+def serve(cwd: Path, port: int, **settings: str) -> Iterator[subprocess.Popen[str]]:
+    """`hilo serve --port port` in `cwd`, with only `settings` of the HILO_*-style environment."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HILO_", "OPENAI_", "ANTHROPIC_", "TELEGRAM_",
                                                                        "TWILIO_"))}
     env.pop("DATABASE_URL", None)
     env["PYTHONPATH"] = str(REPO)
+    env.update(settings)
     proc = subprocess.Popen([sys.executable, "-m", "bot.cli", "serve", "--port", str(port)], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

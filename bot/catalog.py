@@ -25,6 +25,8 @@ MESSAGES: dict[str, dict[str, str]] = {
         "unauthorized": "Your session is missing or has expired. Please reload the page.",
         "store_unavailable": "I can't reach my memory right now. Please try again in a moment.",
         "payload_too_large": "That request is too large (limit {limit} bytes).",
+        "too_deeply_nested": "That request is nested too deeply (limit {limit} levels).",
+        "invalid_characters": "That request holds broken characters (a lone UTF-16 surrogate). Please send valid text.",
         "internal_error": "Something went wrong on my side. Please try again.",
         "forgotten": "Everything about {handle} has been deleted.",
         "nothing_to_forget": "There is nothing stored about {handle}.",
@@ -122,6 +124,10 @@ MESSAGES: dict[str, dict[str, str]] = {
         "unauthorized": "Tu sesión falta o ha caducado. Recarga la página.",
         "store_unavailable": "Ahora mismo no puedo acceder a mi memoria. Inténtalo de nuevo en un momento.",
         "payload_too_large": "La petición es demasiado grande (límite: {limit} bytes).",
+        "too_deeply_nested": "La petición tiene demasiados niveles anidados (límite: {limit}).",
+        "invalid_characters": (
+            "La petición contiene caracteres rotos (un sustituto UTF-16 suelto). Envía texto válido."
+        ),
         "internal_error": "Algo ha fallado por mi parte. Inténtalo de nuevo.",
         "forgotten": "Se ha borrado todo lo relativo a {handle}.",
         "nothing_to_forget": "No hay nada guardado sobre {handle}.",

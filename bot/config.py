@@ -5,6 +5,7 @@ Tests build `Settings.from_mapping({...})` and never touch os.environ. Names are
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import secrets
@@ -56,6 +57,20 @@ def _url(env: Mapping[str, str], name: str, example: str) -> str:
 
 
 _ORIGIN = re.compile(r"^https?://(\*\.)?[a-z0-9.-]+(:\d{1,5})?$")
+
+
+def _proxies(raw: str) -> tuple[str, ...]:
+    """HILO_TRUSTED_PROXIES: comma list of IP addresses and networks (CIDR) whose X-Forwarded-* count."""
+    proxies = tuple(part.strip() for part in raw.split(",") if part.strip())
+    for proxy in proxies:
+        try:
+            ipaddress.ip_network(proxy, strict=False)
+        except ValueError:
+            raise ConfigError(
+                f"HILO_TRUSTED_PROXIES: {proxy!r} is not an IP address or network. Write the addresses your "
+                "reverse proxy connects from, e.g. 127.0.0.1,::1 or 10.0.0.0/8"
+            ) from None
+    return proxies
 
 
 def _origins(raw: str) -> tuple[str, ...]:
@@ -116,7 +131,8 @@ class Settings:
     anthropic_base_url: str = ""
     model_timeout: float = 60.0
     model_attempts: int = 3
-    max_message_chars: int = 4000
+    #: Telegram's own maximum is 4,096: a full-length Telegram message must fit.
+    max_message_chars: int = 4096
     language: str = "en"
     log_level: str = "info"
     log_format: str = "console"
@@ -141,6 +157,8 @@ class Settings:
     rate_limit_ip: int = 60
     #: HILO_SESSION_MAX_AGE: seconds an anonymous web visitor's token stays valid unused (renewed while in use).
     session_max_age: int = 30 * 24 * 3600
+    #: HILO_TRUSTED_PROXIES: X-Forwarded-For/-Proto are believed only from these addresses/networks (default none).
+    trusted_proxies: tuple[str, ...] = ()
 
     @property
     def models(self) -> tuple[ModelSpec, ...]:
@@ -208,7 +226,7 @@ class Settings:
             anthropic_base_url=anthropic_base,
             model_timeout=_float(env, "HILO_MODEL_TIMEOUT", 60.0),
             model_attempts=_int(env, "HILO_MODEL_ATTEMPTS", 3),
-            max_message_chars=_int(env, "HILO_MAX_MESSAGE_CHARS", 4000),
+            max_message_chars=_int(env, "HILO_MAX_MESSAGE_CHARS", 4096),
             language=language,
             log_level=env.get("HILO_LOG_LEVEL", "info").strip().lower() or "info",
             log_format=log_format,
@@ -233,6 +251,7 @@ class Settings:
             rate_limit_visitor=_int(env, "HILO_RATE_LIMIT_VISITOR", 20),
             rate_limit_ip=_int(env, "HILO_RATE_LIMIT_IP", 60),
             session_max_age=_int(env, "HILO_SESSION_MAX_AGE", 30 * 24 * 3600, minimum=60),
+            trusted_proxies=_proxies(env.get("HILO_TRUSTED_PROXIES", "")),
         )
 
     @classmethod

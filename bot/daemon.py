@@ -109,16 +109,17 @@ class _Stop:
         self.requested = True
 
 
-async def _run(app: Any, sock: socket.socket, host: str, stop: _Stop) -> None:
+async def _run(app: Any, settings: Settings, sock: socket.socket, host: str, stop: _Stop) -> None:
     port = sock.getsockname()[1]
     url = url_of(host, port)
     config = uvicorn.Config(
         app, host=host, port=port, lifespan="off", log_config=None, log_level="warning", access_log=False,
-        proxy_headers=True, timeout_graceful_shutdown=GRACEFUL_SECONDS,
+        timeout_graceful_shutdown=GRACEFUL_SECONDS,
+        # X-Forwarded-For/-Proto are believed only from HILO_TRUSTED_PROXIES (uvicorn trusts 127.0.0.1 otherwise)
+        proxy_headers=bool(settings.trusted_proxies), forwarded_allow_ips=list(settings.trusted_proxies),
     )
 
     def started() -> None:
-        settings: Settings = app.state.hilo["runtime"].settings
         logger.info("daemon.started", url=url, version=__version__, models=[m.label for m in settings.models],
                     surfaces=app.state.hilo["surfaces"])
 
@@ -140,7 +141,7 @@ def serve(read_settings: Callable[[], Settings], host: str, port: int) -> int:
         app = create_app(settings)
         sock = bind(host, port)
         with _Stop() as stop:
-            asyncio.run(_run(app, sock, host, stop))
+            asyncio.run(_run(app, settings, sock, host, stop))
         return 0
     except ConfigError as exc:
         logger.error("daemon.failed", error=str(exc))

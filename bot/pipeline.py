@@ -21,6 +21,7 @@ from bot.keyed import KeyedLocks
 from bot.models.base import AllModelsFailed, Completion, Reset
 from bot.models.chain import ChainResult
 from bot.notices import Notices
+from bot.text import blank
 from bot.types import InboundMessage, ModelCallRecord, OutboundMessage, utcnow
 from memory.context import AssembledContext, assemble
 from memory.store import ContextQuery, ContextRows, Ingested, Store, StoreError
@@ -49,7 +50,7 @@ class Pipeline:
 
     def validate(self, msg: InboundMessage) -> None:
         """Refuse empty or oversized text before anything is stored (the surface answers with the catalogue)."""
-        if not msg.text.strip():
+        if blank(msg.text):  # also NUL-only or zero-width-only text
             raise InputError("empty_message")
         if len(msg.text) > self.settings.max_message_chars:
             raise InputError("message_too_long", length=len(msg.text), limit=self.settings.max_message_chars)

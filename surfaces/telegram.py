@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import logging
 import re
 from datetime import timedelta
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from telegram import Update
@@ -38,6 +37,7 @@ from bot.keyed import RecentIds
 from bot.types import OutboundMessage
 from memory.store import StoreUnavailable
 from surfaces.base import Runtime
+from surfaces.http_body import BodyTooLarge, parse_json, read_body
 from surfaces.telegram_inbound import Allowlist, BotIdentity, Decision, classify
 from surfaces.telegram_outbound import SendFailed, SendPolicy, deliver, send_text, show_typing
 from surfaces.telegram_updates import PerChatUpdates
@@ -186,12 +186,14 @@ class TelegramSurface:
         if not hmac.compare_digest(given, self.settings.telegram_webhook_secret.encode()):
             logger.warning("telegram.webhook_refused", reason="secret token")
             return Response(status_code=403)
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > MAX_UPDATE_BYTES):
-            return Response(status_code=413)
-        body = await request.body()
         try:
-            update = Update.de_json(json.loads(body), app.bot)
+            body = await read_body(request, MAX_UPDATE_BYTES)
+        except BodyTooLarge:
+            return Response(status_code=413)
+        except ClientDisconnect:
+            return Response(status_code=400)
+        try:
+            update = Update.de_json(parse_json(body), app.bot)
         except Exception as exc:
             logger.warning("telegram.webhook_unreadable", error=type(exc).__name__)
             return Response(status_code=400)

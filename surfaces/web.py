@@ -31,7 +31,6 @@ from bot.config import Settings
 from bot.errors import InputError, NotFound
 from bot.pipeline import Pipeline
 from bot.types import InboundMessage
-from memory.store import StoreUnavailable
 from surfaces.base import Runtime
 from surfaces.web_auth import SESSION_COOKIE, Authenticator, AuthFailed, Caller, Sessions
 from surfaces.web_common import MAX_BODY_BYTES, MAX_ID, error, lang, message_json, read_message
@@ -98,7 +97,7 @@ class WebSurface:
             api("/api/messages", self.post_message, "POST"),
             api("/api/messages/stream", self.post_message_stream, "POST"),
             api("/api/conversations", self.list_conversations, "GET"),
-            api("/api/conversations/{conversation_id:int}/messages", self.list_messages, "GET"),
+            api("/api/conversations/{conversation_id}/messages", self.list_messages, "GET"),
         ]
 
     async def index(self, request: Request) -> Response:
@@ -148,8 +147,6 @@ class WebSurface:
             return error(request, 413 if exc.key == "message_too_long" else 400, exc.key, **exc.params)
         except NotFound:
             return error(request, 404, "not_found")
-        except StoreUnavailable:
-            return error(request, 503, "store_unavailable")
         payload: dict[str, Any] = {
             "conversation_id": out.conversation_id, "reply": out.text or None, "status": out.status,
             "message_id": out.message_id, "reply_id": out.reply_id,
@@ -197,9 +194,11 @@ class WebSurface:
         user_id = await self._user_id(request)
         if isinstance(user_id, Response):
             return user_id
-        conversation_id = int(request.path_params["conversation_id"])
-        if not 0 < conversation_id < MAX_ID:
+        raw = request.path_params["conversation_id"]
+        # digits only, checked before int(): thousands of digits cost time (and past 4,300 raise)
+        if not (raw.isascii() and raw.isdigit() and len(raw) <= len(str(MAX_ID))) or not 0 < int(raw) < MAX_ID:
             return error(request, 404, "not_found")
+        conversation_id = int(raw)
         try:
             if user_id is None:
                 raise NotFound(conversation_id)
@@ -214,4 +213,4 @@ def _set_cookie(request: Request, response: Response, token: str) -> None:
     # For same-origin clients only: HttpOnly (no script reads it), SameSite=Lax (no cross-site requests carry
     # it). The widget never relies on it: it sends its token as a Bearer header.
     response.set_cookie(SESSION_COOKIE, token, max_age=365 * 24 * 3600, httponly=True, samesite="lax",
-                        secure=request.url.scheme == "https")  # behind a TLS proxy: run with --proxy-headers
+                        secure=request.url.scheme == "https")  # behind a TLS proxy: HILO_TRUSTED_PROXIES

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 
 from bot import catalog
 from memory.store import StoredMessage
+from surfaces.http_body import BadJson, BodyTooLarge, parse_json, read_body
 
 #: Ids are 64-bit signed integers in every backend.
 MAX_ID = 2**63
@@ -40,16 +40,14 @@ class MessageBody:
 
 async def read_message(request: Request) -> MessageBody | JSONResponse:
     """The body of a message POST, or the error response to answer with."""
-    length = request.headers.get("content-length")
-    if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
-        return error(request, 413, "payload_too_large", limit=MAX_BODY_BYTES)
-    body = await request.body()
-    if len(body) > MAX_BODY_BYTES:
-        return error(request, 413, "payload_too_large", limit=MAX_BODY_BYTES)
     try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return error(request, 400, "bad_request", detail="the body is not JSON")
+        data = parse_json(await read_body(request, MAX_BODY_BYTES))
+    except BodyTooLarge as exc:
+        return error(request, 413, "payload_too_large", limit=exc.limit)
+    except BadJson as exc:
+        return error(request, 400, exc.key, **exc.params)
+    except ClientDisconnect:
+        return error(request, 400, "bad_request", detail="the body was cut off")
     if not isinstance(data, dict) or not isinstance(data.get("text"), str):
         return error(request, 400, "bad_request", detail='send {"text": "..."}')
     conversation_id = data.get("conversation_id")

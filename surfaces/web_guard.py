@@ -25,8 +25,12 @@ from urllib.parse import urlsplit
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from bot import log
 from bot.config import Settings
+from memory.store import StoreError
 from surfaces.web_common import error
+
+logger = log.get("hilo.web")
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -113,7 +117,7 @@ class ApiGuard:
                 })
             else:
                 wait = self.ip_requests.hit(client_ip(request))
-                response = too_many(request, wait) if wait else await endpoint(request)
+                response = too_many(request, wait) if wait else await _answer(endpoint, request)
             if origin is not None:
                 response.headers["access-control-allow-origin"] = origin
                 response.headers["access-control-expose-headers"] = "retry-after"
@@ -129,7 +133,18 @@ class ApiGuard:
         return self.ip_messages.hit(client_ip(request)) or self.visitor_messages.hit(sender)
 
 
+async def _answer(endpoint: Endpoint, request: Request) -> Response:
+    """The endpoint's answer; a database that fails (down, locked, full, broken) is a 503, never a 500."""
+    try:
+        return await endpoint(request)
+    except StoreError as exc:
+        cause = exc.__cause__
+        logger.error("web.store_failed", path=request.url.path, error=type(exc).__name__,
+                     cause=type(cause).__name__ if cause else None)
+        return error(request, 503, "store_unavailable")
+
+
 def client_ip(request: Request) -> str:
-    # Behind a reverse proxy, run uvicorn with --proxy-headers (and --forwarded-allow-ips) so this is the
-    # visitor's address, not the proxy's.
+    # uvicorn puts X-Forwarded-For here only on connections from HILO_TRUSTED_PROXIES (bot/cli.py): a header
+    # sent by anyone else never changes whose limits count.
     return request.client.host if request.client else "unknown"

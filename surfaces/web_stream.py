@@ -29,7 +29,7 @@ from bot.errors import InputError, NotFound
 from bot.pipeline import Pipeline
 from bot.tasks import TaskSet
 from bot.types import InboundMessage
-from memory.store import Ingested, StoreUnavailable
+from memory.store import Ingested, StoreError
 from surfaces.web_common import error
 
 logger = log.get("hilo.web.stream")
@@ -48,7 +48,7 @@ def _failure(exc: BaseException, lang: str) -> tuple[int, str, dict[str, object]
         return (413 if exc.key == "message_too_long" else 400), exc.key, exc.params
     if isinstance(exc, NotFound):
         return 404, "not_found", {}
-    if isinstance(exc, StoreUnavailable):
+    if isinstance(exc, StoreError):  # down, locked, full or broken: the person is told to try again
         return 503, "store_unavailable", {}
     return 500, "internal_error", {}
 

@@ -33,6 +33,7 @@ from bot.errors import ConfigError
 from bot.types import InboundMessage
 from memory.store import StoreError
 from surfaces.base import Runtime
+from surfaces.http_body import BodyTooLarge, read_body
 from surfaces.whatsapp_inbox import EMPTY_TWIML, SURFACE, Inbox, twiml
 from surfaces.whatsapp_send import TwilioSender
 
@@ -84,20 +85,6 @@ def inbound(form: Form) -> InboundMessage:
         metadata["location"] = {"latitude": form["Latitude"], "longitude": form["Longitude"]}
     return InboundMessage(surface=SURFACE, sender=sender, external_id=sid, text=form.get("Body", ""),
                           metadata=metadata)
-
-
-async def _read_capped(request: Request, limit: int) -> bytes | None:
-    """The body, or None once it exceeds `limit` (stops reading there: a huge body is never held whole)."""
-    length = request.headers.get("content-length")
-    if length is not None and (not length.isdigit() or int(length) > limit):
-        return None
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 class WhatsAppSurface:
@@ -160,10 +147,10 @@ class WhatsAppSurface:
     async def _verified(self, request: Request, path: str) -> Form | Response:
         """The signed form, or the response refusing it. Nothing is looked at before the signature holds."""
         try:
-            body = await _read_capped(request, MAX_BODY_BYTES)
+            body = await read_body(request, MAX_BODY_BYTES)
         except ClientDisconnect:
             return Response(status_code=400)
-        if body is None:
+        except BodyTooLarge:
             return PlainTextResponse("payload too large", status_code=413)
         signature = request.headers.get("x-twilio-signature", "")
         try:

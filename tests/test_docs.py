@@ -74,7 +74,7 @@ def test_the_secret_key_is_documented_where_the_code_keeps_it() -> None:
 _EXT = "md|py|js|sql|sh|service|example|png|toml|json|jsonl|html|ini|yml|yaml|cfg|txt"
 #: a file (with one of those extensions) or a folder written with its trailing slash, as a word of its own:
 #: not inside a URL (`//host/x.js`), not a route (`/widget.js`), not a host name (`hilo.example.com`).
-_CITED = re.compile(rf"(?<![\w/.:@~-])((?:\.\.?/)*[\w*.-]+(?:/[\w*.-]+)*(?:\.(?:{_EXT})|/))(?![\w/-])")
+_CITED = re.compile(rf"(?<![\w/.:@~-])((?:\.\.?/)*[\w*.-]+(?:/[\w*.-]+)*(?:\.(?:{_EXT})|/))(?![\w/-]|\.\w)")
 _PLACEHOLDERS = {"FILE.jsonl"}  # `hilo import FILE.jsonl`: a file of yours
 
 

@@ -16,6 +16,7 @@ import httpx
 import jwt
 import pytest
 
+from bot import catalog
 from bot.config import Settings
 from bot.errors import ConfigError
 from bot.models.base import ConnectionFailed
@@ -97,6 +98,17 @@ async def test_forged_or_missing_tokens_are_refused(client: httpx.AsyncClient) -
         (b'{"text": "   "}', 400, "empty_message"),
         (b'{"text": "' + b"x" * 5000 + b'"}', 413, "message_too_long"),
         (b'{"text": "' + b"x" * 70000 + b'"}', 413, "payload_too_large"),
+        # lone UTF-16 surrogates: valid JSON escapes, but no text encoding can store them
+        (b'{"text": "hi \\ud800"}', 400, "invalid_characters"),
+        (b'{"text": "hi", "client_message_id": "c-\\udfff"}', 400, "invalid_characters"),
+        (b'{"text": "/link \\ud83d"}', 400, "invalid_characters"),
+        (b'{"\\udc00": 1, "text": "hi"}', 400, "invalid_characters"),
+        (b"[" * 20000 + b"]" * 20000, 400, "too_deeply_nested"),
+        (b'{"text": "hi", "x": ' + b"[" * 40 + b"]" * 40 + b"}", 400, "too_deeply_nested"),
+        (b'{"text": "hi", "conversation_id": ' + b"9" * 5000 + b"}", 400, "bad_request"),
+        (b'{"text": "hi", "conversation_id": ' + b"9" * 4000 + b"}", 404, "not_found"),
+        (b'{"text": "\\u0000\\u0000"}', 400, "empty_message"),
+        (b'{"text": "\\u200b\\u200c\\u200d\\u2060\\ufeff \\u0000"}', 400, "empty_message"),
     ],
 )
 async def test_bad_input_gets_a_clear_error_and_stores_nothing(
@@ -481,6 +493,8 @@ async def test_impossible_conversation_ids_are_not_found(client: httpx.AsyncClie
     token = (await client.post("/api/session")).json()["session"]
     huge = 10**30
     assert (await client.get(f"/api/conversations/{huge}/messages", headers=bearer(token))).status_code == 404
+    r = await client.get(f"/api/conversations/{'9' * 5000}/messages", headers=bearer(token))
+    assert r.status_code == 404 and r.json()["error"] == "not_found"
     r = await client.post("/api/messages", json={"text": "hi", "conversation_id": huge}, headers=bearer(token))
     assert r.status_code == 404 and r.json()["error"] == "not_found"
     r = await client.post("/api/messages", json={"text": "hi", "conversation_id": -1}, headers=bearer(token))
@@ -502,3 +516,25 @@ def test_the_rate_limiter_keeps_a_bounded_number_of_keys() -> None:
     assert len(limiter._buckets) == 100
     limiter.hit("k9999")
     assert limiter.hit("k9999") == 0.0  # the recent ones are still there, with their counts
+
+
+async def test_a_full_disk_gets_a_503_and_keeps_nothing_half_stored(client: httpx.AsyncClient) -> None:
+    """The real SQLite error: the store's own connection may not grow the file past its size now, so SQLite
+    itself answers "database or disk is full" on the next write that needs a page."""
+    token = (await client.post("/api/session")).json()["session"]
+    store = client.app.state.hilo["runtime"].store  # type: ignore[attr-defined]
+
+    def disk_full() -> None:
+        pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
+        store._conn.execute(f"PRAGMA max_page_count = {pages}")
+
+    await store._call(disk_full)
+    text = " ".join(f"w{i}" for i in range(1000))[:3990]  # a page-sized row and its index: new pages
+    for path in ("/api/messages", "/api/messages/stream"):
+        r = await client.post(path, json={"text": text}, headers=bearer(token))
+        assert r.status_code == 503, (path, r.status_code, r.text)
+        assert r.json() == {"error": "store_unavailable", "message": catalog.t("store_unavailable", "en")}
+    assert (await client.get("/api/conversations", headers=bearer(token))).json()["conversations"] == []
+    await store._call(lambda: store._conn.execute("PRAGMA max_page_count = 1073741823"))
+    r = await client.post("/api/messages", json={"text": text}, headers=bearer(token))
+    assert r.status_code == 200 and r.json()["status"] == "ok"

@@ -347,10 +347,10 @@ async def test_errors_are_clear_and_the_retry_button_sends_again(site: Site, vis
     await expect(page.locator(".msg.user .bubble")).to_have_text(["are you there?"])  # sent once, shown once
     await expect(page.locator(".send")).to_be_enabled()
 
-    too_long = "x" * 4001
+    too_long = "x" * 4097
     await page.locator("#hilo-input").fill(too_long)
     await page.locator("#hilo-input").press("Enter")
-    await expect(page.locator(".error")).to_contain_text("That message is too long (4001 characters)")
+    await expect(page.locator(".error")).to_contain_text("That message is too long (4097 characters)")
     await expect(page.locator(".retry")).to_be_hidden()
     await expect(page.locator("#hilo-input")).to_have_value(too_long)  # back in the box, to be shortened
     await expect(page.locator(".msg.user")).to_have_count(1)

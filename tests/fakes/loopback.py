@@ -51,7 +51,9 @@ class ThreadedServer:
 
     def start(self) -> str:
         """Start serving (a fresh port on each start); the base URL."""
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say they are TCP; without it every
+        # answer after the first on a kept-alive connection waits ~40 ms for a delayed ACK (Nagle)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((HOST, 0))
         self.port = sock.getsockname()[1]

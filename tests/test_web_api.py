@@ -27,6 +27,7 @@ from surfaces.web_auth import sign_site_token, verify_site_token
 from surfaces.web_guard import RateLimiter
 from tests.fakes.browser import SlowEcho
 from tests.fakes.daemon import running_daemon
+from tests.fakes.full_disk import PAGE_SIZED_TEXT, disk_full
 
 
 @pytest.fixture
@@ -523,18 +524,12 @@ async def test_a_full_disk_gets_a_503_and_keeps_nothing_half_stored(client: http
     itself answers "database or disk is full" on the next write that needs a page."""
     token = (await client.post("/api/session")).json()["session"]
     store = client.app.state.hilo["runtime"].store  # type: ignore[attr-defined]
-
-    def disk_full() -> None:
-        pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
-        store._conn.execute(f"PRAGMA max_page_count = {pages}")
-
-    await store._call(disk_full)
-    text = " ".join(f"w{i}" for i in range(1000))[:3990]  # a page-sized row and its index: new pages
-    for path in ("/api/messages", "/api/messages/stream"):
-        r = await client.post(path, json={"text": text}, headers=bearer(token))
-        assert r.status_code == 503, (path, r.status_code, r.text)
-        assert r.json() == {"error": "store_unavailable", "message": catalog.t("store_unavailable", "en")}
-    assert (await client.get("/api/conversations", headers=bearer(token))).json()["conversations"] == []
-    await store._call(lambda: store._conn.execute("PRAGMA max_page_count = 1073741823"))
+    text = PAGE_SIZED_TEXT
+    async with disk_full(store):
+        for path in ("/api/messages", "/api/messages/stream"):
+            r = await client.post(path, json={"text": text}, headers=bearer(token))
+            assert r.status_code == 503, (path, r.status_code, r.text)
+            assert r.json() == {"error": "store_unavailable", "message": catalog.t("store_unavailable", "en")}
+        assert (await client.get("/api/conversations", headers=bearer(token))).json()["conversations"] == []
     r = await client.post("/api/messages", json={"text": text}, headers=bearer(token))
     assert r.status_code == 200 and r.json()["status"] == "ok"

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from bot.text import without_nul
+
 Role = Literal["system", "user", "assistant", "tool"]
 #: What an answer that arrived amounts to (bot.models.base.outcome_of); model_calls.outcome records it, and the
 #: failed calls' outcomes ("rate_limited", "server_error", "timeout", "connection", "error", "circuit_open").
@@ -35,6 +37,7 @@ class InboundMessage:
         "group:-100123") for the person's own conversation in it.
     metadata: platform extras. `audience: "group"` marks a message read by others too: its context holds
         only that conversation (never the person's memory or other surfaces).
+    text: as the person wrote it, without NUL characters (dropped here, for every surface).
     handle: when set, the message belongs to the user with this handle (CLI, import) instead of the
         identity (surface, sender).
     """
@@ -50,6 +53,11 @@ class InboundMessage:
     language: str | None = None
     #: the caller's address on the web (rate limits, link-code lockouts); never stored
     client_ip: str | None = None
+
+    def __post_init__(self) -> None:
+        # Every surface's text passes here once: a NUL (which Postgres cannot store) goes, the rest stays.
+        if "\x00" in self.text:
+            object.__setattr__(self, "text", without_nul(self.text))
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,6 +54,19 @@ async def test_post_message_issues_a_session_and_answers_with_echo(client: httpx
     assert [m["role"] for m in msgs] == ["user", "assistant"] and msgs[0]["content"] == "hello hilo"
 
 
+async def test_nul_inside_text_is_dropped_and_the_rest_kept(client: httpx.AsyncClient) -> None:
+    """Postgres text cannot hold NUL: every surface's message loses it at the edge (InboundMessage), on SQLite too."""
+    r = await client.post("/api/messages", json={"text": "hi\u0000there \u0000\u0000friend"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert "hithere friend" in body["reply"] and "\x00" not in body["reply"]
+    msgs = (await client.get(f"/api/conversations/{body['conversation_id']}/messages",
+                             headers=bearer(body["session"]))).json()["messages"]
+    assert msgs[0]["content"] == "hithere friend"
+    r = await client.post("/api/messages", json={"text": "\u0000\u0000"}, headers=bearer(body["session"]))
+    assert r.status_code == 400 and r.json()["error"] == "empty_message"
+
+
 async def test_a_visitor_continues_and_starts_conversations(client: httpx.AsyncClient) -> None:
     token = (await client.post("/api/session")).json()["session"]
     first = (await client.post("/api/messages", json={"text": "one"}, headers=bearer(token))).json()

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from bot.text import without_nul
+from bot.text import has_nul, without_nul, without_nul_in
 
 Role = Literal["system", "user", "assistant", "tool"]
 #: What an answer that arrived amounts to (bot.models.base.outcome_of); model_calls.outcome records it, and the
@@ -37,7 +37,8 @@ class InboundMessage:
         "group:-100123") for the person's own conversation in it.
     metadata: platform extras. `audience: "group"` marks a message read by others too: its context holds
         only that conversation (never the person's memory or other surfaces).
-    text: as the person wrote it, without NUL characters (dropped here, for every surface).
+    Every string here (text, ids, metadata) arrives without NUL characters: they are dropped here, for every
+    surface, because Postgres cannot store them; the rest of the text stays.
     handle: when set, the message belongs to the user with this handle (CLI, import) instead of the
         identity (surface, sender).
     """
@@ -55,9 +56,14 @@ class InboundMessage:
     client_ip: str | None = None
 
     def __post_init__(self) -> None:
-        # Every surface's text passes here once: a NUL (which Postgres cannot store) goes, the rest stays.
-        if "\x00" in self.text:
-            object.__setattr__(self, "text", without_nul(self.text))
+        # Every surface's input passes here once: a NUL (which Postgres cannot store, in text or jsonb) goes,
+        # the rest stays. Checked before anything is copied: almost no message holds one.
+        for name in ("sender", "external_id", "text", "conversation_ref"):
+            value = getattr(self, name)
+            if value is not None and "\x00" in value:
+                object.__setattr__(self, name, without_nul(value))
+        if has_nul(self.metadata):
+            object.__setattr__(self, "metadata", without_nul_in(self.metadata))
 
 
 @dataclass(frozen=True, slots=True)

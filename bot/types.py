@@ -37,10 +37,11 @@ class InboundMessage:
         "group:-100123") for the person's own conversation in it.
     metadata: platform extras. `audience: "group"` marks a message read by others too: its context holds
         only that conversation (never the person's memory or other surfaces).
-    Every string here (text, ids, metadata) arrives without NUL characters: they are dropped here, for every
-    surface, because Postgres cannot store them; the rest of the text stays.
     handle: when set, the message belongs to the user with this handle (CLI, import) instead of the
         identity (surface, sender).
+
+    Every string here (text, ids, metadata) comes out without NUL characters: they are dropped here, for
+    every surface, because Postgres cannot store them; the rest of the text stays.
     """
 
     surface: str

@@ -40,8 +40,8 @@ class InboundMessage:
     handle: when set, the message belongs to the user with this handle (CLI, import) instead of the
         identity (surface, sender).
 
-    Every string here (text, ids, metadata) comes out without NUL characters: they are dropped here, for
-    every surface, because Postgres cannot store them; the rest of the text stays.
+    `text` and `metadata` come out without NUL characters: they are dropped here, for every surface, because
+    Postgres cannot store them; the rest of the text stays.
     """
 
     surface: str
@@ -58,11 +58,10 @@ class InboundMessage:
 
     def __post_init__(self) -> None:
         # Every surface's input passes here once: a NUL (which Postgres cannot store, in text or jsonb) goes,
-        # the rest stays. Checked before anything is copied: almost no message holds one.
-        for name in ("sender", "external_id", "text", "conversation_ref"):
-            value = getattr(self, name)
-            if value is not None and "\x00" in value:
-                object.__setattr__(self, name, without_nul(value))
+        # the rest stays. Checked before anything is copied: almost no message holds one. Ids are not
+        # altered (two ids must never become one): each surface refuses an id it cannot store.
+        if "\x00" in self.text:
+            object.__setattr__(self, "text", without_nul(self.text))
         if has_nul(self.metadata):
             object.__setattr__(self, "metadata", without_nul_in(self.metadata))
 

@@ -73,12 +73,11 @@ async def test_nul_inside_text_is_stored_without_it_and_answered() -> None:
         await store.close()
 
 
-async def test_nul_in_ids_and_metadata_is_dropped_too() -> None:
-    """A NUL in a WhatsApp profile name or a web client's message id would lose the message on Postgres the same
-    way (text and jsonb columns): every string an InboundMessage carries loses its NULs."""
-    msg = InboundMessage(surface="whatsapp", sender="+34\x00601", external_id="SM\x00id", text="hello",
+async def test_nul_in_metadata_is_dropped_too() -> None:
+    """A NUL in a WhatsApp profile name would lose the message on Postgres the same way (jsonb): the metadata an
+    InboundMessage carries loses its NULs as well, at any depth."""
+    msg = InboundMessage(surface="whatsapp", sender="+34601", external_id="SMid", text="hello",
                          metadata={"profile_name": "Ana\x00", "media": [{"type": "image/\x00png"}], "n": 1})
-    assert (msg.sender, msg.external_id) == ("+34601", "SMid")
     assert msg.metadata == {"profile_name": "Ana", "media": [{"type": "image/png"}], "n": 1}
     store = open_store(SERVER.create_database())
     await store.open()
@@ -89,7 +88,7 @@ async def test_nul_in_ids_and_metadata_is_dropped_too() -> None:
         assert out.status == "ok"
         data = await store.inspect("whatsapp:+34601")
         [user_message] = [m for c in data["conversations"] for m in c["messages"] if m["role"] == "user"]
-        assert user_message["external_id"] == "SMid" and user_message["metadata"]["profile_name"] == "Ana"
+        assert user_message["metadata"]["profile_name"] == "Ana"
     finally:
         await chain.aclose()
         await store.close()

@@ -65,6 +65,10 @@ async def test_nul_inside_text_is_dropped_and_the_rest_kept(client: httpx.AsyncC
     assert msgs[0]["content"] == "hithere friend"
     r = await client.post("/api/messages", json={"text": "\u0000\u0000"}, headers=bearer(body["session"]))
     assert r.status_code == 400 and r.json()["error"] == "empty_message"
+    # an id is not altered (two must never become one): one Postgres cannot store is refused
+    r = await client.post("/api/messages", json={"text": "hello", "client_message_id": "a\u0000b"},
+                          headers=bearer(body["session"]))
+    assert r.status_code == 400 and r.json()["error"] == "bad_request", r.text
 
 
 async def test_a_visitor_continues_and_starts_conversations(client: httpx.AsyncClient) -> None:

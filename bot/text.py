@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import unicodedata
+from typing import Any
 
 #: Control (NUL, ...) and format characters (zero-width space and joiners, word joiner, BOM, ...): nothing shows.
 _INVISIBLE = frozenset(("Cc", "Cf"))
@@ -12,3 +13,30 @@ def blank(text: str) -> bool:
     """True when nothing in `text` would show: whitespace, control and zero-width characters only."""
     # any() stops at the first visible character: linear at worst, and almost always immediate
     return not any(not ch.isspace() and unicodedata.category(ch) not in _INVISIBLE for ch in text)
+
+
+def without_nul(text: str) -> str:
+    """`text` without NUL characters: Postgres text (and jsonb) columns cannot hold them, and nothing shows them."""
+    return text.replace("\x00", "")
+
+
+def has_nul(value: Any) -> bool:
+    """Whether a string, or any string inside JSON-like dicts and lists, holds a NUL."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(has_nul(k) or has_nul(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(has_nul(v) for v in value)
+    return False
+
+
+def without_nul_in(value: Any) -> Any:
+    """A copy of JSON-like `value` (dicts, lists, strings) with every NUL removed from its strings."""
+    if isinstance(value, str):
+        return without_nul(value)
+    if isinstance(value, dict):
+        return {without_nul_in(k): without_nul_in(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [without_nul_in(v) for v in value]
+    return value

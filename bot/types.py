@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from bot.text import has_nul, without_nul, without_nul_in
+
 Role = Literal["system", "user", "assistant", "tool"]
 #: What an answer that arrived amounts to (bot.models.base.outcome_of); model_calls.outcome records it, and the
 #: failed calls' outcomes ("rate_limited", "server_error", "timeout", "connection", "error", "circuit_open").
@@ -37,6 +39,9 @@ class InboundMessage:
         only that conversation (never the person's memory or other surfaces).
     handle: when set, the message belongs to the user with this handle (CLI, import) instead of the
         identity (surface, sender).
+
+    `text` and `metadata` come out without NUL characters: they are dropped here, for every surface, because
+    Postgres cannot store them; the rest of the text stays.
     """
 
     surface: str
@@ -50,6 +55,15 @@ class InboundMessage:
     language: str | None = None
     #: the caller's address on the web (rate limits, link-code lockouts); never stored
     client_ip: str | None = None
+
+    def __post_init__(self) -> None:
+        # Every surface's input passes here once: a NUL (which Postgres cannot store, in text or jsonb) goes,
+        # the rest stays. Checked before anything is copied: almost no message holds one. Ids are not
+        # altered (two ids must never become one): each surface refuses an id it cannot store.
+        if "\x00" in self.text:
+            object.__setattr__(self, "text", without_nul(self.text))
+        if has_nul(self.metadata):
+            object.__setattr__(self, "metadata", without_nul_in(self.metadata))
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,9 +10,11 @@ import asyncio
 import sys
 import uuid
 
+from bot import catalog
 from bot.errors import InputError
 from bot.pipeline import Pipeline
 from bot.types import InboundMessage
+from memory.store import StoreError
 
 
 def inbound(handle: str, surface: str, text: str, conversation_ref: str | None = None) -> InboundMessage:
@@ -23,7 +25,8 @@ def inbound(handle: str, surface: str, text: str, conversation_ref: str | None =
 
 
 async def one_turn(pipeline: Pipeline, handle: str, surface: str, text: str) -> int:
-    """One full turn; prints the reply. Exit code 0 on an answer, 1 when every model failed or input was refused."""
+    """One full turn; prints the reply. Exit code 0 on an answer, 1 when every model failed, input was refused or the
+    database could not take it (the REPL reads on)."""
     conversation_ref = None
     if surface == "web":  # the web has many conversations: the terminal continues the latest one
         user_id = await pipeline.store.user_id(handle)
@@ -33,9 +36,10 @@ async def one_turn(pipeline: Pipeline, handle: str, surface: str, text: str) -> 
     try:
         out = await pipeline.handle(inbound(handle, surface, text, conversation_ref))
     except InputError as exc:
-        from bot import catalog
-
         print(catalog.t(exc.key, None, **exc.params), file=sys.stderr)
+        return 1
+    except StoreError as exc:  # down, locked, full or broken: the operator sees why
+        print(f"{catalog.t('store_unavailable', None)}\nhilo: {exc}", file=sys.stderr)
         return 1
     print(out.text)
     return 0 if out.status in ("ok", "command") else 1

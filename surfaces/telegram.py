@@ -35,7 +35,7 @@ from bot.config import Settings
 from bot.errors import ConfigError, HiloError, InputError, ServiceUnavailable
 from bot.keyed import RecentIds
 from bot.types import OutboundMessage
-from memory.store import StoreUnavailable
+from memory.store import StoreError
 from surfaces.base import Runtime
 from surfaces.http_body import BodyTooLarge, parse_json, read_body
 from surfaces.telegram_inbound import Allowlist, BotIdentity, Decision, classify
@@ -224,7 +224,8 @@ class TelegramSurface:
             try:
                 text = await commands.run(d.command, d.msg, rt.store, default_language=rt.settings.language,
                                           notices=rt.pipeline.notices)
-            except StoreUnavailable:
+            except StoreError as exc:  # down, locked, full or broken
+                logger.error("telegram.store_failed", update_id=update.update_id, error=type(exc).__name__)
                 text = catalog.t("store_unavailable", d.lang)
             await self._say(message.chat_id, text, d.reply_to)
         else:
@@ -239,7 +240,8 @@ class TelegramSurface:
         except InputError as exc:
             await self._say(chat_id, catalog.t(exc.key, d.lang, **exc.params), d.reply_to)
             return
-        except StoreUnavailable:
+        except StoreError as exc:  # down, locked, full or broken: ingest is one transaction, nothing was kept
+            logger.error("telegram.not_stored", error=type(exc).__name__, chars=len(d.msg.text))
             await self._say(chat_id, catalog.t("store_unavailable", d.lang), d.reply_to)
             return
         if out.status == "duplicate":

@@ -9,6 +9,8 @@ POST /api/messages {"conversation_id"?, "text", "client_message_id"?}
 POST /api/messages/stream (same body)      -> text/event-stream: meta, delta..., done | error (web_stream.py)
 GET  /api/conversations                    -> {"conversations": [...]}       (the caller's own only)
 GET  /api/conversations/{id}/messages      -> {"conversation_id", "messages": [...]}
+Every JSON answer to a visitor may also carry "session": a new visitor's token, or a renewed one for a token
+getting old (reads renew too); the `hilo_session` cookie carries the same, for HILO_SESSION_MAX_AGE.
 
 Who is calling is web_auth.py (anonymous visitor token, or a site's own login: HMAC token or HS256 JWT);
 what may call at all is web_guard.py (origin check, CORS, rate limits). History lives on the server and
@@ -107,7 +109,7 @@ class WebSurface:
     async def new_session(self, request: Request) -> Response:
         _, token = self.sessions.issue()
         response = JSONResponse({"session": token})
-        _set_cookie(request, response, token)
+        self._set_cookie(request, response, token)
         return response
 
     async def _inbound(self, request: Request) -> tuple[InboundMessage, Caller] | Response:
@@ -147,16 +149,27 @@ class WebSurface:
             return error(request, 413 if exc.key == "message_too_long" else 400, exc.key, **exc.params)
         except NotFound:
             return error(request, 404, "not_found")
-        payload: dict[str, Any] = {
+        return self._answer(request, caller, {
             "conversation_id": out.conversation_id, "reply": out.text or None, "status": out.status,
             "message_id": out.message_id, "reply_id": out.reply_id,
-        }
+        })
+
+    def _answer(self, request: Request, caller: Caller, payload: dict[str, Any]) -> JSONResponse:
+        """`payload` as JSON, with the caller's new or renewed visitor token (if any) in its `session` field
+        and in the cookie: every route that knows the caller hands it back, so reading renews too."""
         if caller.new_token:
             payload["session"] = caller.new_token
         response = JSONResponse(payload)
         if caller.new_token:
-            _set_cookie(request, response, caller.new_token)
+            self._set_cookie(request, response, caller.new_token)
         return response
+
+    def _set_cookie(self, request: Request, response: Response, token: str) -> None:
+        # For same-origin clients only: HttpOnly (no script reads it), SameSite=Lax (no cross-site requests
+        # carry it). It lasts as long as the token (HILO_SESSION_MAX_AGE). The widget never relies on it: it
+        # sends its token as a Bearer header.
+        response.set_cookie(SESSION_COOKIE, token, max_age=self.sessions.max_age_s, httponly=True,
+                            samesite="lax", secure=request.url.scheme == "https")  # TLS proxy: HILO_TRUSTED_PROXIES
 
     async def post_message_stream(self, request: Request) -> Response:
         prepared = await self._inbound(request)
@@ -166,34 +179,36 @@ class WebSurface:
         response = await stream_turn(
             request, self.pipeline, self.runtime.tasks, msg, new_session=caller.new_token)
         if caller.new_token and response.status_code == 200:
-            _set_cookie(request, response, caller.new_token)
+            self._set_cookie(request, response, caller.new_token)
         return response
 
-    async def _user_id(self, request: Request) -> int | Response | None:
-        """The caller's user id (None: not seen yet), or the 401 to answer with."""
+    async def _reader(self, request: Request) -> tuple[Caller, int | None] | Response:
+        """The caller and their user id (None: not seen yet), or the 401 to answer with."""
         try:
             caller = await self.auth.caller(request)
         except AuthFailed as exc:
             return error(request, 401, exc.key)
         if caller is None:
             return error(request, 401, "unauthorized")
-        return await self.pipeline.store.identity_user("web", caller.sender)
+        return caller, await self.pipeline.store.identity_user("web", caller.sender)
 
     async def list_conversations(self, request: Request) -> Response:
-        user_id = await self._user_id(request)
-        if isinstance(user_id, Response):
-            return user_id
+        reader = await self._reader(request)
+        if isinstance(reader, Response):
+            return reader
+        caller, user_id = reader
         convs = await self.pipeline.store.conversations(user_id) if user_id is not None else []
-        return JSONResponse({"conversations": [
+        return self._answer(request, caller, {"conversations": [
             {"id": c.id, "title": c.title, "created_at": c.created_at.isoformat(),
              "updated_at": c.updated_at.isoformat(), "message_count": c.message_count}
             for c in convs if c.surface == "web"
         ]})
 
     async def list_messages(self, request: Request) -> Response:
-        user_id = await self._user_id(request)
-        if isinstance(user_id, Response):
-            return user_id
+        reader = await self._reader(request)
+        if isinstance(reader, Response):
+            return reader
+        caller, user_id = reader
         raw = request.path_params["conversation_id"]
         # digits only, checked before int(): thousands of digits cost time (and past 4,300 raise)
         if not (raw.isascii() and raw.isdigit() and len(raw) <= len(str(MAX_ID))) or not 0 < int(raw) < MAX_ID:
@@ -205,12 +220,6 @@ class WebSurface:
             messages = await self.pipeline.store.messages(user_id, conversation_id)
         except NotFound:
             return error(request, 404, "not_found")
-        return JSONResponse({"conversation_id": conversation_id,
-                             "messages": [message_json(m) for m in messages]})
+        return self._answer(request, caller, {"conversation_id": conversation_id,
+                                              "messages": [message_json(m) for m in messages]})
 
-
-def _set_cookie(request: Request, response: Response, token: str) -> None:
-    # For same-origin clients only: HttpOnly (no script reads it), SameSite=Lax (no cross-site requests carry
-    # it). The widget never relies on it: it sends its token as a Bearer header.
-    response.set_cookie(SESSION_COOKIE, token, max_age=365 * 24 * 3600, httponly=True, samesite="lax",
-                        secure=request.url.scheme == "https")  # behind a TLS proxy: HILO_TRUSTED_PROXIES

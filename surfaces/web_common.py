@@ -57,8 +57,10 @@ async def read_message(request: Request) -> MessageBody | JSONResponse:
     if conversation_id is not None and not 0 < conversation_id < MAX_ID:
         return error(request, 404, "not_found")  # no such conversation can exist
     client_id = data.get("client_message_id")
-    if client_id is not None and (not isinstance(client_id, str) or not 0 < len(client_id) <= 100):
-        return error(request, 400, "bad_request", detail="client_message_id must be a short string")
+    if client_id is not None and (
+            not isinstance(client_id, str) or not 0 < len(client_id) <= 100 or "\x00" in client_id):
+        # NUL: Postgres cannot store it, and an id is not altered (two ids must never become one)
+        return error(request, 400, "bad_request", detail="client_message_id must be a short string without NUL")
     return MessageBody(data["text"], conversation_id, client_id)
 
 

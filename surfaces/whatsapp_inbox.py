@@ -121,7 +121,8 @@ class Inbox:
         sid = msg.external_id
         told = keyword(msg.text)[0] != "stop" and self._apologized.first_time(sid)
         logger.error("whatsapp.not_stored", message_sid=sid, error=type(exc).__name__, chars=len(msg.text),
-                     person_told=told, fix="the database is unreachable: Twilio got 503; see HILO_DATABASE_URL")
+                     person_told=told,
+                     fix="the database refused it (down, locked or full): Twilio got 503; check HILO_DATABASE_URL")
         if told:
             self._answer(self.reply(msg.sender, catalog.t("store_unavailable", self.settings.language), None, None),
                          sid)

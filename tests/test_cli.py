@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from bot import catalog
+from bot.config import Settings
+from bot.models.factory import build_chain
+from bot.pipeline import Pipeline
+from surfaces import cli as cli_surface
+from tests.fakes.full_disk import PAGE_SIZED_TEXT, disk_full
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -131,3 +140,21 @@ def test_operator_link_and_unlink(hilo) -> None:  # type: ignore[no-untyped-def]
     assert [a["action"] for a in data["identity_audit"]] == ["linked"]
     assert "no user" in hilo("link", "--user", "ghost", "--surface", "telegram", "--sender", "1", code=1)
     assert "only identity" in hilo("unlink", "--surface", "telegram", "--sender", "99", code=1)
+
+
+async def test_chat_on_a_full_disk_says_store_unavailable_and_the_repl_goes_on(
+    store: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SQLite really answering "database or disk is full" (a StoreError) while `hilo chat` ingests a line."""
+    settings = Settings()
+    pipeline = Pipeline(settings, store, build_chain(settings))
+    async with disk_full(store):
+        assert await cli_surface.one_turn(pipeline, "alice", "cli", PAGE_SIZED_TEXT) == 1
+        err = capsys.readouterr().err
+        assert catalog.t("store_unavailable", "en") in err and "database or disk is full" in err
+        monkeypatch.setattr("sys.stdin", io.StringIO(PAGE_SIZED_TEXT + "\n"))
+        assert await cli_surface.repl(pipeline, "alice", "cli") == 0  # the REPL reads on after it
+    assert await store.inspect("alice") is None  # nothing half-stored
+    monkeypatch.setattr("sys.stdin", io.StringIO("and now?\n"))
+    assert await cli_surface.repl(pipeline, "alice", "cli") == 0
+    assert "and now?" in capsys.readouterr().out

@@ -34,6 +34,7 @@ from twilio.request_validator import RequestValidator  # type: ignore[import-unt
 from bot import catalog
 from bot.app import create_app
 from bot.config import Settings
+from bot.text import without_nul
 from surfaces.telegram import WEBHOOK_PATH as TELEGRAM_PATH
 from surfaces.telegram import TelegramSurface
 from surfaces.whatsapp import STATUS_PATH, WEBHOOK_PATH, WhatsAppSurface
@@ -224,7 +225,7 @@ def test_fuzz_the_web_api(tmp_path: Path) -> None:
                 status = events[-1][1]["status"]
             else:
                 status = r.json()["status"]
-            sent = json.loads(body)["text"]
+            sent = without_nul(json.loads(body)["text"])  # NUL is dropped at the edge (Postgres cannot store it)
             if status in ("ok", "failed"):
                 assert (count, last) == (before + 1, sent), "the message is not stored whole"
             else:
@@ -320,7 +321,8 @@ def test_fuzz_the_telegram_webhook(tmp_path: Path, bot_api: FakeBotApi) -> None:
                 chat_id = int("9" * digits) if digits <= 4300 else None  # past 4,300 digits: not JSON to Python
             if status == 200 and isinstance(chat_id, int):
                 rows = stored(db, "telegram", f"{chat_id}:{message_id}")
-                assert rows in ([], [message.get("text")], [message.get("caption")]), rows
+                assert rows in ([], *([without_nul(t)] for t in (message.get("text"), message.get("caption"))
+                                      if isinstance(t, str))), rows
 
         @settings(FUZZ, max_examples=200)
         @given(body=st.one_of(st.binary(max_size=100), st.tuples(JSON, st.booleans()).map(lambda t: encode(*t)),
@@ -392,7 +394,7 @@ def test_fuzz_the_twilio_webhooks(tmp_path: Path, twilio_api: fake_twilio.FakeTw
             if has_ids:
                 assert sid is not None
                 rows = stored(db, "whatsapp", sid.strip())
-                assert rows in ([], [form["Body"]]), rows
+                assert rows in ([], [without_nul(form["Body"])]), rows
 
         @settings(FUZZ, max_examples=300)
         @given(form=STATUS_FORM)

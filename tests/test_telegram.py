@@ -37,6 +37,7 @@ from surfaces.telegram_outbound import (
 from surfaces.text_split import utf16_len
 from tests.fakes import telegram_api as fake_telegram
 from tests.fakes.daemon import free_port, running_daemon
+from tests.fakes.full_disk import PAGE_SIZED_TEXT, disk_full
 from tests.fakes.model_server import FakeModelServer, ok, slow, status
 from tests.fakes.telegram_api import BOT_ID, BOT_USERNAME, TOKEN, FakeBotApi
 
@@ -399,6 +400,22 @@ async def test_an_unexpected_error_gets_an_apology_not_silence(tmp_path: Path, b
         bot_api.enqueue(bot_api.text_update("hi", language_code="es"))
         [reply] = await bot_api.wait_sent(1)
     assert reply.text == catalog.t("internal_error", "es")
+
+
+async def test_a_full_disk_gets_the_store_unavailable_text_and_keeps_nothing(
+    tmp_path: Path, bot_api: FakeBotApi,
+) -> None:
+    """SQLite really answering "database or disk is full" (a StoreError, not StoreUnavailable) on ingest."""
+    async with running_daemon(tg_settings(tmp_path, bot_api)) as client:
+        async with disk_full(runtime(client).store):
+            bot_api.enqueue(bot_api.text_update(PAGE_SIZED_TEXT, language_code="es"))
+            [apology] = await bot_api.wait_sent(1)
+            assert apology.text == catalog.t("store_unavailable", "es")
+            assert await inspect(client) is None  # nothing half-stored: no person, no message
+        bot_api.enqueue(bot_api.text_update("and now?"))
+        await bot_api.wait_sent(2)
+        data = await delivered(client, 1)
+    assert messages(data) == [("user", "and now?"), ("assistant", bot_api.sent[1].text)]
 
 
 # -- the daemon, webhook ----------------------------------------------------------------------------------

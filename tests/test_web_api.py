@@ -27,6 +27,7 @@ from surfaces.web_auth import sign_site_token, verify_site_token
 from surfaces.web_guard import RateLimiter
 from tests.fakes.browser import SlowEcho
 from tests.fakes.daemon import running_daemon
+from tests.fakes.full_disk import PAGE_SIZED_TEXT, disk_full
 
 
 @pytest.fixture
@@ -51,6 +52,23 @@ async def test_post_message_issues_a_session_and_answers_with_echo(client: httpx
     msgs = (await client.get(f"/api/conversations/{body['conversation_id']}/messages",
                              headers=bearer(body["session"]))).json()["messages"]
     assert [m["role"] for m in msgs] == ["user", "assistant"] and msgs[0]["content"] == "hello hilo"
+
+
+async def test_nul_inside_text_is_dropped_and_the_rest_kept(client: httpx.AsyncClient) -> None:
+    """Postgres text cannot hold NUL: every surface's message loses it at the edge (InboundMessage), on SQLite too."""
+    r = await client.post("/api/messages", json={"text": "hi\u0000there \u0000\u0000friend"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert "hithere friend" in body["reply"] and "\x00" not in body["reply"]
+    msgs = (await client.get(f"/api/conversations/{body['conversation_id']}/messages",
+                             headers=bearer(body["session"]))).json()["messages"]
+    assert msgs[0]["content"] == "hithere friend"
+    r = await client.post("/api/messages", json={"text": "\u0000\u0000"}, headers=bearer(body["session"]))
+    assert r.status_code == 400 and r.json()["error"] == "empty_message"
+    # an id is not altered (two must never become one): one Postgres cannot store is refused
+    r = await client.post("/api/messages", json={"text": "hello", "client_message_id": "a\u0000b"},
+                          headers=bearer(body["session"]))
+    assert r.status_code == 400 and r.json()["error"] == "bad_request", r.text
 
 
 async def test_a_visitor_continues_and_starts_conversations(client: httpx.AsyncClient) -> None:
@@ -523,18 +541,12 @@ async def test_a_full_disk_gets_a_503_and_keeps_nothing_half_stored(client: http
     itself answers "database or disk is full" on the next write that needs a page."""
     token = (await client.post("/api/session")).json()["session"]
     store = client.app.state.hilo["runtime"].store  # type: ignore[attr-defined]
-
-    def disk_full() -> None:
-        pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
-        store._conn.execute(f"PRAGMA max_page_count = {pages}")
-
-    await store._call(disk_full)
-    text = " ".join(f"w{i}" for i in range(1000))[:3990]  # a page-sized row and its index: new pages
-    for path in ("/api/messages", "/api/messages/stream"):
-        r = await client.post(path, json={"text": text}, headers=bearer(token))
-        assert r.status_code == 503, (path, r.status_code, r.text)
-        assert r.json() == {"error": "store_unavailable", "message": catalog.t("store_unavailable", "en")}
-    assert (await client.get("/api/conversations", headers=bearer(token))).json()["conversations"] == []
-    await store._call(lambda: store._conn.execute("PRAGMA max_page_count = 1073741823"))
+    text = PAGE_SIZED_TEXT
+    async with disk_full(store):
+        for path in ("/api/messages", "/api/messages/stream"):
+            r = await client.post(path, json={"text": text}, headers=bearer(token))
+            assert r.status_code == 503, (path, r.status_code, r.text)
+            assert r.json() == {"error": "store_unavailable", "message": catalog.t("store_unavailable", "en")}
+        assert (await client.get("/api/conversations", headers=bearer(token))).json()["conversations"] == []
     r = await client.post("/api/messages", json={"text": text}, headers=bearer(token))
     assert r.status_code == 200 and r.json()["status"] == "ok"

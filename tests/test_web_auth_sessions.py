@@ -143,3 +143,39 @@ async def test_a_site_token_is_accepted_as_a_bearer_token_only(client: httpx.Asy
         assert r.status_code == 200 and r.json()["session"]  # a new anonymous visitor, not the site user
         client.cookies.clear()
     assert await store_of(client).identity_user("web", "site:u-1") is None
+
+
+async def test_the_session_cookie_lasts_as_long_as_the_token(client: httpx.AsyncClient) -> None:
+    for path, body in (("/api/session", None), ("/api/messages", {"text": "hi"})):
+        client.cookies.clear()  # a new visitor each time
+        r = await client.post(path, json=body)
+        assert r.status_code == 200, r.text
+        cookie = r.headers["set-cookie"]
+        assert cookie.startswith("hilo_session=") and f"Max-Age={MAX_AGE};" in cookie, cookie
+
+
+async def test_reading_renews_an_old_session_too(client: httpx.AsyncClient) -> None:
+    """A visitor who only reads (opens the widget, looks at a conversation) keeps their session as well."""
+    visitor, old = aged(MAX_AGE * 0.9)
+    posted = (await client.post("/api/messages", json={"text": "one"}, headers=bearer(old))).json()
+    paths = ("/api/conversations", f"/api/conversations/{posted['conversation_id']}/messages")
+    for path in paths:
+        r = await client.get(path, headers=bearer(old))
+        assert r.status_code == 200, r.text
+        renewed = r.json().get("session")
+        assert renewed is not None and renewed != old, (path, r.json())
+        assert r.cookies.get("hilo_session") == renewed
+        assert f"Max-Age={MAX_AGE};" in r.headers["set-cookie"]
+        checked = Sessions(SECRET, MAX_AGE).check(renewed)
+        assert checked is not None and checked.visitor == visitor and checked.renewed is None
+        young = await client.get(path, headers=bearer(renewed))
+        assert young.status_code == 200 and "session" not in young.json() and "set-cookie" not in young.headers
+    # the same through the cookie (same-origin clients): the renewed token comes back as the cookie
+    client.cookies.clear()
+    client.cookies.set("hilo_session", old)
+    try:
+        r = await client.get(paths[0])
+        assert r.status_code == 200 and [c["id"] for c in r.json()["conversations"]] == [posted["conversation_id"]]
+        assert r.cookies.get("hilo_session") == r.json()["session"] != old
+    finally:
+        client.cookies.clear()

@@ -36,6 +36,7 @@ from surfaces.whatsapp_text import keyword, split_message
 from tests.fakes import model_server as fake_model
 from tests.fakes import twilio_api as fake_twilio
 from tests.fakes.daemon import free_port, running_daemon
+from tests.fakes.full_disk import PAGE_SIZED_TEXT, disk_full
 from tests.fakes.postgres import StoppablePostgres
 
 twilio_api_session = fake_twilio.twilio_api_session
@@ -464,6 +465,22 @@ def test_hilo_serve_signed_webhook_one_send_one_turn_unsigned_403(
         ("user", params["MessageSid"]), ("assistant", None)]
     assert "unsigned" not in out.stdout
     assert [(d["status"], d["provider_ref"]) for d in data["deliveries"]] == [("sent", sent.sid)]
+
+
+async def test_a_full_disk_gets_a_503_and_the_store_unavailable_text(
+    daemon: httpx.AsyncClient, twilio_api: fake_twilio.FakeTwilioApi,
+) -> None:
+    """SQLite really answering "database or disk is full" (a StoreError) on ingest: as when it is down."""
+    params = incoming("SM" + "f" * 32, PAGE_SIZED_TEXT)
+    async with disk_full(daemon.app.state.hilo["runtime"].store):  # type: ignore[attr-defined]
+        assert (await post(daemon, "/webhooks/whatsapp", params)).status_code == 503
+        (apology,) = await twilio_api.wait_for(1)
+        assert (apology.to, apology.body) == (HANDLE, catalog.t("store_unavailable", "en"))
+        await idle(daemon)
+        assert await inspect(daemon) is None  # nothing half-stored
+    assert (await post(daemon, "/webhooks/whatsapp", params)).status_code == 200  # Twilio's retry is answered
+    answer = (await twilio_api.wait_for(2))[1]
+    assert answer.body.startswith("[echo")
 
 
 async def test_a_message_that_arrives_while_the_database_is_down_is_neither_acknowledged_nor_lost(

@@ -356,6 +356,21 @@ async def test_errors_are_clear_and_the_retry_button_sends_again(site: Site, vis
     await expect(page.locator(".msg.user")).to_have_count(1)
 
 
+async def test_a_visitor_who_only_reads_gets_their_old_session_renewed(site: Site, visitors: Visitors) -> None:
+    sessions = Sessions(BROWSER_SECRET)
+    key = f"hilo:{site.daemon}:session"
+    page = await visitors.page()
+    await page.goto(site.allowed + "/")
+    visitor, old = sessions.issue(now=time.time() - 25 * 86400)  # near the end of its 30 days
+    await page.evaluate("([k, v]) => localStorage.setItem(k, v)", [key, old])
+    await open_widget(page, site.allowed + "/")  # lists the conversations (a GET); nothing is sent
+    await page.wait_for_function("([k, v]) => localStorage.getItem(k) !== v", arg=[key, old])
+    renewed = await page.evaluate("(k) => localStorage.getItem(k)", key)
+    checked = sessions.check(renewed)
+    assert checked is not None and checked.visitor == visitor and checked.renewed is None
+    await expect(page.locator(".error")).to_be_hidden()
+
+
 async def test_an_old_session_is_renewed_and_an_expired_one_starts_afresh(site: Site, visitors: Visitors) -> None:
     sessions = Sessions(BROWSER_SECRET)  # the daemon's default lifetime (HILO_SESSION_MAX_AGE)
     key = f"hilo:{site.daemon}:session"

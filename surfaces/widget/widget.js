@@ -1,4 +1,4 @@
-/*! hilo web widget 1.0.0 | plain JavaScript, no build step | served by `hilo serve` at /widget.js
+/*! hilo web widget 1.0.1 | plain JavaScript, no build step | served by `hilo serve` at /widget.js
  *
  * Embed:  <script src="https://HOST/widget.js" defer></script>
  * Options (data- attributes on that tag): data-title, data-lang (en|es), data-position (right|left),
@@ -13,7 +13,7 @@
 (function () {
   "use strict";
 
-  var VERSION = "1.0.0";
+  var VERSION = "1.0.1";
   if (window.hilo && window.hilo.version) return; // embedded twice: the first one wins
 
   var TEXT = {
@@ -116,7 +116,8 @@
   }
 
   // A new visitor's token, or a renewed one: the server hands back a fresh token once the one sent is getting
-  // old (HILO_SESSION_MAX_AGE), for the same visitor. An expired one is answered 401 (see call()).
+  // old (HILO_SESSION_MAX_AGE), for the same visitor, on any call (reads too, in the body's `session`). An
+  // expired one is answered 401 (see call()).
   function keepSession(token) {
     if (token) local.setItem(KEY + "session", token);
   }
@@ -318,7 +319,9 @@
     status.textContent = T.loading;
     try {
       var res = await call("GET", "/api/conversations");
-      state.conversations = (await res.json()).conversations;
+      var listed = await res.json();
+      keepSession(listed.session); // reading renews an old token too
+      state.conversations = listed.conversations;
     } catch (e) {
       status.textContent = "";
       if (e.status === 401 && who.kind === "visitor") { // a visitor token this server forgot: start afresh
@@ -343,7 +346,9 @@
     log.textContent = "";
     try {
       var res = await call("GET", "/api/conversations/" + id + "/messages");
-      var messages = (await res.json()).messages;
+      var read = await res.json();
+      keepSession(read.session);
+      var messages = read.messages;
     } catch (e) {
       if (e.status === 404) { newConversation(); return; }
       showError(e.status === 0 ? T.network : e.message, function () { openConversation(id); });

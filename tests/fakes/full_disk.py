@@ -1,0 +1,26 @@
+"""A real "database or disk is full" from SQLite: the store's own connection may not grow the file past its
+size now, so SQLite itself refuses the next write that needs a new page. No mock, no full filesystem."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+#: A text whose row and index entries need new pages (a page holds 4096 bytes).
+PAGE_SIZED_TEXT = " ".join(f"w{i}" for i in range(1000))[:3990]
+
+
+@asynccontextmanager
+async def disk_full(store: Any) -> AsyncIterator[None]:
+    """While inside, every write to `store` (a SqliteStore) that needs a page fails as on a full disk."""
+
+    def cap() -> None:
+        pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
+        store._conn.execute(f"PRAGMA max_page_count = {pages}")
+
+    await store._call(cap)
+    try:
+        yield
+    finally:
+        await store._call(lambda: store._conn.execute("PRAGMA max_page_count = 1073741823"))

@@ -26,11 +26,10 @@ from typing import Any
 #: How SQLite spells each Postgres type family (the family SQLite's type affinity gives the declared type).
 SQLITE_SPELLING = {"integer": "integer", "text": "text", "timestamp": "text", "boolean": "integer",
                    "json": "text", "real": "real", "blob": "blob"}
-PG_FAMILIES = {"smallint": "integer", "integer": "integer", "bigint": "integer", "text": "text",
-               "character varying": "text", "timestamp with time zone": "timestamp",
-               "timestamp without time zone": "timestamp", "date": "timestamp", "boolean": "boolean",
-               "json": "json", "jsonb": "json", "real": "real", "double precision": "real", "numeric": "real",
-               "bytea": "blob"}
+PG_FAMILIES = {"smallint": "integer", "integer": "integer", "bigint": "integer", "text": "text", "character varying":
+               "text", "timestamp with time zone": "timestamp", "timestamp without time zone": "timestamp", "date":
+               "timestamp", "boolean": "boolean", "json": "json", "jsonb": "json", "real": "real",
+               "double precision": "real", "numeric": "real", "bytea": "blob"}
 PG_ON_DELETE = {"a": "NO ACTION", "r": "RESTRICT", "c": "CASCADE", "n": "SET NULL", "d": "SET DEFAULT"}
 
 
@@ -277,9 +276,7 @@ def _table_differences(name: str, lite: Table, pg: Table, ok: Any) -> list[str]:
             out.append(f"{where}: sqlite only")
         elif a is None and not ok("postgres", "column", f"{name}.{col}"):
             out.append(f"{where}: postgres only")
-        elif a is None or b is None:
-            continue
-        else:
+        elif a is not None and b is not None:
             spelt = SQLITE_SPELLING.get(b.family)
             if a.family != spelt:
                 out.append(f"{where}: postgres {b.family} (spelt {spelt} in SQLite), sqlite {a.family}")

@@ -7,7 +7,7 @@ one round trip and nothing is reset between them). Every query is one awaited ca
   fts   the earlier baseline: dedup check, user, identity, conversation, insert, update, recent history,
         cross-surface, facts, and a full-text query matched over everyone's messages, then filtered by owner
         (stops before the model: no reply written)
-  seed  the seed pattern (DESIGN.md, "Performance budget"): the person's conversations, their messages of the
+  seed  the seed pattern (the design's "Performance budget"): the person's conversations, their messages of the
         last 24 h, get-or-create the channel conversation, insert the user message; after the model: insert
         the reply, update the conversation
 """

@@ -2,7 +2,7 @@
 
 Seeds a SQLite database (and with --postgres an embedded PostgreSQL 18, same rows): the person under test
 (10,000 messages over 60 days on telegram, whatsapp and web) plus other people's messages as noise; or, with
---people N --messages-per-person M, N people of M messages each (DESIGN.md's budget: 1,000 x 1,000). Then runs,
+--people N --messages-per-person M, N people of M messages each (the design's budget: 1,000 x 1,000). Then runs,
 interleaved in blocks so every row sees the same machine state, on each backend:
 
   hilo           Pipeline steps: ingest (1 write tx), the turn lock, load_context (1 read tx) + assemble;

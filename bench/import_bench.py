@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.context_bench import sentence
+from bench.corpus import sentence
 from memory.importer import import_file
 from memory.open import open_store
 

@@ -102,7 +102,8 @@ async def hold(
 ) -> AsyncIterator[bool]:
     """Hold the conversation's lease while the body runs; yields True when message `message_id` was answered
     already (the caller returns a duplicate without calling the model). A waiter retries with backoff, and stops
-    waiting as soon as it sees the message answered. `counters["turn_lease_waits"]` counts failed attempts."""
+    waiting as soon as it sees the message answered. `counters` counts failed attempts ("turn_lease_waits") and
+    renewals ("turn_lease_renewals")."""
     owner = new_owner()
     wait = FIRST_WAIT
     while True:
@@ -116,7 +117,7 @@ async def hold(
     if not taken:
         yield True
         return
-    renewer = asyncio.create_task(_renew_until_cancelled(renew, conversation_id, owner, ttl))
+    renewer = asyncio.create_task(_renew_until_cancelled(renew, conversation_id, owner, ttl, counters))
     try:
         yield answered
     finally:
@@ -129,11 +130,16 @@ async def hold(
             logger.warning("turn.lease_not_released", conversation_id=conversation_id, error=type(exc).__name__)
 
 
-async def _renew_until_cancelled(renew: Renew, conversation_id: int, owner: str, ttl: float) -> None:
+async def _renew_until_cancelled(
+    renew: Renew, conversation_id: int, owner: str, ttl: float, counters: dict[str, int] | None,
+) -> None:
     while True:
         await asyncio.sleep(ttl / 3)
         try:
-            if not await renew(conversation_id, owner, ttl):
+            renewed = await renew(conversation_id, owner, ttl)
+            if counters is not None:
+                counters["turn_lease_renewals"] = counters.get("turn_lease_renewals", 0) + 1
+            if not renewed:
                 # Another process took it over (this one stalled past the ttl): this turn still ends, but the
                 # conversation is no longer serialized; say so loudly.
                 logger.warning("turn.lease_lost", conversation_id=conversation_id)

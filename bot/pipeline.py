@@ -1,9 +1,11 @@
 """One turn (docs/architecture.md, "One turn, as data"): dedup, identity, conversation, persist, context, model, store.
 
-A turn costs three database round trips: `ingest` (one write transaction: dedup, identity, conversation and
-the person's message, stored BEFORE the model is called), `load_context` (one read transaction) and
-`finish_turn` (one write transaction: reply and usage rows). Turns of one conversation run one at a time,
-in arrival order (an in-process lock per conversation; on Postgres an advisory lock takes its place).
+A turn costs five database calls: `ingest` (one write transaction: dedup, identity, conversation and
+the person's message, stored BEFORE the model is called), taking the conversation's turn lease (with the
+check that the message is still unanswered), `load_context` (one read transaction), `finish_turn` (one write
+transaction: reply and usage rows) and releasing the lease. Turns of one conversation run one at a time, in
+arrival order within a process (an in-process lock per conversation), and one at a time across processes (the
+lease on the conversation row, memory/turn_lease.py, which works through a transaction pooler too).
 """
 
 from __future__ import annotations
@@ -89,8 +91,12 @@ class Pipeline:
     ) -> OutboundMessage:
         if on_ingested is not None:
             await on_ingested(turn)
-        # in-process first (one waiter per conversation per process), then across processes (Postgres)
-        async with self._locks.hold(turn.conversation_id), self.store.turn_lock(turn.conversation_id):
+        # in-process first (one waiter per conversation per process), then the lease across processes
+        async with self._locks.hold(turn.conversation_id), \
+                self.store.turn_lock(turn.conversation_id, turn.message.id) as answered:
+            if answered:  # another process answered this message while this one waited for the lease
+                logger.info("turn.duplicate", surface=msg.surface, message_id=turn.message.id)
+                return OutboundMessage(msg.surface, msg.sender, "", "duplicate")
             ctx = await self.context_for(turn)
             pre_model_ms = (time.perf_counter() - started) * 1000
             completion, calls = await self._call_model(ctx, lang, on_delta)

@@ -15,8 +15,8 @@ URL options (removed before connecting; anything else in the query string goes t
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -26,6 +26,7 @@ from bot.errors import ConfigError, NotFound
 from bot.types import InboundMessage, ModelCallRecord
 from memory import migrate as migrations
 from memory import pg_queries as queries
+from memory import turn_lease
 from memory.pg_db import FACT_COLS, MSG_COLS, PgDb, to_fact, to_message
 from memory.pg_inspect import calls_json, inspect_json
 from memory.pg_people import PgPeopleMethods
@@ -45,9 +46,8 @@ from memory.store import (
 )
 
 T = TypeVar("T")
-#: The first key of turn locks (the second is the conversation id): 'hl' 't' in ASCII, apart from other locks.
-TURN_LOCK_CLASS = 0x686C74
-Mode = Literal["read", "write"]
+Mode = Literal["read", "write", "none"]  # none: each statement commits on its own (autocommit)
+LEASE = turn_lease.lease_sql("postgres")
 
 #: Errors that say "the database is not there, or too busy, right now": retry later.
 UNAVAILABLE: tuple[type[BaseException], ...] = (
@@ -93,8 +93,8 @@ class PostgresStore(PgPeopleMethods):
         #: migrations applied by the last open() or migrate().
         self.applied: list[str] = []
         self._pool: Any = None
-        #: connections that hold turn locks (session-level advisory locks live as long as their connection)
-        self._lock_pool: Any = None
+        #: seconds a turn lease lasts unless renewed (memory/turn_lease.py)
+        self.turn_lease_ttl = turn_lease.TTL
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
@@ -107,9 +107,6 @@ class PostgresStore(PgPeopleMethods):
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
-        lock_pool, self._lock_pool = self._lock_pool, None
-        if lock_pool is not None:
-            await lock_pool.close()
 
     async def migrate(self) -> list[str]:
         """Apply pending migrations (connecting first if needed); return the names applied."""
@@ -139,27 +136,26 @@ class PostgresStore(PgPeopleMethods):
 
     # -- one active turn per conversation, across processes ----------------------------------------------
 
-    @contextlib.asynccontextmanager
-    async def turn_lock(self, conversation_id: int) -> AsyncIterator[None]:
-        """Hold the conversation's advisory lock while its turn runs (every hilo process on this database
-        takes the same lock). Polled with pg_try_advisory_lock: waiting never blocks a query past
-        command_timeout, and a cancelled wait leaves nothing behind. The lock lives on its own connection
-        (from a separate pool), so a turn that waits never holds one the store's transactions need."""
-        if self._lock_pool is None:
-            self._lock_pool = await asyncpg.create_pool(
-                self.dsn, min_size=0, max_size=self.options["pool_max_size"] * 5,
-                statement_cache_size=self.options["statement_cache_size"], command_timeout=self.command_timeout,
-            )
-        key = (TURN_LOCK_CLASS, conversation_id % 2**31)
-        async with self._lock_pool.acquire() as conn:
-            wait = 0.01
-            while not await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", *key):
-                await asyncio.sleep(wait)
-                wait = min(wait * 2, 0.2)
-            try:
-                yield
-            finally:
-                await conn.execute("SELECT pg_advisory_unlock($1, $2)", *key)
+    def turn_lock(self, conversation_id: int, message_id: int) -> AbstractAsyncContextManager[bool]:
+        """The conversation's turn lease (memory/turn_lease.py), held while the turn runs; yields True when
+        the message was answered already. Each statement is its own short transaction on a pooled
+        connection (nothing in the server session: it works through a transaction pooler)."""
+        return turn_lease.hold(self._take_lease, self._renew_lease, self._release_lease, conversation_id,
+                               message_id, ttl=self.turn_lease_ttl, counters=self.counters)
+
+    async def _take_lease(self, conversation_id: int, message_id: int, owner: str, ttl: float) -> tuple[bool, bool]:
+        async def take(db: PgDb) -> tuple[bool, bool]:
+            if await db.run(LEASE.take, conversation_id, owner, ttl):
+                return True, bool(await db.value(LEASE.answered, message_id))  # a statement of its own: see there
+            return False, not await db.value(LEASE.exists, conversation_id)  # forgotten: nothing to wait for
+
+        return await self._tx("none", take)
+
+    async def _renew_lease(self, conversation_id: int, owner: str, ttl: float) -> bool:
+        return bool(await self._tx("none", lambda db: db.run(LEASE.renew, conversation_id, owner, ttl)))
+
+    async def _release_lease(self, conversation_id: int, owner: str) -> None:
+        await self._tx("none", lambda db: db.run(LEASE.release, conversation_id, owner))
 
     # -- plumbing: one checkout, one transaction -----------------------------------------------------------
 
@@ -172,6 +168,8 @@ class PostgresStore(PgPeopleMethods):
                 db = PgDb(conn, self.counters, self._df_cache)
                 self.counters["transactions"] += 1
                 try:
+                    if mode == "none":
+                        return await fn(db)
                     if mode == "write":
                         async with conn.transaction():
                             return await fn(db)

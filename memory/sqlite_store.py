@@ -10,18 +10,19 @@ the benchmark can report the database work of a turn.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
 from bot.errors import NotFound
 from bot.types import InboundMessage, ModelCallRecord
 from memory import migrate as migrations
 from memory import sqlite_queries as queries
+from memory import turn_lease
 from memory.sqlite_db import (
     FACT_COLS,
     MSG_COLS,
@@ -48,6 +49,7 @@ from memory.store import (
 )
 
 T = TypeVar("T")
+LEASE = turn_lease.lease_sql("sqlite")
 
 
 class SqliteStore(PeopleMethods):
@@ -60,6 +62,8 @@ class SqliteStore(PeopleMethods):
         self.busy_timeout_ms = busy_timeout_ms
         #: transactions, statements (BEGIN/COMMIT not included) and executor hops since open.
         self.counters: dict[str, int] = {"transactions": 0, "statements": 0, "round_trips": 0}
+        #: seconds a turn lease lasts unless renewed (memory/turn_lease.py)
+        self.turn_lease_ttl = turn_lease.TTL
         self._df_cache: dict[str, tuple[int, float]] = {}  # touched on the worker thread only
         #: migrations applied by the last open() or migrate().
         self.applied: list[str] = []
@@ -182,10 +186,25 @@ class SqliteStore(PeopleMethods):
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite error on {self.path!r}: {exc}") from exc
 
-    @contextlib.asynccontextmanager
-    async def turn_lock(self, conversation_id: int) -> AsyncIterator[None]:
-        """Nothing to take: one process owns a SQLite file, and the pipeline's in-process lock serializes turns."""
-        yield
+    def turn_lock(self, conversation_id: int, message_id: int) -> AbstractAsyncContextManager[bool]:
+        """The conversation's turn lease (memory/turn_lease.py): two processes on one file serialize their
+        turns too. Taking it and checking the message is one write transaction (one hop)."""
+        return turn_lease.hold(self._take_lease, self._renew_lease, self._release_lease, conversation_id,
+                               message_id, ttl=self.turn_lease_ttl, counters=self.counters)
+
+    async def _take_lease(self, conversation_id: int, message_id: int, owner: str, ttl: float) -> tuple[bool, bool]:
+        def take(db: Db) -> tuple[bool, bool]:
+            if db.run(LEASE.take, (conversation_id, owner, ttl)):
+                return True, bool(db.one(LEASE.answered, (message_id,))[0])
+            return False, not db.one(LEASE.exists, (conversation_id,))[0]  # forgotten: nothing to wait for
+
+        return await self._tx("write", take)
+
+    async def _renew_lease(self, conversation_id: int, owner: str, ttl: float) -> bool:
+        return bool(await self._tx("write", lambda db: db.run(LEASE.renew, (conversation_id, owner, ttl))))
+
+    async def _release_lease(self, conversation_id: int, owner: str) -> None:
+        await self._tx("write", lambda db: db.run(LEASE.release, (conversation_id, owner)))
 
     # -- the turn ----------------------------------------------------------------------------------------
 

@@ -203,9 +203,12 @@ class Store(Protocol):
         new one) and store the message. A redelivered message whose turn never ran (no model call, no reply,
         stored within the last hour) comes back with `resumed=True`, to be answered now."""
 
-    def turn_lock(self, conversation_id: int) -> AbstractAsyncContextManager[None]:
-        """Held while a turn of the conversation runs, across every process on this database (Postgres: an
-        advisory lock; SQLite: nothing, a file has one process and the pipeline locks in-process)."""
+    def turn_lock(self, conversation_id: int, message_id: int) -> AbstractAsyncContextManager[bool]:
+        """Held while the turn answering `message_id` runs: one turn per conversation at a time across every
+        process on this database, also behind a transaction pooler (a lease on the conversation row, renewed
+        while held and taken over once a dead process let it expire: memory/turn_lease.py). Waiting never
+        blocks the loop. Yields True when, once held, the message turns out to be answered already (a
+        redelivery that another process answered meanwhile): the caller then calls no model."""
 
     async def load_context(self, query: ContextQuery) -> ContextRows:
         """One read transaction gathering everything context assembly needs (see ContextQuery)."""

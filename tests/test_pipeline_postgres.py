@@ -1,58 +1,15 @@
-"""Two hilo processes on one Postgres database: turns of one conversation still run one at a time.
+"""The pipeline on Postgres: what Postgres refuses (NUL in text and jsonb) is dropped, the message kept.
 
-Two stores (two connection pools, as two `hilo serve` processes would have) and two pipelines share the database;
-the first turn's model is slow. The second turn must wait for it, across the processes, and see its reply."""
+Turns across processes (two pipelines, two pools, one database; also behind pgbouncer) are in test_turn_lease.py."""
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
-
 from bot.config import Settings
 from bot.models.factory import build_chain
-from bot.models.retry import RetryPolicy
 from bot.pipeline import Pipeline
 from bot.types import InboundMessage
 from memory.open import open_store
-from tests.fakes.model_server import FakeModelServer, slow
 from tests.fakes.postgres import SERVER, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
-
-
-async def no_sleep(_: float) -> None:
-    return None
-
-
-async def test_turns_of_one_conversation_never_interleave_across_processes(model_server: FakeModelServer) -> None:
-    url = SERVER.create_database()
-    settings = Settings.from_mapping({"HILO_MODEL": "openai:m1", "OPENAI_BASE_URL": model_server.base_url + "/v1",
-                                      "HILO_DATABASE_URL": url})
-    stores = [open_store(url), open_store(url)]
-    chains: list[Any] = []
-    pipelines = []
-    for store in stores:
-        await store.open()
-        chain = build_chain(settings, policy=RetryPolicy(attempts=1, sleep=no_sleep), timeout=10)
-        chains.append(chain)
-        pipelines.append(Pipeline(settings, store, chain))
-    try:
-        # the conversation exists before the race (first contact is serialized separately)
-        await pipelines[0].handle(InboundMessage(surface="telegram", sender="9", external_id="p0", text="hello"))
-        model_server.enqueue(slow(0.6))
-        first = asyncio.create_task(pipelines[0].handle(
-            InboundMessage(surface="telegram", sender="9", external_id="p1", text="first question")))
-        await asyncio.sleep(0.2)
-        second = await pipelines[1].handle(
-            InboundMessage(surface="telegram", sender="9", external_id="p2", text="second question"))
-        out1 = await first
-        assert out1.status == second.status == "ok"
-        contents = [m["content"] for m in model_server.requests_for("m1")[-1].body["messages"]]
-        assert "first question" in contents and out1.text in contents  # process 2 waited for process 1's answer
-        assert contents[-1] == "second question"
-    finally:
-        for chain in chains:
-            await chain.aclose()
-        for store in stores:
-            await store.close()
 
 
 async def test_nul_inside_text_is_stored_without_it_and_answered() -> None:

@@ -1,0 +1,50 @@
+"""Two real `hilo serve` processes on one Postgres (directly, and behind pgbouncer in transaction mode): the same
+web message (the same client_message_id) posted to the second while the first runs its turn is answered once.
+
+The fake provider holds its first answer (`slow`); the test waits for that request to arrive (the fake's request
+list: an event), then posts the redelivery to the second process, whose turn waits for the first one's lease."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.fakes.model_server import FakeModelServer, slow
+from tests.fakes.pgbouncer import BOUNCER, pgbouncer_session  # noqa: F401  (autouse fixture)
+from tests.fakes.postgres import SERVER, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
+from tests.fakes.serve_process import serving
+
+
+@pytest.mark.parametrize("pooled", [False, True], ids=["postgres", "pgbouncer"])
+async def test_two_serve_processes_answer_a_redelivered_web_message_once(
+    pooled: bool, tmp_path: Path, model_server: FakeModelServer,
+) -> None:
+    url = SERVER.create_database()
+    database = url.split("?", 1)[0].rsplit("/", 1)[1]
+    env = {"HILO_DATABASE_URL": BOUNCER.url(url) if pooled else url, "HILO_SECRET_KEY": "k" * 43,
+           "HILO_MODEL": "openai:m1", "OPENAI_API_KEY": "x", "OPENAI_BASE_URL": model_server.base_url + "/v1"}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    model_server.enqueue(slow(3.0))  # held long enough for the redelivery to be stored while it runs
+    with serving(tmp_path / "a", env) as one, serving(tmp_path / "b", env) as two:
+        async with httpx.AsyncClient(timeout=60) as client:
+            token = (await client.post(one.url + "/api/session")).json()["session"]
+            auth = {"Authorization": f"Bearer {token}"}
+            body = {"text": "what is on today", "client_message_id": "c-1"}
+            first = asyncio.create_task(client.post(one.url + "/api/messages", json=body, headers=auth))
+            for _ in range(3000):  # the first process's model call arrived (another process: polled)
+                if model_server.requests or first.done():
+                    break
+                await asyncio.sleep(0.01)
+            assert len(model_server.requests) == 1, "the first process never called the model"
+            again = await client.post(two.url + "/api/messages", json=body, headers=auth)
+            answered = await first
+    assert answered.status_code == again.status_code == 200
+    assert answered.json()["status"] == "ok"
+    assert again.json()["status"] == "duplicate", again.json()
+    assert len(model_server.requests) == 1, "the redelivery made a second model call"
+    replies = SERVER.query(database, "SELECT count(*) FROM messages WHERE role = 'assistant'")[0][0]
+    assert replies == 1

@@ -7,9 +7,11 @@ contexts (a context is a visitor: its own localStorage). Screenshots go to artif
 
 from __future__ import annotations
 
+import asyncio
 import html
 import json
 import os
+import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -396,3 +398,40 @@ async def test_an_old_session_is_renewed_and_an_expired_one_starts_afresh(site: 
     checked = sessions.check(fresh)
     assert fresh != expired and checked is not None and checked.visitor != visitor
     await expect(page.locator(".error")).to_be_hidden()
+
+
+async def test_a_message_sent_while_the_widget_loads_stays_on_screen(site: Site, visitors: Visitors) -> None:
+    # The person opens the panel and writes at once, before the list of their conversations has arrived (a slow
+    # network): when it arrives it must not wipe what they sent and the reply, nor forget the conversation.
+    page = await visitors.page()
+    await page.goto(site.allowed + "/")
+    key = f"hilo:{site.daemon}:session"
+    _, token = Sessions(BROWSER_SECRET).issue()  # a returning visitor (with no conversation yet): the list loads
+    await page.evaluate("([k, v]) => localStorage.setItem(k, v)", [key, token])
+    held: list[tuple[Any, Any]] = []
+    fetched = asyncio.Event()
+
+    async def hold(route: Any) -> None:
+        # the server answers now (no conversation yet); the answer reaches the page only after the reply has
+        held.append((route, await route.fetch()))
+        fetched.set()
+
+    await page.route(f"{site.daemon}/api/conversations", hold)
+    await open_widget(page, site.allowed + "/")
+    await expect(page.locator(".status")).to_have_text(re.compile(".+"))  # "Loading..." while the list is held
+    await asyncio.wait_for(fetched.wait(), 30)
+    await page.locator("#hilo-input").fill("typed right away")
+    await page.locator("#hilo-input").press("Enter")
+    await expect(page.locator(".msg.assistant .bubble").last).to_contain_text("You said: typed right away")
+    await expect(page.locator(".send")).to_be_enabled()
+    await held[0][0].fulfill(response=held[0][1])
+    await expect(page.locator(".status")).to_have_text("")
+    await expect(page.locator(".msg.user .bubble")).to_have_text(["typed right away"])
+    await expect(page.locator(".msg.assistant .bubble").last).to_contain_text("You said: typed right away")
+    await page.unroute(f"{site.daemon}/api/conversations")
+    # the next message continues the same conversation, not a new one
+    assert "You said: and again" in await say(page, "and again")
+    listed = await page.evaluate(
+        "async ([base, k]) => (await (await fetch(base + '/api/conversations', "
+        "{headers: {authorization: 'Bearer ' + localStorage.getItem(k)}})).json()).conversations", [site.daemon, key])
+    assert len(listed) == 1

@@ -1,4 +1,4 @@
-/*! hilo web widget 1.0.1 | plain JavaScript, no build step | served by `hilo serve` at /widget.js
+/*! hilo web widget 1.0.2 | plain JavaScript, no build step | served by `hilo serve` at /widget.js
  *
  * Embed:  <script src="https://HOST/widget.js" defer></script>
  * Options (data- attributes on that tag): data-title, data-lang (en|es), data-position (right|left),
@@ -13,7 +13,7 @@
 (function () {
   "use strict";
 
-  var VERSION = "1.0.1";
+  var VERSION = "1.0.2";
   if (window.hilo && window.hilo.version) return; // embedded twice: the first one wins
 
   var TEXT = {
@@ -253,7 +253,9 @@
   shadow.appendChild(root);
 
   // ---- state -----------------------------------------------------------------------------------------------
-  var state = { open: false, loaded: false, conversations: [], current: null, busy: false, retry: null };
+  // `sent` counts the person's sends: a list or conversation that was asked for before the last send is older
+  // than what the panel shows, and must not replace it.
+  var state = { open: false, loaded: false, conversations: [], current: null, busy: false, retry: null, sent: 0 };
 
   function emit(name, detail) {
     window.dispatchEvent(new CustomEvent("hilo:" + name, { detail: detail }));
@@ -314,6 +316,7 @@
 
   async function loadConversations() {
     clearError();
+    var sent = state.sent;
     var who = await credentials();
     if (!who.token) { state.conversations = []; state.loaded = true; remember(null); renderConversations(); showGreeting(); return; }
     status.textContent = T.loading;
@@ -321,7 +324,7 @@
       var res = await call("GET", "/api/conversations");
       var listed = await res.json();
       keepSession(listed.session); // reading renews an old token too
-      state.conversations = listed.conversations;
+      if (state.sent === sent) state.conversations = listed.conversations;
     } catch (e) {
       status.textContent = "";
       if (e.status === 401 && who.kind === "visitor") { // a visitor token this server forgot: start afresh
@@ -333,6 +336,7 @@
     }
     status.textContent = "";
     state.loaded = true;
+    if (state.sent !== sent) { renderConversations(); return; } // the person wrote meanwhile: keep what they see
     var saved = Number(local.getItem(KEY + "conversation:" + who.kind));
     var pick = state.conversations.filter(function (c) { return c.id === saved; })[0] || state.conversations[0];
     if (pick) await openConversation(pick.id);
@@ -341,6 +345,7 @@
 
   async function openConversation(id) {
     clearError();
+    var sent = state.sent;
     remember(id);
     renderConversations();
     log.textContent = "";
@@ -354,7 +359,7 @@
       showError(e.status === 0 ? T.network : e.message, function () { openConversation(id); });
       return;
     }
-    if (state.current !== id) return; // switched again meanwhile
+    if (state.current !== id || state.sent !== sent) return; // switched, or wrote, meanwhile: keep what shows
     log.textContent = "";
     messages.forEach(function (m) { addMessage(m.role === "user" ? "user" : "assistant", m.content, m.created_at); });
     showGreeting();
@@ -387,6 +392,7 @@
 
   async function send(text, clientId, row) {
     if (state.busy || !text.trim()) return;
+    state.sent += 1;
     clearError();
     var notice = log.querySelector(".notice");
     if (notice) notice.remove();

@@ -89,7 +89,7 @@ class PostgresStore(PgPeopleMethods):
         self.command_timeout = command_timeout
         #: transactions, statements (BEGIN/COMMIT not included) and store calls since open.
         self.counters: dict[str, int] = {"transactions": 0, "statements": 0, "round_trips": 0}
-        self._df_cache: dict[str, tuple[int, float]] = {}
+        self._df_cache: dict[str, tuple[float, float]] = {}
         #: migrations applied by the last open() or migrate().
         self.applied: list[str] = []
         self._pool: Any = None

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
+from bench.wire import counting_proxy
 from bot.types import InboundMessage
 from memory.open import open_store
 from memory.pg_db import PgDb, selective_terms
@@ -78,3 +79,19 @@ async def test_frequent_words_are_still_left_out_after_analyze() -> None:
     finally:
         await store.close()
 
+
+async def test_a_pooled_store_call_costs_no_reset_round_trip() -> None:
+    url = SERVER.create_database()
+    async with counting_proxy(SERVER.uri(db_name(url))) as (proxy_url, wire):
+        store = PostgresStore(proxy_url.rsplit("/", 1)[0] + "/" + db_name(url))
+        await store.open()
+        try:
+            user_id = await store.user_id("ana", create=True)
+            assert user_id is not None
+            await store.find_conversation(user_id, "cli")  # its statement prepared and cached
+            before = wire.round_trips
+            await store.find_conversation(user_id, "cli")
+            trips = wire.round_trips - before
+        finally:
+            await store.close()
+    assert trips == 3, f"BEGIN, the query and COMMIT, and nothing on release: {trips} round trips"

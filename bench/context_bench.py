@@ -75,7 +75,8 @@ async def run_hilo(store: Any, pipeline: Pipeline, handle: str, turns: int, say:
         t0 = time.perf_counter()
         turn = await store.ingest(msg, tokens.count(text))
         t1 = time.perf_counter()
-        async with store.turn_lock(turn.conversation_id):  # as the pipeline holds it: context, model, finish
+        # as the pipeline holds it: context, model, finish
+        async with store.turn_lock(turn.conversation_id, turn.message.id):
             ctx = await pipeline.context_for(turn)
             t2 = time.perf_counter()
             await store.finish_turn(turn, "ok", 1, [])

@@ -28,10 +28,10 @@ class PgDb:
     """An asyncpg connection (inside the store's transaction) as the queries see it. Every statement is
     counted in `counters["statements"]`; an executemany counts once (one batched call)."""
 
-    def __init__(self, conn: Any, counters: dict[str, int], df_cache: dict[str, tuple[int, float]]) -> None:
+    def __init__(self, conn: Any, counters: dict[str, int], df_cache: dict[str, tuple[float, float]]) -> None:
         self.conn = conn
         self.counters = counters
-        #: term -> (matching messages, capped; monotonic expiry): see selective_terms
+        #: term -> (matching messages: estimated, or counted and capped; monotonic expiry): see selective_terms
         self.df_cache = df_cache
 
     async def all(self, sql: str, *args: Any) -> list[Any]:
@@ -101,10 +101,26 @@ def tsquery_text(words: Sequence[str]) -> str | None:
     return " | ".join("'" + w.replace("'", "''").replace("\\", "\\\\") + "'" for w in words)
 
 
-#: Matches of each term, counted through the GIN index and capped just past the "too common" limit (the count
-#: is only compared with that limit, and a capped count costs at most limit+1 index entries), plus the size of
-#: the table (max(id), one index probe), in one statement.
-DF_SQL = (
+#: The planner's statistics of the messages' tsvector (pg_stats, refreshed by ANALYZE: autovacuum in production,
+#: the benchmark after seeding): the table's row estimate, the smallest listed lexeme frequency (a word absent
+#: from most_common_elems is rarer than that), and each term's listed frequency (NULL when absent). Catalog
+#: reads only: no scan of messages. No row of pg_stats (never analyzed, or empty when analyzed): `analyzed` is
+#: false and the terms are counted instead (COUNT_SQL).
+STATS_SQL = (
+    "WITH s AS (SELECT greatest(c.reltuples, 0) AS total, st.attname IS NOT NULL AS analyzed, "
+    "  st.most_common_elems::text::text[] AS elems, st.most_common_elem_freqs AS freqs "
+    "  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "  LEFT JOIN pg_stats st ON st.schemaname = n.nspname AND st.tablename = c.relname AND st.attname = 'search' "
+    "  WHERE c.oid = 'messages'::regclass) "
+    "SELECT s.analyzed, s.total, coalesce(s.freqs[cardinality(s.elems) + 1], 0), w.term, "
+    "  s.freqs[array_position(s.elems, w.term)] "
+    "FROM s LEFT JOIN unnest($1::text[]) AS w(term) ON true"
+)
+
+#: Before any ANALYZE: the matches of each term, counted through the GIN index and capped just past the "too
+#: common" limit (the count is only compared with that limit, and a capped count costs at most limit+1 index
+#: entries), plus the size of the table (max(id), one index probe), in one statement.
+COUNT_SQL = (
     "WITH t AS (SELECT coalesce(max(id), 0) AS total FROM messages) "
     "SELECT t.total, w.term, (SELECT count(*) FROM (SELECT 1 FROM messages m "
     "  WHERE w.term IS NOT NULL AND m.search @@ to_tsquery('simple', quote_literal(w.term)) "
@@ -115,8 +131,13 @@ DF_SQL = (
 
 async def selective_terms(db: PgDb, text: str) -> list[str]:
     """The search terms of `text` worth a lexical search, rarest first (memory.sqlite_db.selective_terms on
-    Postgres): terms in more than COMMON_TERM_SHARE of the messages (at least 50) are dropped, terms no message
-    holds are dropped (and not cached, so a new word is found at once), at most MAX_SEARCHED_TERMS are kept."""
+    Postgres): terms in more than COMMON_TERM_SHARE of the messages (at least 50) are dropped, at most
+    MAX_SEARCHED_TERMS are kept.
+
+    Frequencies are the planner's estimates (STATS_SQL: no scan), cached in `db.df_cache` for DF_TTL_S; a word
+    the statistics do not list counts as the smallest listed frequency (at least one message), so it is kept.
+    Until the table is first analyzed they are counted (COUNT_SQL), and then a term no message holds is dropped
+    (and not cached, so a new word is found at once)."""
     words = search_terms(text)
     if not words:
         return []
@@ -126,13 +147,22 @@ async def selective_terms(db: PgDb, text: str) -> list[str]:
     missing = [w for w in words if w not in freq]
     if len(cache) > DF_CACHE_MAX:
         cache.clear()
-    rows = await db.all(DF_SQL, missing)
-    total = int(rows[0][0]) if rows else 0
-    for _, term, doc in rows:
-        if term is not None:
-            freq[term] = int(doc)
-            if doc:
-                cache[term] = (int(doc), now + DF_TTL_S)
-    limit = max(50, int(total * COMMON_TERM_SHARE))
+    rows = await db.all(STATS_SQL, missing)
+    analyzed, total = bool(rows[0][0]), float(rows[0][1])
+    if analyzed:
+        floor = float(rows[0][2]) * total
+        for *_, term, share in rows:
+            if term is not None:
+                freq[term] = max(1.0, float(share) * total if share is not None else floor)
+                cache[term] = (freq[term], now + DF_TTL_S)
+    else:
+        rows = await db.all(COUNT_SQL, missing)
+        total = float(rows[0][0]) if rows else 0.0
+        for _, term, doc in rows:
+            if term is not None:
+                freq[term] = float(doc)
+                if doc:
+                    cache[term] = (float(doc), now + DF_TTL_S)
+    limit = max(50.0, total * COMMON_TERM_SHARE)
     kept = sorted((w for w in words if 0 < freq.get(w, 0) <= limit), key=lambda w: freq[w])
     return kept[:MAX_SEARCHED_TERMS]

@@ -76,6 +76,14 @@ def parse_url(url: str) -> tuple[str, dict[str, int]]:
     return urlunsplit(parts._replace(query=urlencode(rest))), ours
 
 
+async def keep_session(conn: Any) -> None:
+    """The pool's reset on release, which asyncpg makes one more round trip (advisory unlock all, CLOSE ALL,
+    UNLISTEN *, RESET ALL): nothing to undo, since hilo leaves no state in a session. Its locks are transaction
+    locks (pg_advisory_xact_lock) or rows (the turn lease), it runs no SET, LISTEN or held cursor, and behind a
+    transaction pooler a session is not its own anyway. What asyncpg always does first stays: an open
+    transaction is rolled back and the connection's listeners dropped."""
+
+
 class PostgresStore(PgPeopleMethods):
     """The Store on a Postgres database."""
 
@@ -89,7 +97,7 @@ class PostgresStore(PgPeopleMethods):
         self.command_timeout = command_timeout
         #: transactions, statements (BEGIN/COMMIT not included) and store calls since open.
         self.counters: dict[str, int] = {"transactions": 0, "statements": 0, "round_trips": 0}
-        self._df_cache: dict[str, tuple[int, float]] = {}
+        self._df_cache: dict[str, tuple[float, float]] = {}
         #: migrations applied by the last open() or migrate().
         self.applied: list[str] = []
         self._pool: Any = None
@@ -127,6 +135,7 @@ class PostgresStore(PgPeopleMethods):
             self._pool = await asyncpg.create_pool(
                 self.dsn, min_size=self.options["pool_min_size"], max_size=self.options["pool_max_size"],
                 statement_cache_size=self.options["statement_cache_size"], command_timeout=self.command_timeout,
+                reset=keep_session,
             )
         except (*UNAVAILABLE, asyncpg.InvalidCatalogNameError, asyncpg.InvalidAuthorizationSpecificationError,
                 asyncpg.InvalidPasswordError) as exc:

@@ -1,0 +1,97 @@
+"""What a Postgres turn costs beyond its own statements: the term frequencies of recall, and the pool's reset.
+
+Real signals, not timings: the server's own per-transaction scan counters of `messages` around the frequency
+read, and the round trips a loopback proxy (bench/wire.py) sees for one store call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+
+from bench.wire import counting_proxy
+from bot.types import InboundMessage
+from memory.open import open_store
+from memory.pg_db import PgDb, selective_terms
+from memory.pg_store import PostgresStore
+from memory.store import ContextQuery, Ingested
+from tests.fakes.postgres import SERVER, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
+
+T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(days=1)
+SCANS = "SELECT seq_scan, idx_scan FROM pg_stat_xact_user_tables WHERE relname = 'messages'"
+
+
+def db_name(url: str) -> str:
+    return url.split("?", 1)[0].rsplit("/", 1)[-1]
+
+
+async def put(store: PostgresStore, ext: str, text: str) -> Ingested:
+    m = InboundMessage(surface="cli", sender="ana", external_id=ext, text=text, received_at=T0, handle="ana")
+    turn = await store.ingest(m, token_count=len(text.split()))
+    assert turn is not None
+    return turn
+
+
+async def seeded() -> tuple[str, Ingested]:
+    """A database where "banana" is in every message of 121 and "parrot" in one, analyzed."""
+    url = SERVER.create_database()
+    store = open_store(url)
+    assert isinstance(store, PostgresStore)
+    await store.open()
+    try:
+        for i in range(120):
+            await put(store, f"h{i}", f"banana number {i}")
+        rare = await put(store, "r1", "banana, my parrot is called Kiwi")
+    finally:
+        await store.close()
+    SERVER.query(db_name(url), "ANALYZE messages")
+    return url, rare
+
+
+async def test_term_frequencies_come_from_the_statistics_without_scanning_messages() -> None:
+    url, _ = await seeded()
+    conn = await asyncpg.connect(SERVER.uri(db_name(url)))  # a new backend: no scan counted on it yet
+    try:
+        async with conn.transaction():
+            db = PgDb(conn, {"statements": 0}, {})
+            kept = await selective_terms(db, "banana parrot quokka")
+            scans = await conn.fetchrow(SCANS)
+    finally:
+        await conn.close()
+    assert (scans["seq_scan"], scans["idx_scan"]) == (0, 0), f"the frequency read scanned messages: {dict(scans)}"
+    # banana: in every message, dropped; parrot: once; quokka: not in the statistics, so rarer than any listed
+    assert sorted(kept) == ["parrot", "quokka"]
+
+
+async def test_frequent_words_are_still_left_out_after_analyze() -> None:
+    url, rare = await seeded()
+    store = open_store(url)
+    await store.open()
+    try:
+        q = ContextQuery(user_id=rare.user_id, surface="cli", conversation_id=None, current_message_id=None,
+                         at=T0 + timedelta(hours=1), cross_since=T0 - timedelta(days=30), search_text="banana parrot")
+        rows = await store.load_context(q)
+        assert [m.external_id for m in rows.recalled] == ["r1"]
+        rows = await store.load_context(replace(q, search_text="banana"))
+        assert rows.recalled == []
+    finally:
+        await store.close()
+
+
+async def test_a_pooled_store_call_costs_no_reset_round_trip() -> None:
+    url = SERVER.create_database()
+    async with counting_proxy(SERVER.uri(db_name(url))) as (proxy_url, wire):
+        store = PostgresStore(proxy_url.rsplit("/", 1)[0] + "/" + db_name(url))
+        await store.open()
+        try:
+            user_id = await store.user_id("ana", create=True)
+            assert user_id is not None
+            await store.find_conversation(user_id, "cli")  # its statement prepared and cached
+            before = wire.round_trips
+            await store.find_conversation(user_id, "cli")
+            trips = wire.round_trips - before
+        finally:
+            await store.close()
+    assert trips == 3, f"BEGIN, the query and COMMIT, and nothing on release: {trips} round trips"

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from bot.errors import HiloError
 from bot.types import InboundMessage, ModelCallRecord
+from memory.inspection import Inspection as Inspection  # re-exported: part of the contract
 from memory.link_policy import LinkPolicy as LinkPolicy  # re-exported: part of the contract
 
 
@@ -241,7 +242,7 @@ class Store(Protocol):
     async def remember(self, user_id: int, content: str, token_count: int) -> Fact:
         """Store an explicit fact about the user."""
 
-    async def inspect(self, handle: str) -> dict[str, Any] | None:
+    async def inspect(self, handle: str) -> Inspection | None:
         """Everything stored about the person (JSON-ready), or None if unknown."""
 
     async def forget(self, handle: str) -> bool:

@@ -20,6 +20,7 @@ from starlette.routing import BaseRoute, Route
 from bot import __version__, log, tokens
 from bot.config import Settings, ensure_secret_key
 from bot.errors import ConfigError
+from bot.models.base import Chain
 from bot.pipeline import Pipeline
 from bot.tasks import TaskSet
 from memory.open import SQLITE_PREFIX, open_store, sqlite_path
@@ -58,7 +59,8 @@ def with_secret_key(settings: Settings) -> Settings:
 
 
 def create_app(
-    settings: Settings, *, store: Store | None = None, chain: Any = None, surfaces: list[Surface] | None = None,
+    settings: Settings, *, store: Store | None = None, chain: Chain | None = None,
+    surfaces: list[Surface] | None = None,
 ) -> Starlette:
     """The app. Tests may pass their own store, chain or surfaces; otherwise they come from settings.
     `app.state.hilo` holds the Runtime (`runtime`) and the names of the started surfaces (`surfaces`) while
@@ -75,7 +77,7 @@ def create_app(
         from bot.models.factory import build_chain
 
         st = store if store is not None else open_store(settings.database_url)
-        ch: Any = None
+        ch: Chain | None = None
         started: list[Surface] = []
         runtime: Runtime | None = None
 

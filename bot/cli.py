@@ -8,11 +8,18 @@ import json
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.config import Settings
 from bot.errors import ConfigError, HiloError
 from bot.types import SURFACES
+
+if TYPE_CHECKING:  # the pipeline (and the store under it) loads only for the commands that use it
+    from collections.abc import AsyncIterator, Sequence
+
+    from bot.models.base import ChainResult, Reset
+    from bot.pipeline import Pipeline
+    from bot.types import ChatMessage
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -62,15 +69,28 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return asyncio.run(run())
 
 
-def _pipeline(settings: Settings, store: Any, *, with_model: bool) -> Any:
+class _NoModel:
+    """The chain of a command that calls no model (`hilo context`): it builds no provider, so it needs no key."""
+
+    async def complete(self, messages: Sequence[ChatMessage]) -> ChainResult:
+        raise ConfigError("this command calls no model")
+
+    async def stream(self, messages: Sequence[ChatMessage]) -> AsyncIterator[str | Reset | ChainResult]:
+        raise ConfigError("this command calls no model")
+        yield ""  # an async generator, as the Chain protocol's stream is
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _pipeline(settings: Settings, store: Any, *, with_model: bool) -> Pipeline:
     from bot.pipeline import Pipeline
 
-    chain = None
-    if with_model:
-        from bot.models.factory import build_chain
+    if not with_model:
+        return Pipeline(settings, store, _NoModel())
+    from bot.models.factory import build_chain
 
-        chain = build_chain(settings)
-    return Pipeline(settings, store, chain)
+    return Pipeline(settings, store, build_chain(settings))
 
 
 def cmd_chat(args: argparse.Namespace) -> int:

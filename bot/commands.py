@@ -19,12 +19,11 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from bot import catalog
 from bot.notices import Notices
 from bot.types import InboundMessage
-from memory.store import Store
+from memory.store import Inspection, Store
 
 #: "/forget yes", "/forget sí": the words that confirm a deletion, in any catalogue language.
 CONFIRM_WORDS = frozenset({"yes", "y", "si", "sí", "confirm", "confirmar"})
@@ -173,9 +172,9 @@ async def run(
     return await handler(ctx)
 
 
-def describe_memory(data: dict[str, Any], lang: str) -> str:
+def describe_memory(data: Inspection, lang: str) -> str:
     """/memory's answer from `Store.inspect` output: the facts, then what is kept, counted."""
-    facts = [f["content"] for f in data.get("facts", [])]
+    facts = [f["content"] for f in data["facts"]]
     shown = facts[-MEMORY_FACTS_SHOWN:]
     if shown:
         lines = "\n".join(f"- {fact}" for fact in shown)
@@ -184,11 +183,11 @@ def describe_memory(data: dict[str, Any], lang: str) -> str:
             text += "\n" + catalog.t("cmd_memory_more", lang, count=len(facts) - len(shown))
     else:
         text = catalog.t("cmd_memory_no_facts", lang)
-    conversations = [c for c in data.get("conversations", []) if c.get("messages")]
+    conversations = [c for c in data["conversations"] if c["messages"]]
     messages = sum(len(c["messages"]) for c in conversations)
     surfaces = sorted({c["surface"] for c in conversations})
     if messages:
-        since = str(data.get("user", {}).get("created_at", ""))[:10]
+        since = str(data["user"]["created_at"])[:10]
         text += "\n\n" + catalog.t(
             "cmd_memory_counts", lang, messages=messages, conversations=len(conversations),
             surfaces=", ".join(surfaces), since=since,

@@ -1,13 +1,24 @@
-"""Exception roots of the core.
+"""Exception roots of the core: every exception hilo defines derives from HiloError (tests/test_errors.py).
 
 HiloError
  ├── ConfigError            a setting is missing or wrong: the message says what to set
  ├── InputError             a person's input was refused (too long, empty): `key` names the catalogue text
  ├── NotFound               a user, conversation or message that does not exist or is not the caller's
- └── ServiceUnavailable     an outside service the daemon needs (the Telegram Bot API, ...) cannot be reached or
-                            failed: the message says which and what to check
+ ├── Draining               the daemon is shutting down: no new work is accepted (bot.tasks.TaskSet.spawn)
+ ├── ServiceUnavailable     an outside service the daemon needs (the Telegram Bot API, ...) cannot be reached or
+ │   │                      failed: the message says which and what to check
+ │   └── SendFailed         surfaces.telegram_outbound: a Bot API call given up after its retries
+ ├── ModelError             bot.models.base: TransientError (RateLimited, ServerError, ModelTimeout,
+ │                          ConnectionFailed), PermanentError, AllModelsFailed
+ ├── StoreError             memory.store: StoreUnavailable; memory.migrate: MigrationError
+ ├── ImportFileError        memory.importer: an import file that cannot be read
+ ├── Rollback               memory.sqlite_queries: rolls a transaction back (never escapes the store)
+ ├── AuthFailed             surfaces.web_auth: a credential was sent but is not valid (401)
+ ├── JwksError              surfaces.web_jwks: JwksUnavailable, UnknownKey (a token's signing key cannot be had)
+ ├── BodyTooLarge           surfaces.http_body: a request body over its limit (413)
+ └── BadJson                surfaces.http_body: a body that cannot be taken as JSON (also a ValueError)
 
-Model errors live in `bot.models.base` (ModelError and its subclasses); store errors in `memory.store`.
+Each lives where its layer needs it; the vocabulary here imports nothing above it.
 """
 
 from __future__ import annotations
@@ -36,3 +47,7 @@ class NotFound(HiloError):
 
 class ServiceUnavailable(HiloError):
     """An outside service cannot be reached or answered an error. The message says which and what to check."""
+
+
+class Draining(HiloError):
+    """The daemon is shutting down: new work is refused (the caller answers 503 or drops a late status)."""

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
-Row = dict[str, Any]
+from memory.inspection import Inspection, Row
 
 
 def _identity(r: Row) -> str:
@@ -64,15 +64,16 @@ _ROWS: dict[str, Callable[[Row], str]] = {
 }
 
 
-def render(handle: str, data: dict[str, Any] | None) -> str:
+def render(handle: str, data: Inspection | None) -> str:
     """The read-out of `Store.inspect(handle)`."""
     if data is None:
         return f"nothing is stored about {handle}"
     user = data["user"]
     lines = [f"user {user['handle']} (id {user['id']}, since {user['created_at']})"]
-    for section, rows in data.items():
+    for section, value in data.items():
         if section == "user":
             continue
+        rows = cast(list[Any], value)  # every section but `user` is a list of rows
         lines.append(f"  {section.replace('_', ' ')} ({len(rows)})")
         for row in rows:
             if section == "conversations":

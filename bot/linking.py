@@ -28,8 +28,7 @@ from datetime import timedelta
 from bot import catalog, log
 from bot.notices import Notices
 from bot.types import InboundMessage, utcnow
-from memory.sqlite_linking import LinkPolicy
-from memory.store import LinkCodeOwner, Redemption, Store
+from memory.store import LinkCodeOwner, LinkPolicy, Redemption, Store
 
 logger = log.get("hilo.linking")
 

@@ -14,14 +14,12 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
 
 from bot import answers, catalog, commands, log, tokens
 from bot.config import Settings
 from bot.errors import InputError
 from bot.keyed import KeyedLocks
-from bot.models.base import AllModelsFailed, Completion, Reset
-from bot.models.chain import ChainResult
+from bot.models.base import AllModelsFailed, Chain, ChainResult, Completion, Reset
 from bot.notices import Notices
 from bot.text import blank
 from bot.types import InboundMessage, ModelCallRecord, OutboundMessage, utcnow
@@ -40,7 +38,7 @@ IngestSink = Callable[[Ingested], Awaitable[None]]
 class Pipeline:
     """Turns InboundMessages into OutboundMessages. Owns no connections: the app's lifespan owns store and chain."""
 
-    def __init__(self, settings: Settings, store: Store, chain: Any) -> None:
+    def __init__(self, settings: Settings, store: Store, chain: Chain) -> None:
         self.settings = settings
         self.store = store
         self.chain = chain

@@ -11,6 +11,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from bot import log
+from bot.errors import Draining
 
 logger = log.get("hilo.tasks")
 
@@ -21,10 +22,11 @@ class TaskSet:
         self._closed = False
 
     def spawn(self, coro: Coroutine[Any, Any, Any], *, name: str) -> asyncio.Task[Any]:
-        """Start `coro` as a tracked task. Its failure is logged (ids only), never lost silently."""
+        """Start `coro` as a tracked task. Its failure is logged (ids only), never lost silently. Draining (and
+        `coro` closed, never run) once `drain()` has begun."""
         if self._closed:
             coro.close()
-            raise RuntimeError("the task set is draining: no new work is accepted")
+            raise Draining("the task set is draining: no new work is accepted")
         task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._done)

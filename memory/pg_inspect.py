@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from memory.inspection import Inspection
 from memory.pg_db import FACT_COLS, MSG_COLS, PgDb, jsonable, record_json, to_message
 from memory.sqlite_db import message_json
 from memory.sqlite_inspect import CALL_COLS, DELIVERY_COLS
@@ -25,7 +26,7 @@ async def deliveries_json(db: PgDb, user_id: int) -> list[dict[str, Any]]:
     return [record_json(DELIVERY_COLS, r) for r in rows]
 
 
-async def inspect_json(db: PgDb, handle: str) -> dict[str, Any] | None:
+async def inspect_json(db: PgDb, handle: str) -> Inspection | None:
     user = await db.one("SELECT id, handle, created_at FROM users WHERE handle = $1", handle)
     if user is None:
         return None

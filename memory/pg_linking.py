@@ -13,8 +13,8 @@ from bot.types import SINGLETON_SURFACES
 from memory.pg_db import PgDb
 from memory.pg_queries import INSERT_MESSAGE, UPSERT_SINGLETON, identity_user, new_user
 from memory.sqlite_db import dump_metadata, to_ts
-from memory.sqlite_linking import CODE_COLS, NOTICE, LinkPolicy, code_owner
-from memory.store import Redemption, StoredMessage
+from memory.sqlite_linking import CODE_COLS, NOTICE, code_owner
+from memory.store import LinkPolicy, Redemption, StoredMessage
 
 #: The advisory lock key of linking work ('hilo' 'lnk' in ASCII).
 LINK_LOCK_KEY = 0x68696C6F_6C6E6B

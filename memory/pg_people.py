@@ -15,7 +15,7 @@ from memory.pg_db import PgDb, aware
 from memory.pg_inspect import deliveries_json
 from memory.sqlite_db import utcnow
 from memory.sqlite_people import delivery_rank
-from memory.store import Delivery, Redemption, StoredMessage
+from memory.store import Delivery, LinkPolicy, Redemption, StoredMessage
 
 T = TypeVar("T")
 Mode = Literal["read", "write"]
@@ -62,8 +62,8 @@ class PgPeopleMethods:
             db, surface, external_user_id, code_hash, now, aware(expires_at), (owner_name, language, conversation_ref)))
 
     async def redeem_link_code(
-        self, surface: str, external_user_id: str, code_hash: str, policy: Any, also: tuple[str, str] | None = None,
-        *, confirm: bool = False,
+        self, surface: str, external_user_id: str, code_hash: str, policy: LinkPolicy,
+        also: tuple[str, str] | None = None, *, confirm: bool = False,
     ) -> Redemption:
         now = utcnow()
         return await self._tx("write", lambda db: linking.redeem_code(

@@ -40,6 +40,7 @@ from memory.store import (
     ImportResult,
     ImportRow,
     Ingested,
+    Inspection,
     StoredMessage,
     StoreError,
     StoreUnavailable,
@@ -266,7 +267,7 @@ class PostgresStore(PgPeopleMethods):
     async def model_calls(self, user_id: int) -> list[dict[str, Any]]:
         return await self._tx("read", lambda db: calls_json(db, user_id))
 
-    async def inspect(self, handle: str) -> dict[str, Any] | None:
+    async def inspect(self, handle: str) -> Inspection | None:
         return await self._tx("read", lambda db: inspect_json(db, handle))
 
     async def forget(self, handle: str) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from memory.inspection import Inspection
 from memory.sqlite_db import FACT_COLS, MSG_COLS, Db, message_json, to_message
 
 CALL_COLS = (
@@ -25,7 +26,7 @@ def call_json(row: Sequence[Any]) -> dict[str, Any]:
     return dict(zip(keys, row, strict=True))
 
 
-def inspect_json(db: Db, handle: str) -> dict[str, Any] | None:
+def inspect_json(db: Db, handle: str) -> Inspection | None:
     user = db.one("SELECT id, handle, created_at FROM users WHERE handle = ?", (handle,))
     if user is None:
         return None

@@ -7,32 +7,16 @@ lives in bot/linking.py; this module only keeps the books.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from bot.types import SINGLETON_SURFACES
 from memory.sqlite_db import Db, dump_metadata, from_ts, to_ts
 from memory.sqlite_queries import INSERT_MESSAGE, UPSERT_SINGLETON, identity_user, new_user
-from memory.store import LinkCodeOwner, Redemption, StoredMessage
+from memory.store import LinkCodeOwner, LinkPolicy, Redemption, StoredMessage
 
 #: The metadata of a notice (a message hilo sends on its own, answering nothing).
 NOTICE = {"notice": True}
-
-
-@dataclass(frozen=True, slots=True)
-class LinkPolicy:
-    max_failures: int = 10            # wrong codes per identity within `failure_window_s` before a lockout
-    failure_window_s: int = 15 * 60
-    lockout_s: int = 15 * 60
-    max_code_attempts: int = 5        # attempts on one code (prompts, own identity, locked callers) before it dies
-    # Wrong codes from everyone within the window: past this many, linking is "under pressure". It never refuses
-    # anyone for it; it only makes guessing dearer for the keys that guess: a key with a wrong code in the window
-    # is locked after `pressure_max_failures` (not `max_failures`), for `pressure_lockout_s`. A key with no wrong
-    # code (a person typing the code they were given) is treated exactly as always.
-    global_max_failures: int = 500
-    pressure_max_failures: int = 3
-    pressure_lockout_s: int = 60 * 60
 
 
 def audit(db: Db, user_id: int | None, action: str, surface: str, ext: str, actor: str, at: str,

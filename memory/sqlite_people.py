@@ -13,7 +13,7 @@ from memory import sqlite_linking as linking
 from memory import sqlite_queries as queries
 from memory.sqlite_db import Db, to_ts, utcnow
 from memory.sqlite_inspect import deliveries_json
-from memory.store import Delivery, Redemption, StoredMessage
+from memory.store import Delivery, LinkPolicy, Redemption, StoredMessage
 
 T = TypeVar("T")
 Mode = Literal["read", "write", "none"]
@@ -71,8 +71,8 @@ class PeopleMethods:
             db, surface, external_user_id, code_hash, now, to_ts(expires_at), (owner_name, language, conversation_ref)))
 
     async def redeem_link_code(
-        self, surface: str, external_user_id: str, code_hash: str, policy: Any, also: tuple[str, str] | None = None,
-        *, confirm: bool = False,
+        self, surface: str, external_user_id: str, code_hash: str, policy: LinkPolicy,
+        also: tuple[str, str] | None = None, *, confirm: bool = False,
     ) -> Redemption:
         moment = utcnow()
         return await self._tx("write", lambda db: linking.redeem_code(

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from bot.errors import NotFound
+from bot.errors import HiloError, NotFound
 from bot.types import SINGLETON_SURFACES, InboundMessage, ModelCallRecord
 from memory.sqlite_db import (
     FACT_COLS,
@@ -34,7 +34,7 @@ from memory.store import ContextQuery, ContextRows, ImportResult, ImportRow, Ing
 RESUME_WINDOW = timedelta(hours=1)
 
 
-class Rollback(Exception):
+class Rollback(HiloError):
     """Raised inside a transaction to roll it back and hand `value` to the caller."""
 
     def __init__(self, value: Any = None) -> None:

@@ -43,6 +43,7 @@ from memory.store import (
     ImportResult,
     ImportRow,
     Ingested,
+    Inspection,
     StoredMessage,
     StoreError,
     StoreUnavailable,
@@ -281,7 +282,7 @@ class SqliteStore(PeopleMethods):
         ))
         return [call_json(r) for r in rows]
 
-    async def inspect(self, handle: str) -> dict[str, Any] | None:
+    async def inspect(self, handle: str) -> Inspection | None:
         return await self._tx("read", lambda db: inspect_json(db, handle))
 
     async def forget(self, handle: str) -> bool:

@@ -20,6 +20,8 @@ from typing import Any, Protocol
 
 from bot.errors import HiloError
 from bot.types import InboundMessage, ModelCallRecord
+from memory.inspection import Inspection as Inspection  # re-exported: part of the contract
+from memory.link_policy import LinkPolicy as LinkPolicy  # re-exported: part of the contract
 
 
 class StoreError(HiloError):
@@ -240,7 +242,7 @@ class Store(Protocol):
     async def remember(self, user_id: int, content: str, token_count: int) -> Fact:
         """Store an explicit fact about the user."""
 
-    async def inspect(self, handle: str) -> dict[str, Any] | None:
+    async def inspect(self, handle: str) -> Inspection | None:
         """Everything stored about the person (JSON-ready), or None if unknown."""
 
     async def forget(self, handle: str) -> bool:
@@ -270,8 +272,8 @@ class Store(Protocol):
         LinkCodeOwner); older unused codes of the identity die. Returns the user id."""
 
     async def redeem_link_code(
-        self, surface: str, external_user_id: str, code_hash: str, policy: Any, also: tuple[str, str] | None = None,
-        *, confirm: bool = False,
+        self, surface: str, external_user_id: str, code_hash: str, policy: LinkPolicy,
+        also: tuple[str, str] | None = None, *, confirm: bool = False,
     ) -> Redemption:
         """One step of redeeming a code from an identity (see Redemption). A right code is first a "prompt":
         the identity is recorded as the one shown it (replacing any earlier one) and the attempt counts

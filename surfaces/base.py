@@ -8,12 +8,13 @@ task (`runtime.tasks.spawn`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from starlette.routing import BaseRoute
 
 if TYPE_CHECKING:
     from bot.config import Settings
+    from bot.models.base import Chain
     from bot.pipeline import Pipeline
     from bot.tasks import TaskSet
     from memory.store import Store
@@ -25,7 +26,7 @@ class Runtime:
 
     settings: Settings
     store: Store
-    chain: Any
+    chain: Chain
     pipeline: Pipeline
     tasks: TaskSet
 

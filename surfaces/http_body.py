@@ -20,12 +20,14 @@ from typing import Any
 
 from starlette.requests import Request
 
+from bot.errors import HiloError
+
 #: Deeper than any Telegram update or web message body (those are under 10 levels).
 MAX_DEPTH = 32
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-class BodyTooLarge(Exception):
+class BodyTooLarge(HiloError):
     """The body is over `limit` bytes (declared so, or found so while reading)."""
 
     def __init__(self, limit: int) -> None:
@@ -33,7 +35,7 @@ class BodyTooLarge(Exception):
         self.limit = limit
 
 
-class BadJson(ValueError):
+class BadJson(HiloError, ValueError):
     """The body cannot be taken as JSON: `key` is the catalogue text for it, `params` its values."""
 
     def __init__(self, key: str, **params: object) -> None:

@@ -25,6 +25,7 @@ from telegram.constants import ChatAction
 from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
 
 from bot import log
+from bot.errors import ServiceUnavailable
 from bot.types import OutboundMessage
 from memory.store import Delivery, Store
 from surfaces.text_split import split_text, utf16_len
@@ -71,7 +72,7 @@ class SendPolicy:
         return None
 
 
-class SendFailed(Exception):
+class SendFailed(ServiceUnavailable):
     """A Bot API call given up after `attempts` attempts; `error` is the last TelegramError. When sending a
     split text, `sent` holds the parts that did go out before it, as (Message, attempts)."""
 

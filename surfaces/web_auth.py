@@ -37,6 +37,7 @@ from starlette.requests import Request
 
 from bot import log
 from bot.config import Settings
+from bot.errors import HiloError
 
 if TYPE_CHECKING:  # PyJWT (and cryptography, through web_jwks) load on first use: most requests are visitors'
     from surfaces.web_jwks import JwksKeys
@@ -53,7 +54,7 @@ JWKS_ALGORITHMS = ("RS256", "ES256")
 logger = log.get("hilo.web.auth")
 
 
-class AuthFailed(Exception):
+class AuthFailed(HiloError):
     """A credential was sent but is not valid. `key` is the catalogue text to answer with (401)."""
 
     def __init__(self, key: str = "unauthorized") -> None:

@@ -27,13 +27,14 @@ import httpx
 import jwt
 
 from bot import log
+from bot.errors import HiloError
 
 logger = log.get("hilo.web.jwks")
 
 MAX_JWKS_BYTES = 256 * 1024
 
 
-class JwksError(Exception):
+class JwksError(HiloError):
     """A token's key cannot be had."""
 
 
@@ -103,5 +104,5 @@ class JwksKeys:
         logger.info("web.jwks_fetched", url=self.url, keys=len(self._keys))
 
 
-class _Unusable(Exception):
+class _Unusable(JwksError):
     """An answer from the JWKS endpoint that is not a key set."""

@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from bot import catalog, log
-from bot.errors import InputError, NotFound
+from bot.errors import Draining, InputError, NotFound
 from bot.pipeline import Pipeline
 from bot.tasks import TaskSet
 from bot.types import InboundMessage
@@ -90,7 +90,7 @@ async def stream_turn(
 
     try:
         tasks.spawn(run(), name="web.stream_turn")
-    except RuntimeError:  # shutting down: no new turns
+    except Draining:  # shutting down: no new turns
         return error(request, 503, "store_unavailable")
     first = await queue.get()
     if first[0] == "error":

@@ -29,7 +29,7 @@ from twilio.request_validator import RequestValidator
 
 from bot import log
 from bot.config import Settings
-from bot.errors import ConfigError
+from bot.errors import ConfigError, Draining
 from bot.types import InboundMessage
 from memory.store import StoreError
 from surfaces.base import Runtime
@@ -168,7 +168,7 @@ class WhatsAppSurface:
         assert self._runtime is not None
         try:
             task = self._runtime.tasks.spawn(coro, name=name)
-        except RuntimeError:  # the daemon is draining
+        except Draining:
             return False
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)

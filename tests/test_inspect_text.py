@@ -70,3 +70,25 @@ def test_plain_inspect_shows_every_section_of_json_inspect(tmp_path: Path) -> No
     assert "identity whatsapp:whatsapp:+34600000000" in text
     assert "fact: alice is vegetarian" in text
     assert "I live in Valencia" in text
+
+
+def test_inspect_returns_the_typed_record_and_json_prints_it_field_for_field(tmp_path: Path) -> None:
+    import typing
+
+    from memory import store as contract
+
+    inspection = getattr(contract, "Inspection", None)
+    assert inspection is not None, "memory.store has no Inspection record"
+    assert typing.get_type_hints(contract.Store.inspect)["return"] == inspection | None
+    asyncio.run(_a_person(f"sqlite:///{tmp_path / 'hilo.db'}"))
+    out = _hilo(tmp_path, "inspect", "--user", "telegram:42", "--json")
+    data = json.loads(out)
+    fields = typing.get_type_hints(inspection)
+    assert list(data) == list(fields)  # the sections, in the record's order
+    for section in ("user", "identities", "conversations", "facts"):
+        record = fields[section]
+        record = typing.get_args(record)[0] if typing.get_origin(record) is list else record
+        rows = data[section] if isinstance(data[section], list) else [data[section]]
+        assert rows, section
+        assert all(list(row) == list(typing.get_type_hints(record)) for row in rows), section
+    assert out == json.dumps(data, indent=2, ensure_ascii=False) + "\n"  # printed as it always was

@@ -217,3 +217,13 @@ async def test_a_flood_of_wrong_codes_never_refuses_a_valid_code(store: Any) -> 
     result = await join(linker, "web", "honest", code, client_ip="203.0.113.7")
     assert result.status == "linked", result
     assert await store.identity_user("web", "honest") == await store.identity_user("telegram", "owner")
+
+
+def test_link_policy_is_part_of_the_store_contract_not_of_a_backend() -> None:
+    import typing
+
+    from memory import store as contract
+
+    assert LinkPolicy.__module__ in ("memory.store", "memory.link_policy"), LinkPolicy.__module__
+    assert getattr(contract, "LinkPolicy", None) is LinkPolicy
+    assert typing.get_type_hints(contract.Store.redeem_link_code)["policy"] is LinkPolicy

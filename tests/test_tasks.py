@@ -4,6 +4,7 @@ import asyncio
 
 import pytest
 
+from bot.errors import Draining, HiloError
 from bot.tasks import TaskSet
 
 
@@ -42,8 +43,9 @@ async def test_drain_cancels_what_overstays_and_refuses_new_work() -> None:
     async def late() -> None:
         return None
 
-    with pytest.raises(RuntimeError, match="draining"):
+    with pytest.raises(Draining, match="draining") as refused:
         tasks.spawn(late(), name="late")
+    assert isinstance(refused.value, HiloError)
 
 
 async def test_a_failed_task_is_discarded_and_does_not_break_others() -> None:

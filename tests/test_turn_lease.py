@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import pytest
 
 from bot.config import Settings
-from bot.models.chain import ChainResult
+from bot.models.base import ChainResult, Reset
 from bot.models.factory import build_chain
 from bot.models.retry import RetryPolicy
 from bot.pipeline import Pipeline
@@ -47,6 +47,12 @@ class HeldChain:
         await self.release.wait()
         result: ChainResult = await self.chain.complete(messages)
         return result
+
+    async def stream(self, messages: Sequence[ChatMessage]) -> AsyncIterator[str | Reset | ChainResult]:
+        self.arrived.set()
+        await self.release.wait()
+        async for event in self.chain.stream(messages):
+            yield event
 
     async def aclose(self) -> None:
         await self.chain.aclose()

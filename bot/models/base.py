@@ -18,7 +18,8 @@ An answer that arrived is a `Completion` with its `outcome` (what model_calls re
 declined; `text` is its refusal when it gave one), "cut" (the token limit ended it), "tool_calls" (it stopped to
 call a tool, which hilo does not offer) or "empty" (no text at all). `outcome_of` decides it for every provider.
 
-Retries live in `bot.models.retry` only; providers never retry (SDK retries are off).
+Retries live in `bot.models.retry` only; providers never retry (SDK retries are off). `Chain` is what the pipeline
+asks of the model chain (bot.models.chain.ModelChain), `ChainResult` its answer.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from __future__ import annotations
 import email.utils
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
+from bot.config import ModelSpec
 from bot.errors import HiloError
 from bot.types import AnswerOutcome, ChatMessage, ModelCallRecord
 
@@ -209,3 +211,32 @@ class ModelProvider(Protocol):
 
     async def aclose(self) -> None:
         """Close HTTP clients."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChainResult:
+    """The answer of the chain: which model gave it and every call made for it (failed ones included)."""
+
+    completion: Completion
+    spec: ModelSpec
+    calls: list[ModelCallRecord] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return self.completion.text
+
+
+@runtime_checkable
+class Chain(Protocol):
+    """The models a turn is answered by, as the pipeline uses them: bot.models.chain.ModelChain (the primary
+    model, then its fallbacks, retried and circuit-broken), or a test's fake. The app's lifespan owns it."""
+
+    async def complete(self, messages: Sequence[ChatMessage]) -> ChainResult:
+        """The first answer of the chain. AllModelsFailed (carrying every call) when no model answered."""
+
+    def stream(self, messages: Sequence[ChatMessage]) -> AsyncIterator[str | Reset | ChainResult]:
+        """Text deltas as they arrive, Reset() when what was shown must be discarded (a fallback starts over),
+        then exactly one ChainResult. AllModelsFailed when no model answered."""
+
+    async def aclose(self) -> None:
+        """Close the providers' HTTP clients."""

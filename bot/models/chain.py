@@ -17,28 +17,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 
 from bot.config import ModelSpec
 from bot.errors import ConfigError
-from bot.models.base import AllModelsFailed, Completion, ModelError, ModelProvider, Reset
+from bot.models.base import AllModelsFailed, ChainResult, Completion, ModelError, ModelProvider, Reset
 from bot.models.retry import RetryPolicy, complete_with_retry, stream_with_retry
 from bot.types import ChatMessage, ModelCallRecord
 
 __all__ = ["AllModelsFailed", "ChainResult", "CircuitBreaker", "ModelChain", "Reset"]
-
-
-@dataclass(frozen=True, slots=True)
-class ChainResult:
-    """The answer of the chain: which model gave it and every call made for it (failed ones included)."""
-
-    completion: Completion
-    spec: ModelSpec
-    calls: list[ModelCallRecord] = field(default_factory=list)
-
-    @property
-    def text(self) -> str:
-        return self.completion.text
 
 
 class CircuitBreaker:

@@ -1,0 +1,42 @@
+"""Every exception hilo defines derives from HiloError, so a caller can catch the root (issue 10, item 7)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+from pathlib import Path
+
+from bot.errors import HiloError
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("bot", "memory", "surfaces")
+
+
+def _modules() -> list[str]:
+    names: list[str] = []
+    for package in PACKAGES:
+        names.append(package)
+        for info in pkgutil.walk_packages([str(ROOT / package)], prefix=f"{package}."):
+            names.append(info.name)
+    return names
+
+
+def test_the_walk_sees_every_package() -> None:
+    names = _modules()
+    assert {"bot.errors", "memory.store", "surfaces.web_auth", "bot.models.base"} <= set(names)
+
+
+def test_every_exception_defined_in_hilo_derives_from_hilo_error() -> None:
+    strays: list[str] = []
+    seen = 0
+    for name in _modules():
+        module = importlib.import_module(name)
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ != name or not issubclass(cls, BaseException):
+                continue
+            seen += 1
+            if not issubclass(cls, HiloError):
+                strays.append(f"{name}.{cls.__qualname__}")
+    assert seen > 10
+    assert strays == [], f"not under HiloError: {', '.join(sorted(strays))}"

@@ -8,32 +8,27 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
-CHROMIUM="${HILO_TEST_CHROMIUM:-/usr/bin/chromium}"
-if [ ! -x "$CHROMIUM" ]; then
+apt_updated=
+# need BINARY PACKAGE WHY OVERRIDE: Debian's PACKAGE must provide BINARY; as root it is installed with apt-get
+# (without recommends), otherwise this stops with how to get it.
+need() {
+  local binary=$1 package=$2 why=$3 override=$4
+  [ -x "$binary" ] && return 0
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "scripts/test.sh: $CHROMIUM is missing: installing Debian's chromium with apt-get" >&2
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+    echo "scripts/test.sh: $binary is missing: installing Debian's $package with apt-get" >&2
+    [ -n "$apt_updated" ] || { apt-get update -qq; apt_updated=1; }
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$package" >/dev/null
   else
-    echo "scripts/test.sh: $CHROMIUM is missing. The web widget tests need Debian's Chromium:" >&2
-    echo "  sudo apt-get update && sudo apt-get install -y --no-install-recommends chromium" >&2
-    echo "  (or set HILO_TEST_CHROMIUM=/path/to/chromium; do not run \`playwright install\`)" >&2
+    echo "scripts/test.sh: $binary is missing. $why need Debian's $package:" >&2
+    echo "  sudo apt-get update && sudo apt-get install -y --no-install-recommends $package" >&2
+    echo "  (or set $override=/path/to/$package)" >&2
     exit 1
   fi
-fi
-PGBOUNCER="${HILO_TEST_PGBOUNCER:-/usr/sbin/pgbouncer}"
-if [ ! -x "$PGBOUNCER" ]; then  # the turn lease tests run Postgres behind a real pooler in transaction mode
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "scripts/test.sh: $PGBOUNCER is missing: installing Debian's pgbouncer with apt-get" >&2
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends pgbouncer >/dev/null
-  else
-    echo "scripts/test.sh: $PGBOUNCER is missing. The pooler tests need Debian's pgbouncer:" >&2
-    echo "  sudo apt-get update && sudo apt-get install -y --no-install-recommends pgbouncer" >&2
-    echo "  (or set HILO_TEST_PGBOUNCER=/path/to/pgbouncer)" >&2
-    exit 1
-  fi
-fi
+}
+# never `playwright install`: the widget tests drive Debian's Chromium
+need "${HILO_TEST_CHROMIUM:-/usr/bin/chromium}" chromium "The web widget tests" HILO_TEST_CHROMIUM
+# the turn lease tests run Postgres behind a real pooler in transaction mode
+need "${HILO_TEST_PGBOUNCER:-/usr/sbin/pgbouncer}" pgbouncer "The pooler tests" HILO_TEST_PGBOUNCER
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from bot import tokens
+from kernel import tokens
 
 Sentence = Callable[[], str]
 

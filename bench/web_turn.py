@@ -27,7 +27,7 @@ from bench.baselines import Conn, Sentence
 from bot.app import create_app
 from bot.config import Settings
 from bot.models.base import Completion
-from bot.types import ModelCallRecord
+from kernel.types import ModelCallRecord
 from surfaces.web import WebSurface
 
 Runner = Callable[[int], Awaitable[dict[str, list[float]]]]

@@ -10,8 +10,8 @@ some, else the catalogue's `model_no_answer`; "cut" is the text as far as it got
 
 from __future__ import annotations
 
-from bot import catalog
 from bot.models.base import Completion
+from kernel import catalog
 
 
 def reply_text(completion: Completion, lang: str) -> str:

@@ -17,12 +17,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 
-from bot import __version__, log, tokens
+from bot import __version__
 from bot.config import Settings, ensure_secret_key
-from bot.errors import ConfigError
 from bot.models.base import Chain
 from bot.pipeline import Pipeline
 from bot.tasks import TaskSet
+from kernel import log, tokens
+from kernel.errors import ConfigError
 from memory.open import SQLITE_PREFIX, open_store, sqlite_path
 from memory.store import Store
 from surfaces.base import Runtime, Surface

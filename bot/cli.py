@@ -11,15 +11,15 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from bot.config import Settings
-from bot.errors import ConfigError, HiloError
-from bot.types import SURFACES
+from kernel.errors import ConfigError, HiloError
+from kernel.types import SURFACES
 
 if TYPE_CHECKING:  # the pipeline (and the store under it) loads only for the commands that use it
     from collections.abc import AsyncIterator, Sequence
 
     from bot.models.base import ChainResult, Reset
     from bot.pipeline import Pipeline
-    from bot.types import ChatMessage
+    from kernel.types import ChatMessage
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -169,7 +169,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_remember(args: argparse.Namespace) -> int:
-    from bot import catalog, tokens
+    from kernel import catalog, tokens
 
     settings = _settings(args)
     text = " ".join(args.text).strip()
@@ -186,7 +186,7 @@ def cmd_remember(args: argparse.Namespace) -> int:
 
 
 def cmd_forget(args: argparse.Namespace) -> int:
-    from bot import catalog
+    from kernel import catalog
 
     settings = _settings(args)
 
@@ -287,7 +287,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    from bot import log
+    from kernel import log
 
     # Logs go to stderr; one-shot commands only say what went wrong (serve logs to stdout, as its settings say).
     log.configure("warning", "console")

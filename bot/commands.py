@@ -20,9 +20,9 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from bot import catalog
 from bot.notices import Notices
-from bot.types import InboundMessage
+from kernel import catalog
+from kernel.types import InboundMessage
 from memory.store import Inspection, Store
 
 #: "/forget yes", "/forget sí": the words that confirm a deletion, in any catalogue language.

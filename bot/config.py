@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from bot.errors import ConfigError
+from kernel.errors import ConfigError
 
 DEFAULT_DB = "sqlite:///hilo.db"
 DEFAULT_SYSTEM_PROMPT = (

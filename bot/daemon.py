@@ -27,9 +27,10 @@ from typing import Any
 
 import uvicorn
 
-from bot import __version__, log
+from bot import __version__
 from bot.config import Settings
-from bot.errors import ConfigError, HiloError
+from kernel import log
+from kernel.errors import ConfigError, HiloError
 
 logger = log.get("hilo.daemon")
 

@@ -25,9 +25,9 @@ import secrets
 import unicodedata
 from datetime import timedelta
 
-from bot import catalog, log
 from bot.notices import Notices
-from bot.types import InboundMessage, utcnow
+from kernel import catalog, log
+from kernel.types import InboundMessage, utcnow
 from memory.store import LinkCodeOwner, LinkPolicy, Redemption, Store
 
 logger = log.get("hilo.linking")

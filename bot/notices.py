@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from bot import log, tokens
+from kernel import log, tokens
 from memory.store import Store, StoredMessage
 
 logger = log.get("hilo.notices")

@@ -15,14 +15,15 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 
-from bot import answers, catalog, commands, log, tokens
+from bot import answers, commands
 from bot.config import Settings
-from bot.errors import InputError
 from bot.keyed import KeyedLocks
 from bot.models.base import AllModelsFailed, Chain, ChainResult, Completion, Reset
 from bot.notices import Notices
-from bot.text import blank
-from bot.types import InboundMessage, ModelCallRecord, OutboundMessage, utcnow
+from kernel import catalog, log, tokens
+from kernel.errors import InputError
+from kernel.text import blank
+from kernel.types import InboundMessage, ModelCallRecord, OutboundMessage, utcnow
 from memory.context import AssembledContext, assemble
 from memory.store import ContextQuery, ContextRows, Ingested, Store, StoreError
 

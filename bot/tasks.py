@@ -10,8 +10,8 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any
 
-from bot import log
-from bot.errors import Draining
+from kernel import log
+from kernel.errors import Draining
 
 logger = log.get("hilo.tasks")
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from bot.tokens import MESSAGE_OVERHEAD
-from bot.types import ChatMessage, Role
+from kernel.tokens import MESSAGE_OVERHEAD
+from kernel.types import ChatMessage, Role
 from memory.context_render import (
     CROSS_SURFACE_HEADER,
     MEMORY_HEADER,

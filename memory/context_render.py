@@ -24,7 +24,7 @@ import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from bot import tokens
+from kernel import tokens
 
 if TYPE_CHECKING:
     from memory.context import AssembledContext

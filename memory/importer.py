@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bot import tokens
-from bot.errors import HiloError
-from bot.types import SURFACES
+from kernel import tokens
+from kernel.errors import HiloError
+from kernel.types import SURFACES
 from memory.store import ImportResult, ImportRow, Store
 
 BATCH = 5000

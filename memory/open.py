@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from urllib.parse import unquote
 
-from bot.errors import ConfigError
+from kernel.errors import ConfigError
 from memory.store import Store
 
 SQLITE_PREFIX = "sqlite:///"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from bot.types import SINGLETON_SURFACES
+from kernel.types import SINGLETON_SURFACES
 from memory.pg_db import PgDb
 from memory.pg_queries import INSERT_MESSAGE, UPSERT_SINGLETON, identity_user, new_user
 from memory.sqlite_db import dump_metadata, to_ts

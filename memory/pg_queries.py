@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from bot.errors import NotFound
-from bot.types import SINGLETON_SURFACES, InboundMessage, ModelCallRecord
+from kernel.errors import NotFound
+from kernel.types import SINGLETON_SURFACES, InboundMessage, ModelCallRecord
 from memory.pg_db import (
     FACT_COLS,
     MSG_COLS,

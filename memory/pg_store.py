@@ -22,8 +22,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 
-from bot.errors import ConfigError, NotFound
-from bot.types import InboundMessage, ModelCallRecord
+from kernel.errors import ConfigError, NotFound
+from kernel.types import InboundMessage, ModelCallRecord
 from memory import migrate as migrations
 from memory import pg_queries as queries
 from memory import turn_lease

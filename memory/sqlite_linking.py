@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from bot.types import SINGLETON_SURFACES
+from kernel.types import SINGLETON_SURFACES
 from memory.sqlite_db import Db, dump_metadata, from_ts, to_ts
 from memory.sqlite_queries import INSERT_MESSAGE, UPSERT_SINGLETON, identity_user, new_user
 from memory.store import LinkCodeOwner, LinkPolicy, Redemption, StoredMessage

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from bot.errors import HiloError, NotFound
-from bot.types import SINGLETON_SURFACES, InboundMessage, ModelCallRecord
+from kernel.errors import HiloError, NotFound
+from kernel.types import SINGLETON_SURFACES, InboundMessage, ModelCallRecord
 from memory.sqlite_db import (
     FACT_COLS,
     MSG_COLS,

@@ -18,8 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
-from bot.errors import NotFound
-from bot.types import InboundMessage, ModelCallRecord
+from kernel.errors import NotFound
+from kernel.types import InboundMessage, ModelCallRecord
 from memory import migrate as migrations
 from memory import sqlite_queries as queries
 from memory import turn_lease

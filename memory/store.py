@@ -6,7 +6,7 @@ keep the reply and its usage (`finish_turn`). Every read of history is filtered 
 
 Errors:
 StoreError
- ├── NotFound (bot.errors)   a conversation that is not the caller's, an unknown handle
+ ├── NotFound (kernel.errors)   a conversation that is not the caller's, an unknown handle
  └── StoreUnavailable        the database cannot be reached or is locked past the timeout
 """
 
@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from bot.errors import HiloError
-from bot.types import InboundMessage, ModelCallRecord
+from kernel.errors import HiloError
+from kernel.types import InboundMessage, ModelCallRecord
 from memory.inspection import Inspection as Inspection  # re-exported: part of the contract
 from memory.link_policy import LinkPolicy as LinkPolicy  # re-exported: part of the contract
 

@@ -28,7 +28,7 @@ import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
-from bot import log
+from kernel import log
 
 logger = log.get("hilo.turn_lease")
 

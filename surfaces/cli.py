@@ -10,10 +10,10 @@ import asyncio
 import sys
 import uuid
 
-from bot import catalog
-from bot.errors import InputError
 from bot.pipeline import Pipeline
-from bot.types import InboundMessage
+from kernel import catalog
+from kernel.errors import InputError
+from kernel.types import InboundMessage
 from memory.store import StoreError
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from bot.errors import HiloError
+from kernel.errors import HiloError
 
 #: Deeper than any Telegram update or web message body (those are under 10 levels).
 MAX_DEPTH = 32

@@ -30,11 +30,12 @@ from telegram import Update
 from telegram.error import InvalidToken, NetworkError, TelegramError
 from telegram.ext import Application, MessageHandler, filters
 
-from bot import catalog, commands, log
+from bot import commands
 from bot.config import Settings
-from bot.errors import ConfigError, HiloError, InputError, ServiceUnavailable
 from bot.keyed import RecentIds
-from bot.types import OutboundMessage
+from kernel import catalog, log
+from kernel.errors import ConfigError, HiloError, InputError, ServiceUnavailable
+from kernel.types import OutboundMessage
 from memory.store import StoreError
 from surfaces.base import Runtime
 from surfaces.http_body import BodyTooLarge, parse_json, read_body

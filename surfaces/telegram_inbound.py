@@ -22,9 +22,10 @@ from typing import Any, Literal
 from telegram import Message, User
 from telegram.constants import ChatType, MessageEntityType
 
-from bot import catalog, commands
+from bot import commands
 from bot.commands import Command
-from bot.types import InboundMessage
+from kernel import catalog
+from kernel.types import InboundMessage
 
 Action = Literal["ignore", "refuse", "non_text", "command", "turn"]
 

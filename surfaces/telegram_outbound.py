@@ -24,9 +24,9 @@ from telegram import Bot, ReplyParameters
 from telegram.constants import ChatAction
 from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
 
-from bot import log
-from bot.errors import ServiceUnavailable
-from bot.types import OutboundMessage
+from kernel import log
+from kernel.errors import ServiceUnavailable
+from kernel.types import OutboundMessage
 from memory.store import Delivery, Store
 from surfaces.text_split import split_text, utf16_len
 

@@ -28,11 +28,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from bot import __version__, log
+from bot import __version__
 from bot.config import Settings
-from bot.errors import InputError, NotFound
 from bot.pipeline import Pipeline
-from bot.types import InboundMessage
+from kernel import log
+from kernel.errors import InputError, NotFound
+from kernel.types import InboundMessage
 from surfaces.base import Runtime
 from surfaces.web_auth import SESSION_COOKIE, Authenticator, AuthFailed, Caller, Sessions
 from surfaces.web_common import MAX_BODY_BYTES, MAX_ID, error, lang, message_json, read_message

@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING, Any
 from itsdangerous import BadSignature, TimestampSigner, URLSafeSerializer, URLSafeTimedSerializer
 from starlette.requests import Request
 
-from bot import log
 from bot.config import Settings
-from bot.errors import HiloError
+from kernel import log
+from kernel.errors import HiloError
 
 if TYPE_CHECKING:  # PyJWT (and cryptography, through web_jwks) load on first use: most requests are visitors'
     from surfaces.web_jwks import JwksKeys

@@ -8,7 +8,7 @@ from typing import Any
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 
-from bot import catalog
+from kernel import catalog
 from memory.store import StoredMessage
 from surfaces.http_body import BadJson, BodyTooLarge, parse_json, read_body
 

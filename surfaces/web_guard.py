@@ -25,8 +25,8 @@ from urllib.parse import urlsplit
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from bot import log
 from bot.config import Settings
+from kernel import log
 from memory.store import StoreError
 from surfaces.web_common import error
 

@@ -26,8 +26,8 @@ from collections.abc import Callable
 import httpx
 import jwt
 
-from bot import log
-from bot.errors import HiloError
+from kernel import log
+from kernel.errors import HiloError
 
 logger = log.get("hilo.web.jwks")
 

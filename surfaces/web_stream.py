@@ -24,11 +24,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from bot import catalog, log
-from bot.errors import Draining, InputError, NotFound
 from bot.pipeline import Pipeline
 from bot.tasks import TaskSet
-from bot.types import InboundMessage
+from kernel import catalog, log
+from kernel.errors import Draining, InputError, NotFound
+from kernel.types import InboundMessage
 from memory.store import Ingested, StoreError
 from surfaces.web_common import error
 

@@ -16,7 +16,7 @@ from importlib import resources
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
-from bot import catalog
+from kernel import catalog
 
 SHORT_CACHE = "public, max-age=300"
 LONG_CACHE = "public, max-age=31536000, immutable"

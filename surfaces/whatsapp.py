@@ -27,10 +27,10 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 from twilio.request_validator import RequestValidator
 
-from bot import log
 from bot.config import Settings
-from bot.errors import ConfigError, Draining
-from bot.types import InboundMessage
+from kernel import log
+from kernel.errors import ConfigError, Draining
+from kernel.types import InboundMessage
 from memory.store import StoreError
 from surfaces.base import Runtime
 from surfaces.http_body import BodyTooLarge, read_body

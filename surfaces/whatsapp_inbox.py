@@ -23,11 +23,11 @@ from typing import Any
 
 from starlette.responses import PlainTextResponse, Response
 
-from bot import catalog, log
 from bot.config import Settings
-from bot.errors import InputError
 from bot.keyed import RecentIds
-from bot.types import InboundMessage
+from kernel import catalog, log
+from kernel.errors import InputError
+from kernel.types import InboundMessage
 from memory.store import StoreError
 from surfaces.base import Runtime
 from surfaces.whatsapp_send import TwilioSender, deliver

@@ -27,9 +27,9 @@ from twilio.base.exceptions import TwilioRestException, TwilioServiceException
 from twilio.http.async_http_client import AsyncTwilioHttpClient
 from twilio.rest import Client
 
-from bot import log
 from bot.config import Settings
 from bot.keyed import KeyedLocks
+from kernel import log
 from memory.store import Delivery, Store, StoreError
 from surfaces.whatsapp_text import split_message
 

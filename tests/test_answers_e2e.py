@@ -7,8 +7,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from bot import catalog
 from bot.config import Settings
+from kernel import catalog
 from tests.fakes import recorded_shapes as rec
 from tests.fakes import telegram_api as fake_telegram
 from tests.fakes import twilio_api as fake_twilio

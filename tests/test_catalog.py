@@ -2,7 +2,7 @@
 
 import re
 
-from bot import catalog
+from kernel import catalog
 
 
 def test_every_key_in_both_languages_with_same_placeholders() -> None:

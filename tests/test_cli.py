@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from bot import catalog
 from bot.config import Settings
 from bot.models.factory import build_chain
 from bot.pipeline import Pipeline
+from kernel import catalog
 from surfaces import cli as cli_surface
 from tests.fakes.full_disk import PAGE_SIZED_TEXT, disk_full
 

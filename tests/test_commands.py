@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
-from bot import catalog, commands
+from bot import commands
 from bot.commands import Command, parse
-from bot.types import InboundMessage
+from kernel import catalog
+from kernel.types import InboundMessage
 
 
 def msg(text: str, *, sender: str = "42", lang: str | None = "en", group: bool = False, **kw: Any) -> InboundMessage:

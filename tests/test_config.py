@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from bot.config import ModelSpec, Settings, ensure_secret_key
-from bot.errors import ConfigError
+from kernel.errors import ConfigError
 
 
 def test_defaults_run_offline_on_sqlite() -> None:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bot.tokens import MESSAGE_OVERHEAD, count
+from kernel.tokens import MESSAGE_OVERHEAD, count
 from memory.context import BLOCKS, AssembledContext, BlockShares, ContextItem, assemble, render_text
 from memory.context_render import CROSS_SURFACE_HEADER, MEMORY_HEADER, header_tokens
 from memory.store import ContextRows, Fact, StoredMessage

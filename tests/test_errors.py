@@ -7,10 +7,10 @@ import inspect
 import pkgutil
 from pathlib import Path
 
-from bot.errors import HiloError
+from kernel.errors import HiloError
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("bot", "memory", "surfaces")
+PACKAGES = ("kernel", "bot", "memory", "surfaces")
 
 
 def _modules() -> list[str]:
@@ -24,7 +24,7 @@ def _modules() -> list[str]:
 
 def test_the_walk_sees_every_package() -> None:
     names = _modules()
-    assert {"bot.errors", "memory.store", "surfaces.web_auth", "bot.models.base"} <= set(names)
+    assert {"kernel.errors", "memory.store", "surfaces.web_auth", "bot.models.base"} <= set(names)
 
 
 def test_every_exception_defined_in_hilo_derives_from_hilo_error() -> None:

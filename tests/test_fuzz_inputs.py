@@ -31,10 +31,10 @@ from telegram import Update
 from telegram.ext import TypeHandler
 from twilio.request_validator import RequestValidator  # type: ignore[import-untyped]
 
-from bot import catalog
 from bot.app import create_app
 from bot.config import Settings
-from bot.text import without_nul
+from kernel import catalog
+from kernel.text import without_nul
 from surfaces.telegram import WEBHOOK_PATH as TELEGRAM_PATH
 from surfaces.telegram import TelegramSurface
 from surfaces.whatsapp import STATUS_PATH, WEBHOOK_PATH, WhatsAppSurface

@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bot import catalog
 from bot.config import Settings
+from kernel import catalog
 from surfaces.telegram import WEBHOOK_PATH as TELEGRAM_PATH
 from surfaces.whatsapp import STATUS_PATH, WEBHOOK_PATH
 from tests.fakes import telegram_api as fake_telegram

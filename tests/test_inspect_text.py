@@ -15,7 +15,7 @@ from pathlib import Path
 
 from bot.config import Settings
 from bot.pipeline import Pipeline
-from bot.types import InboundMessage
+from kernel.types import InboundMessage
 from memory.open import open_store
 from memory.store import Delivery
 from tests.fakes.serve_process import clean_env

@@ -21,7 +21,7 @@ from bot.config import Settings
 from bot.linking import Linker
 from bot.models.factory import build_chain
 from bot.pipeline import Pipeline
-from bot.types import InboundMessage
+from kernel.types import InboundMessage
 from memory.open import open_store
 from tests.test_linking import join
 

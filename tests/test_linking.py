@@ -10,7 +10,7 @@ from bot.config import Settings
 from bot.linking import Linker, LinkPolicy, Redemption, address_key, new_code, normalize
 from bot.models.factory import build_chain
 from bot.pipeline import Pipeline
-from bot.types import InboundMessage, utcnow
+from kernel.types import InboundMessage, utcnow
 
 
 def pipeline(store: Any) -> Pipeline:

@@ -9,11 +9,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from bot import catalog, commands
+from bot import commands
 from bot.commands import parse
 from bot.linking import Linker, LinkPolicy, display_name
 from bot.notices import Notices
-from bot.types import InboundMessage
+from kernel import catalog
+from kernel.types import InboundMessage
 
 CODE = re.compile(r"[0-9A-Z]{4}-[0-9A-Z]{4}-[0-9A-Z]{4}")
 ANA = {"first_name": "Ana", "username": "ana", "chat_id": 42, "chat_type": "private"}

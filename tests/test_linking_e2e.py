@@ -11,8 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bot import catalog
 from bot.config import Settings
+from kernel import catalog
 from tests.fakes import telegram_api as fake_telegram
 from tests.fakes import twilio_api as fake_twilio
 from tests.fakes.daemon import running_daemon

@@ -71,7 +71,7 @@ def test_every_line_is_json_and_on_stdout_under_faults(
 
 _LIBRARY_LINES = '''
 import logging, sys, threading, warnings
-from bot import log
+from kernel import log
 log.configure("info", "json", stream="stdout")
 log.capture_uncaught()
 try:

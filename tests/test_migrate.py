@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.errors import ConfigError
+from kernel.errors import ConfigError
 from memory.migrate import (
     Migration,
     MigrationError,

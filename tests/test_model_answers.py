@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from bot import answers, catalog
+from bot import answers
 from bot.models.base import Completion, Reset
 from bot.models.chain import ModelChain
+from kernel import catalog
 from tests.fakes import recorded_shapes as rec
 from tests.fakes.model_server import Behaviour, FakeModelServer, cut_event, in_stream, ok, replay
 from tests.test_models import (  # noqa: F401  (fixtures)

@@ -28,7 +28,7 @@ from bot.models.chain import ChainResult, ModelChain
 from bot.models.echo import EchoProvider
 from bot.models.factory import build_chain
 from bot.models.retry import RetryPolicy, complete_with_retry
-from bot.types import ChatMessage, ModelCallRecord
+from kernel.types import ChatMessage, ModelCallRecord
 from tests.fakes import model_server as fake
 from tests.fakes.model_server import (
     FakeModelServer,

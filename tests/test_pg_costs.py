@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 
 from bench.wire import counting_proxy
-from bot.types import InboundMessage
+from kernel.types import InboundMessage
 from memory.open import open_store
 from memory.pg_db import PgDb, selective_terms
 from memory.pg_store import PostgresStore

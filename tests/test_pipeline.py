@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from bot import catalog
 from bot.config import Settings
-from bot.errors import InputError, NotFound
 from bot.models.factory import build_chain
 from bot.models.retry import RetryPolicy
 from bot.pipeline import Pipeline
-from bot.types import InboundMessage
+from kernel import catalog
+from kernel.errors import InputError, NotFound
+from kernel.types import InboundMessage
 from memory.open import open_store
 from tests.fakes import recorded_shapes as rec
 from tests.fakes.model_server import FakeModelServer, in_stream, ok, replay, slow, status
@@ -237,7 +237,7 @@ async def test_a_database_failure_after_the_model_still_delivers_the_answer(db_u
 
 
 async def test_commands_are_answered_without_a_turn_on_every_surface(store: Any) -> None:
-    from bot import catalog
+    from kernel import catalog
 
     p = echo_pipeline(store)
     await p.handle(msg("whatsapp", "+34600", "w1", "hola"))

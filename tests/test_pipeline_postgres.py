@@ -7,7 +7,7 @@ from __future__ import annotations
 from bot.config import Settings
 from bot.models.factory import build_chain
 from bot.pipeline import Pipeline
-from bot.types import InboundMessage
+from kernel.types import InboundMessage
 from memory.open import open_store
 from tests.fakes.postgres import SERVER, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
 

@@ -16,7 +16,7 @@ import pytest
 from twilio.request_validator import RequestValidator  # type: ignore[import-untyped]
 
 from bot.config import Settings
-from bot.errors import ConfigError
+from kernel.errors import ConfigError
 from tests.fakes import twilio_api as fake_twilio
 from tests.fakes.serve_process import serving
 

@@ -18,8 +18,8 @@ from typing import Any, Protocol
 
 import pytest
 
-from bot.errors import NotFound
-from bot.types import InboundMessage, ModelCallRecord
+from kernel.errors import NotFound
+from kernel.types import InboundMessage, ModelCallRecord
 from memory.open import open_store
 from memory.store import ContextQuery, ImportRow, Ingested, Store, StoreError
 from tests.fakes.postgres import SERVER, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)

@@ -4,8 +4,8 @@ import asyncio
 
 import pytest
 
-from bot.errors import Draining, HiloError
 from bot.tasks import TaskSet
+from kernel.errors import Draining, HiloError
 
 
 async def test_drain_waits_for_work_in_flight() -> None:

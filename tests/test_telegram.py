@@ -19,11 +19,11 @@ import httpx
 import pytest
 from telegram import Bot, Message
 
-from bot import catalog
 from bot.app import create_app
 from bot.config import Settings
-from bot.errors import ConfigError
 from bot.tasks import TaskSet
+from kernel import catalog
+from kernel.errors import ConfigError
 from surfaces.base import Runtime
 from surfaces.telegram import TelegramSurface, api_urls
 from surfaces.telegram_inbound import Allowlist, BotIdentity, classify

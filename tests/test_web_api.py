@@ -16,13 +16,13 @@ import httpx
 import jwt
 import pytest
 
-from bot import catalog
 from bot.config import Settings
-from bot.errors import ConfigError
 from bot.models.base import ConnectionFailed
 from bot.models.echo import EchoProvider
 from bot.models.factory import build_chain
 from bot.models.retry import RetryPolicy
+from kernel import catalog
+from kernel.errors import ConfigError
 from surfaces.web_auth import sign_site_token, verify_site_token
 from surfaces.web_guard import RateLimiter
 from tests.fakes.browser import SlowEcho

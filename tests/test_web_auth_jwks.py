@@ -15,9 +15,9 @@ import httpx
 import jwt
 import pytest
 
-from bot import catalog
 from bot.config import Settings
-from bot.errors import ConfigError
+from kernel import catalog
+from kernel.errors import ConfigError
 from surfaces.web_jwks import JwksKeys, JwksUnavailable, UnknownKey
 from tests.fakes.daemon import free_port, running_daemon
 from tests.fakes.jwks import JWKS_PATH, FakeJwks, SigningKey

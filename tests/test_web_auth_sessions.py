@@ -16,9 +16,9 @@ import jwt
 import pytest
 from itsdangerous import URLSafeSerializer
 
-from bot import catalog
 from bot.config import Settings
-from bot.errors import ConfigError
+from kernel import catalog
+from kernel.errors import ConfigError
 from surfaces.web_auth import Sessions, sign_site_token
 from tests.fakes.daemon import running_daemon
 

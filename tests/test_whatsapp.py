@@ -23,10 +23,10 @@ from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 from twilio.request_validator import RequestValidator  # type: ignore[import-untyped]
 
-from bot import catalog
 from bot.app import create_app
 from bot.config import Settings
-from bot.errors import ConfigError
+from kernel import catalog
+from kernel.errors import ConfigError
 from memory.store import Delivery
 from surfaces.text_split import utf16_len
 from surfaces.web import WebSurface

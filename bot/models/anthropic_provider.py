@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from bot.errors import ConfigError
 from bot.models.base import (
     Completion,
     ConnectionFailed,
@@ -26,7 +25,8 @@ from bot.models.base import (
     error_in_answer,
     outcome_of,
 )
-from bot.types import AnswerOutcome, ChatMessage
+from kernel.errors import ConfigError
+from kernel.types import AnswerOutcome, ChatMessage
 
 DEFAULT_MAX_TOKENS = 1024
 #: Stands in for a missing first user turn (the API refuses a conversation that starts with the assistant).

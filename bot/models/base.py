@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from bot.config import ModelSpec
-from bot.errors import HiloError
-from bot.types import AnswerOutcome, ChatMessage, ModelCallRecord
+from kernel.errors import HiloError
+from kernel.types import AnswerOutcome, ChatMessage, ModelCallRecord
 
 
 class ModelError(HiloError):

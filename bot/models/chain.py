@@ -19,10 +19,10 @@ import time
 from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
 
 from bot.config import ModelSpec
-from bot.errors import ConfigError
 from bot.models.base import AllModelsFailed, ChainResult, Completion, ModelError, ModelProvider, Reset
 from bot.models.retry import RetryPolicy, complete_with_retry, stream_with_retry
-from bot.types import ChatMessage, ModelCallRecord
+from kernel.errors import ConfigError
+from kernel.types import ChatMessage, ModelCallRecord
 
 __all__ = ["AllModelsFailed", "ChainResult", "CircuitBreaker", "ModelChain", "Reset"]
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Sequence
 
-from bot import tokens
 from bot.models.base import Completion
-from bot.types import ChatMessage
+from kernel import tokens
+from kernel.types import ChatMessage
 
 PREFIX = "[echo: dry run, no model configured]"
 RECALL_BLOCKS = ("memory", "cross_surface")

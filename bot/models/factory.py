@@ -11,10 +11,10 @@ import time
 from collections.abc import Callable, Mapping
 
 from bot.config import Settings
-from bot.errors import ConfigError
 from bot.models.base import ModelProvider
 from bot.models.chain import ModelChain
 from bot.models.retry import RetryPolicy
+from kernel.errors import ConfigError
 
 
 def build_provider(name: str, settings: Settings, *, anthropic_max_tokens: int | None = None) -> ModelProvider:

@@ -16,8 +16,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from bot import tokens
-from bot.errors import ConfigError
 from bot.models.base import (
     Completion,
     ConnectionFailed,
@@ -28,7 +26,9 @@ from bot.models.base import (
     error_in_answer,
     outcome_of,
 )
-from bot.types import AnswerOutcome, ChatMessage
+from kernel import tokens
+from kernel.errors import ConfigError
+from kernel.types import AnswerOutcome, ChatMessage
 
 #: Sent when only a base URL is configured (Ollama, vLLM): the SDK insists on some key.
 PLACEHOLDER_KEY = "not-needed"

@@ -22,10 +22,10 @@ from typing import Any
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
-from bot import log
 from bot.config import ModelSpec, Settings
 from bot.models.base import Completion, ConnectionFailed, ModelError, ModelProvider, Reset, TransientError
-from bot.types import ChatMessage, ModelCallRecord
+from kernel import log
+from kernel.types import ChatMessage, ModelCallRecord
 
 logger = log.get(__name__)
 

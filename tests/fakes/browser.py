@@ -12,7 +12,7 @@ from typing import Any
 
 from bot.models.base import Completion
 from bot.models.echo import EchoProvider
-from bot.types import ChatMessage
+from kernel.types import ChatMessage
 from tests.fakes.loopback import serving  # noqa: F401 (the widget tests take it from here)
 
 CHROMIUM = os.environ.get("HILO_TEST_CHROMIUM", "/usr/bin/chromium")

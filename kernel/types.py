@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from bot.text import has_nul, without_nul, without_nul_in
+from kernel.text import has_nul, without_nul, without_nul_in
 
 Role = Literal["system", "user", "assistant", "tool"]
 #: What an answer that arrived amounts to (bot.models.base.outcome_of); model_calls.outcome records it, and the

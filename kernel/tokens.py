@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bot.errors import ConfigError
+from kernel.errors import ConfigError
 
 #: Tokens a chat message costs beyond its content (role and separators), as OpenAI documents it.
 MESSAGE_OVERHEAD = 4

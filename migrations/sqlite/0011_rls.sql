@@ -1,0 +1,3 @@
+-- Row-level security is Postgres's (migrations/postgres/0011_rls.sql: Supabase's anon and authenticated roles read
+-- no row of hilo's tables). SQLite has no roles: whoever opens the file reads it all, so the file's permissions
+-- are its guard. Nothing to do here; kept so that migration numbers and names match across dialects.

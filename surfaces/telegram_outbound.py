@@ -24,10 +24,10 @@ from telegram import Bot, ReplyParameters
 from telegram.constants import ChatAction
 from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
 
+from bot.ports import Deliveries
 from kernel import log
 from kernel.errors import ServiceUnavailable
-from kernel.types import OutboundMessage
-from memory.store import Delivery, Store
+from kernel.types import Delivery, OutboundMessage
 from surfaces.text_split import split_text, utf16_len
 
 logger = log.get("hilo.telegram")
@@ -147,7 +147,8 @@ async def send_text(
 
 
 async def deliver(
-    bot: Bot, store: Store, out: OutboundMessage, chat_id: int, *, reply_to: int | None, policy: SendPolicy,
+    bot: Bot, deliveries: Deliveries, out: OutboundMessage, chat_id: int, *, reply_to: int | None,
+    policy: SendPolicy,
 ) -> bool:
     """Send a turn's reply in order and record each part as a delivery: "sent" with Telegram's message_id,
     or "failed" with the error (the part that failed, and the parts after it, which are not sent)."""
@@ -178,7 +179,7 @@ async def deliver(
     ]
     for row in rows:
         try:
-            await store.record_delivery(row)
+            await deliveries.record_delivery(row)
         except Exception as exc:
             logger.error("telegram.delivery_not_recorded", user_id=out.user_id, error=type(exc).__name__)
     return ok

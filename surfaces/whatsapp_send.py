@@ -29,8 +29,10 @@ from twilio.rest import Client
 
 from bot.config import Settings
 from bot.keyed import KeyedLocks
+from bot.ports import Deliveries
 from kernel import log
-from memory.store import Delivery, Store, StoreError
+from kernel.errors import StoreError
+from kernel.types import Delivery
 from surfaces.whatsapp_text import split_message
 
 logger = log.get("hilo.whatsapp")
@@ -175,17 +177,19 @@ class TwilioSender:
 
 
 async def deliver(
-    sender: TwilioSender, store: Store, *, recipient: str, text: str, user_id: int | None, message_id: int | None,
+    sender: TwilioSender, deliveries: Deliveries, *, recipient: str, text: str, user_id: int | None,
+    message_id: int | None,
 ) -> list[SendResult]:
     """Split `text`, send the parts in order and record each one (when the person is known: a delivery row
     belongs to a user). After a part finally fails the rest are not sent (a reply with a hole in it reads
     wrong) and are recorded as failed too."""
     async with sender.recipients.hold(recipient):
-        return await _deliver(sender, store, recipient, text, user_id, message_id)
+        return await _deliver(sender, deliveries, recipient, text, user_id, message_id)
 
 
 async def _deliver(
-    sender: TwilioSender, store: Store, recipient: str, text: str, user_id: int | None, message_id: int | None,
+    sender: TwilioSender, deliveries: Deliveries, recipient: str, text: str, user_id: int | None,
+    message_id: int | None,
 ) -> list[SendResult]:
     parts = split_message(text)
     results: list[SendResult] = []
@@ -201,7 +205,7 @@ async def _deliver(
         if user_id is None:
             continue
         try:
-            await store.record_delivery(Delivery(
+            await deliveries.record_delivery(Delivery(
                 user_id=user_id, message_id=message_id, surface="whatsapp", recipient=recipient,
                 status="sent" if result.ok else "failed", part=i, parts=len(parts), provider_ref=result.sid,
                 error=result.error, attempts=result.attempts,

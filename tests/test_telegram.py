@@ -21,10 +21,10 @@ from telegram import Bot, Message
 
 from bot.app import create_app
 from bot.config import Settings
+from bot.runtime import Runtime
 from bot.tasks import TaskSet
 from kernel import catalog
 from kernel.errors import ConfigError
-from surfaces.base import Runtime
 from surfaces.telegram import TelegramSurface, api_urls
 from surfaces.telegram_inbound import Allowlist, BotIdentity, classify
 from surfaces.telegram_outbound import (
@@ -66,7 +66,7 @@ def runtime(client: httpx.AsyncClient) -> Any:
 
 async def inspect(client: httpx.AsyncClient, user_id: int = 42) -> dict[str, Any] | None:
     """Everything stored about the Telegram user `user_id` (None: nothing)."""
-    store = runtime(client).store
+    store = runtime(client).pipeline.store
     handle = await store.identity_handle("telegram", str(user_id))
     data: dict[str, Any] | None = await store.inspect(handle) if handle else None
     return data
@@ -308,7 +308,7 @@ async def test_groups_answer_mentions_and_replies_each_sender_their_own(
     async with running_daemon(tg_settings(tmp_path, bot_api)) as client:
         bot_api.enqueue(bot_api.text_update("hi, in private"))
         await bot_api.wait_sent(1)
-        store = runtime(client).store
+        store = runtime(client).pipeline.store
         await store.remember(await store.identity_user("telegram", "42"), "private fact: my locker is 42", 5)
         text, entities = bot_api.mention("what do you know about lockers?")
         bot_api.enqueue(
@@ -407,7 +407,7 @@ async def test_a_full_disk_gets_the_store_unavailable_text_and_keeps_nothing(
 ) -> None:
     """SQLite really answering "database or disk is full" (a StoreError, not StoreUnavailable) on ingest."""
     async with running_daemon(tg_settings(tmp_path, bot_api)) as client:
-        async with disk_full(runtime(client).store):
+        async with disk_full(runtime(client).pipeline.store):
             bot_api.enqueue(bot_api.text_update(PAGE_SIZED_TEXT, language_code="es"))
             [apology] = await bot_api.wait_sent(1)
             assert apology.text == catalog.t("store_unavailable", "es")
@@ -538,7 +538,7 @@ async def test_a_refused_token_stops_the_start_saying_what_to_check(tmp_path: Pa
     settings = tg_settings(tmp_path, bot_api, TELEGRAM_BOT_TOKEN="999:not-the-token")
     surface = TelegramSurface(settings)
     with pytest.raises(ConfigError, match="TELEGRAM_BOT_TOKEN") as err:
-        await surface.start(Runtime(settings, None, None, None, TaskSet()))  # type: ignore[arg-type]
+        await surface.start(Runtime(settings, None, None, TaskSet()))  # type: ignore[arg-type]
     assert "not-the-token" not in str(err.value) and err.value.__suppress_context__  # no traceback shows it
     await surface.stop()
     gc.collect()

@@ -8,6 +8,7 @@ HiloError
  ├── ServiceUnavailable     an outside service the daemon needs (the Telegram Bot API, ...) cannot be reached or
  │   │                      failed: the message says which and what to check
  │   └── SendFailed         surfaces.telegram_outbound: a Bot API call given up after its retries
+ ├── GaveUp                 bot.retry: a call given up after its retries (`error`, `attempts`)
  ├── ModelError             bot.models.base: TransientError (RateLimited, ServerError, ModelTimeout,
  │                          ConnectionFailed), PermanentError, AllModelsFailed
  ├── StoreError             the database refused: StoreUnavailable (here, so that surfaces catch it without

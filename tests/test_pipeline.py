@@ -10,8 +10,8 @@ import pytest
 
 from bot.config import Settings
 from bot.models.factory import build_chain
-from bot.models.retry import RetryPolicy
 from bot.pipeline import Pipeline
+from bot.retry import RetryPolicy
 from kernel import catalog
 from kernel.errors import InputError, NotFound
 from kernel.types import InboundMessage

@@ -199,6 +199,23 @@ async def test_send_retries_transient_errors_and_gives_up_on_permanent_ones(bot_
     assert [s.text for s in bot_api.sent] == ["hi"]
 
 
+async def test_a_retry_after_beyond_the_cap_gives_up_at_once(bot_api: FakeBotApi) -> None:
+    waits: list[float] = []
+
+    async def record(seconds: float) -> None:
+        waits.append(seconds)
+
+    api, files = api_urls(bot_api.base_url)
+    async with Bot(TOKEN, base_url=api, base_file_url=files) as bot:
+        bot_api.fail("sendMessage", 429, retry_after=61)  # the cap is 60 s: a person would wait too long
+        with pytest.raises(SendFailed) as err:
+            await send_with_retry(lambda: bot.send_message(1, "hi"), SendPolicy(sleep=record))
+        assert err.value.attempts == 1 and "RetryAfter" in str(err.value)
+        bot_api.fail("sendMessage", 429, retry_after=60)  # at the cap: waited
+        _, attempts = await send_with_retry(lambda: bot.send_message(1, "hi"), SendPolicy(sleep=record))
+    assert attempts == 2 and waits == [60.0] and [s.text for s in bot_api.sent] == ["hi"]
+
+
 async def test_typing_is_repeated_until_the_reply_is_ready(bot_api: FakeBotApi) -> None:
     api, files = api_urls(bot_api.base_url)
     async with Bot(TOKEN, base_url=api, base_file_url=files) as bot:

@@ -20,7 +20,7 @@ from bot.config import Settings
 from bot.models.base import ConnectionFailed
 from bot.models.echo import EchoProvider
 from bot.models.factory import build_chain
-from bot.models.retry import RetryPolicy
+from bot.retry import RetryPolicy
 from kernel import catalog
 from kernel.errors import ConfigError
 from surfaces.web_auth import sign_site_token, verify_site_token

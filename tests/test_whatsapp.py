@@ -12,6 +12,8 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -186,6 +188,13 @@ async def test_sender_retries_transient_errors_and_gives_up_on_permanent_ones(
         result = await sender.send(HANDLE, "hi")
         assert result.ok and result.attempts == 3 and result.sid == twilio_api.sent[-1].sid
         assert 0.1 <= waits[0] < 0.2 and waits[1] == 7  # backoff, then the server's Retry-After
+
+        in_20_s = format_datetime(datetime.now(UTC) + timedelta(seconds=20), usegmt=True)
+        twilio_api.enqueue(fake_twilio.rate_limited(in_20_s), fake_twilio.created())
+        waits.clear()
+        result = await sender.send(HANDLE, "hi")
+        assert result.ok and result.attempts == 2
+        assert len(waits) == 1 and 10 < waits[0] <= 20, waits  # an HTTP-date's pause (whole seconds), no backoff
 
         twilio_api.enqueue(*[fake_twilio.server_error(503)] * 3)
         result = await sender.send(HANDLE, "hi")

@@ -14,7 +14,7 @@ Delivery) in kernel.types, so that surfaces need no memory module; they are re-e
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -141,6 +141,10 @@ class Redemption:
 
 class Store(Protocol):
     """A database of people, their conversations and messages. Every method is async and never blocks the loop."""
+
+    #: The store's "now" (an aware UTC datetime): link codes, lockouts, the resume window and reply times read
+    #: it. A constructor keyword (`clock=`, default the real time); tests pass a clock they can move.
+    clock: Callable[[], datetime]
 
     async def open(self) -> None:
         """Connect and apply pending migrations."""

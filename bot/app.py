@@ -24,12 +24,13 @@ from bot.config import Settings, ensure_secret_key
 from bot.jobs import JobRegistry, Scheduler
 from bot.models.base import Chain
 from bot.pipeline import Pipeline
+from bot.plugins import enabled_surfaces
+from bot.runtime import Runtime, Surface
 from bot.tasks import TaskSet
 from kernel import log, tokens
 from kernel.errors import ConfigError
 from memory.open import SQLITE_PREFIX, open_store, sqlite_path
 from memory.store import Store
-from surfaces.base import Runtime, Surface
 
 logger = log.get("hilo.app")
 
@@ -70,10 +71,8 @@ def create_app(
     (the jobs: bot/job_list.py). `app.state.hilo` holds the Runtime (`runtime`), the names of the started
     surfaces (`surfaces`) and the job Scheduler (`jobs`) while it runs. A start that fails undoes what it
     started and raises: nothing is logged here, the caller says why (`hilo serve`: one `daemon.failed` line)."""
-    from surfaces.registry import enabled
-
     settings = with_secret_key(settings)
-    active = surfaces if surfaces is not None else enabled(settings)
+    active = surfaces if surfaces is not None else enabled_surfaces(settings)
     state: dict[str, Any] = {}
 
     @contextlib.asynccontextmanager
@@ -106,7 +105,7 @@ def create_app(
         try:
             await st.open()
             ch = chain if chain is not None else build_chain(settings)
-            runtime = Runtime(settings, st, ch, Pipeline(settings, st, ch), TaskSet())
+            runtime = Runtime(settings, ch, Pipeline(settings, st, ch), TaskSet())
             state["runtime"] = runtime
             for surface in active:
                 await surface.start(runtime)

@@ -94,16 +94,15 @@ def _pipeline(settings: Settings, store: Any, *, with_model: bool) -> Pipeline:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from surfaces import cli as cli_surface
+    from bot import plugins
 
+    chat = plugins.chat()  # the terminal surface, found through its entry point (bot imports no surface)
     settings = _settings(args)
 
     async def run(store: Any) -> int:
         pipeline = _pipeline(settings, store, with_model=True)
         try:
-            if args.message:
-                return await cli_surface.one_turn(pipeline, args.user, args.surface, " ".join(args.message))
-            return await cli_surface.repl(pipeline, args.user, args.surface)
+            return await chat(pipeline, args.user, args.surface, " ".join(args.message) if args.message else None)
         finally:
             await pipeline.chain.aclose()
 

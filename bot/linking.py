@@ -27,7 +27,7 @@ from datetime import timedelta
 
 from bot.notices import Notices
 from kernel import catalog, log
-from kernel.types import InboundMessage, utcnow
+from kernel.types import InboundMessage
 from memory.store import LinkCodeOwner, LinkPolicy, Redemption, Store
 
 logger = log.get("hilo.linking")
@@ -128,7 +128,7 @@ class Linker:
         code = new_code()
         canonical = normalize(code)
         assert canonical is not None
-        await self.store.issue_link_code(surface, external_user_id, code_hash(canonical), utcnow() + CODE_TTL,
+        await self.store.issue_link_code(surface, external_user_id, code_hash(canonical), self.store.clock() + CODE_TTL,
                                          owner_name=name, language=language, conversation_ref=conversation_ref)
         return code
 

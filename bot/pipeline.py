@@ -20,6 +20,8 @@ from bot.config import Settings
 from bot.keyed import KeyedLocks
 from bot.models.base import AllModelsFailed, Chain, ChainResult, Completion, Reset
 from bot.notices import Notices
+from bot.opt_out import OptOut
+from bot.ports import Deliveries, History
 from kernel import catalog, log, tokens
 from kernel.errors import InputError
 from kernel.text import blank
@@ -45,6 +47,10 @@ class Pipeline:
         self.chain = chain
         #: what hilo tells a person outside their turn; surfaces that can write to people register senders
         self.notices = Notices(store)
+        #: what surfaces reach of the store (they import no memory module): reads, deliveries, opt-out
+        self.history = History(store)
+        self.deliveries: Deliveries = store
+        self.opt_out = OptOut(store)
         self._locks: KeyedLocks[int] = KeyedLocks()
         #: Stored messages whose turn runs now: a redelivery of one of them is a duplicate, not a resume.
         self._in_flight: set[int] = set()
@@ -65,8 +71,7 @@ class Pipeline:
         command = commands.parse(msg.text)
         if command is not None and command.name in commands.HANDLERS:
             # A command (/link, /memory ...) is not a turn: not stored, never shown to the model.
-            text = await commands.run(command, msg, self.store, default_language=self.settings.language,
-                                      notices=self.notices)
+            text = await self.command(command, msg)
             logger.info("turn.command", surface=msg.surface, command=command.name)
             return OutboundMessage(msg.surface, msg.sender, text, "command")
         lang = catalog.language(msg.language, self.settings.language)
@@ -83,6 +88,11 @@ class Pipeline:
             return await self._turn(msg, turn, lang, started, on_delta, on_ingested)
         finally:
             self._in_flight.discard(turn.message.id)
+
+    async def command(self, command: commands.Command, msg: InboundMessage) -> str:
+        """The reply to a command (/link, /memory ...) sent by the person of `msg`; nothing is stored as a message."""
+        return await commands.run(command, msg, self.store, default_language=self.settings.language,
+                                  notices=self.notices)
 
     async def _turn(
         self, msg: InboundMessage, turn: Ingested, lang: str, started: float,

@@ -8,9 +8,11 @@ HiloError
  ├── ServiceUnavailable     an outside service the daemon needs (the Telegram Bot API, ...) cannot be reached or
  │   │                      failed: the message says which and what to check
  │   └── SendFailed         surfaces.telegram_outbound: a Bot API call given up after its retries
+ ├── GaveUp                 bot.retry: a call given up after its retries (`error`, `attempts`)
  ├── ModelError             bot.models.base: TransientError (RateLimited, ServerError, ModelTimeout,
  │                          ConnectionFailed), PermanentError, AllModelsFailed
- ├── StoreError             memory.store: StoreUnavailable; memory.migrate: MigrationError
+ ├── StoreError             the database refused: StoreUnavailable (here, so that surfaces catch it without
+ │                          importing memory/), memory.migrate: MigrationError
  ├── ImportFileError        memory.importer: an import file that cannot be read
  ├── Rollback               memory.sqlite_queries: rolls a transaction back (never escapes the store)
  ├── AuthFailed             surfaces.web_auth: a credential was sent but is not valid (401)
@@ -51,3 +53,11 @@ class ServiceUnavailable(HiloError):
 
 class Draining(HiloError):
     """The daemon is shutting down: new work is refused (the caller answers 503 or drops a late status)."""
+
+
+class StoreError(HiloError):
+    """Root of store errors (memory.store re-exports it: the store contract raises it)."""
+
+
+class StoreUnavailable(StoreError):
+    """The database cannot be reached, or stayed locked past the timeout. Retry later."""

@@ -1,4 +1,5 @@
-"""The data that crosses module boundaries: what a surface hands in, what the pipeline hands back.
+"""The data that crosses module boundaries: what a surface hands in, what the pipeline hands back, and the
+store's records a surface names (StoredMessage, Ingested, Delivery; memory.store re-exports them).
 
 Every surface normalizes its raw input once, at the edge, into one frozen `InboundMessage`; platform extras
 ride in `metadata`. Nothing past the surface knows what a Telegram update or a Twilio form looks like.
@@ -109,3 +110,48 @@ class ModelCallRecord:
     #               "circuit_open" for a call that failed
     fallback_from: str | None = None
     error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    id: int
+    conversation_id: int
+    user_id: int
+    surface: str
+    role: str
+    content: str
+    token_count: int
+    external_id: str | None
+    created_at: datetime
+    metadata: dict[str, Any] = field(default_factory=dict)
+    #: For an assistant message, the id of the user message it answers.
+    reply_to: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Ingested:
+    """What `ingest` did: the user, the conversation and the stored message of this turn."""
+
+    user_id: int
+    handle: str
+    conversation_id: int
+    message: StoredMessage
+    created_user: bool = False
+    #: A redelivery of a message whose turn never ran (the process died before calling the model).
+    resumed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One part of a reply as sent to a surface. status: "sent" | "failed" (and later provider statuses)."""
+
+    user_id: int
+    message_id: int | None
+    surface: str
+    recipient: str
+    status: str
+    part: int = 1
+    parts: int = 1
+    provider_ref: str | None = None
+    error: str | None = None
+    attempts: int = 1

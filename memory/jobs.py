@@ -14,8 +14,8 @@ A job is a row of `jobs` (migration 0012) named after it: its lease (`owner`, `e
 - finish: releases the lease and records the outcome and the next due time, in one statement. A process that
   died leaves a lease that a claimer takes over once it expired (the run is done again: at least once).
 
-"Now" is the store's clock (`store.clock()`; the current UTC time for a store without one), so the machines of
-one database compare their clocks: keep them in sync (NTP); a lease's ttl is the margin.
+"Now" is the store's clock (`store.clock()`, which the store passes in), so the machines of one database compare
+their clocks: keep them in sync (NTP); a lease's ttl is the margin.
 
 The logic is written once, as coroutines over `$n` SQL (`Sql`): Postgres runs them on a pooled connection
 (`PgDb` is a `Sql`); SQLite steps them synchronously on the store's worker thread (`on_sqlite`: they never
@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
 from memory.sqlite_db import Db, from_ts, to_ts
@@ -108,12 +108,6 @@ _STATES = ("SELECT name, owner, expires_at, due_at, requested_at, started_at, fi
            "duration_ms, runs FROM jobs ORDER BY name")
 #: The cleanup job's work: link codes that can never be redeemed again (used, replaced or expired) say nothing.
 _PURGE_LINK_CODES = "DELETE FROM link_codes WHERE used_at IS NOT NULL OR expires_at < $1"
-
-
-def now_of(store: object) -> datetime:
-    """The store's clock (`store.clock()`), or the current UTC time for a store without one."""
-    clock = getattr(store, "clock", None)
-    return clock() if callable(clock) else datetime.now(UTC)
 
 
 def _when(value: Any) -> datetime | None:

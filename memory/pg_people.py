@@ -13,7 +13,6 @@ from memory import pg_linking as linking
 from memory import pg_queries as queries
 from memory.pg_db import PgDb, aware
 from memory.pg_inspect import deliveries_json
-from memory.sqlite_db import utcnow
 from memory.sqlite_people import delivery_rank
 from memory.store import Delivery, LinkPolicy, Redemption, StoredMessage
 
@@ -22,6 +21,8 @@ Mode = Literal["read", "write"]
 
 
 class PgPeopleMethods:
+    clock: Callable[[], datetime]  # set by PostgresStore
+
     async def _tx(self, mode: Mode, fn: Callable[[PgDb], Awaitable[T]]) -> T:  # provided by PostgresStore
         raise NotImplementedError
 
@@ -37,7 +38,7 @@ class PgPeopleMethods:
         ))
 
     async def set_opt_out(self, surface: str, external_user_id: str, opted_out: bool) -> int:
-        now = utcnow()
+        now = self.clock()
 
         async def write(db: PgDb) -> int:
             user_id = await queries.identity_user(db, surface, external_user_id, now)
@@ -57,7 +58,7 @@ class PgPeopleMethods:
         self, surface: str, external_user_id: str, code_hash: str, expires_at: datetime, *,
         owner_name: str | None = None, language: str | None = None, conversation_ref: str | None = None,
     ) -> int:
-        now = utcnow()
+        now = self.clock()
         return await self._tx("write", lambda db: linking.issue_code(
             db, surface, external_user_id, code_hash, now, aware(expires_at), (owner_name, language, conversation_ref)))
 
@@ -65,28 +66,28 @@ class PgPeopleMethods:
         self, surface: str, external_user_id: str, code_hash: str, policy: LinkPolicy,
         also: tuple[str, str] | None = None, *, confirm: bool = False,
     ) -> Redemption:
-        now = utcnow()
+        now = self.clock()
         return await self._tx("write", lambda db: linking.redeem_code(
             db, surface, external_user_id, code_hash, now, policy, also, confirm))
 
     async def post_notice(
         self, user_id: int, surface: str, conversation_ref: str | None, text: str, token_count: int,
     ) -> StoredMessage:
-        now = utcnow()
+        now = self.clock()
         return await self._tx("write", lambda db: linking.post_notice(
             db, user_id, surface, conversation_ref, text, token_count, now))
 
     async def link_identity(self, handle: str, surface: str, external_user_id: str, actor: str) -> int | None:
-        now = utcnow()
+        now = self.clock()
         return await self._tx(
             "write", lambda db: linking.link_identity(db, handle, surface, external_user_id, actor, now))
 
     async def unlink_identity(self, surface: str, external_user_id: str, actor: str) -> tuple[str, int | None]:
-        now = utcnow()
+        now = self.clock()
         return await self._tx("write", lambda db: linking.unlink_identity(db, surface, external_user_id, actor, now))
 
     async def record_delivery(self, delivery: Delivery) -> int:
-        now = utcnow()
+        now = self.clock()
         d = delivery
         return int(await self._tx("write", lambda db: db.value(
             "INSERT INTO deliveries(user_id, message_id, surface, recipient, part, parts, status, provider_ref, "
@@ -96,7 +97,7 @@ class PgPeopleMethods:
         )))
 
     async def update_delivery(self, surface: str, provider_ref: str, status: str, error: str | None = None) -> bool:
-        now = utcnow()
+        now = self.clock()
 
         async def write(db: PgDb) -> bool:
             # FOR UPDATE: concurrent callbacks of one part take turns, so the rank check below holds

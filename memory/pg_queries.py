@@ -27,7 +27,7 @@ from memory.pg_db import (
     to_message,
     tsquery_text,
 )
-from memory.sqlite_db import dump_metadata, utcnow
+from memory.sqlite_db import dump_metadata
 from memory.sqlite_queries import RESUME_WINDOW, Rollback, _import_ref
 from memory.store import ContextQuery, ContextRows, ImportResult, ImportRow, Ingested, StoredMessage
 
@@ -76,7 +76,7 @@ async def user_by_handle(db: PgDb, handle: str, created_at: datetime, create: bo
     return (await db.one("SELECT id FROM users WHERE handle = $1", handle))[0], False
 
 
-async def ingest(db: PgDb, msg: InboundMessage, token_count: int) -> Ingested:
+async def ingest(db: PgDb, msg: InboundMessage, token_count: int, now: datetime) -> Ingested:
     """Take one message in. A redelivery raises Rollback(None), or Rollback(turn to resume) when its turn never
     ran; a foreign conversation raises NotFound."""
     at = aware(msg.received_at)
@@ -101,7 +101,7 @@ async def ingest(db: PgDb, msg: InboundMessage, token_count: int) -> Ingested:
         metadata, None,
     )
     if row is None:  # (surface, external_id) already stored: undo the user/conversation work
-        raise Rollback(await _unanswered(db, msg, user_id))
+        raise Rollback(await _unanswered(db, msg, user_id, now))
     stored = StoredMessage(
         id=row[0], conversation_id=conversation_id, user_id=user_id, surface=msg.surface, role="user",
         content=msg.text, token_count=token_count, external_id=msg.external_id, created_at=at,
@@ -118,7 +118,7 @@ async def _lock_identity(db: PgDb, surface: str, sender: str) -> Any:
     return await db.one(SELECT_IDENTITY, surface, sender)
 
 
-async def _unanswered(db: PgDb, msg: InboundMessage, user_id: int) -> Ingested | None:
+async def _unanswered(db: PgDb, msg: InboundMessage, user_id: int, now: datetime) -> Ingested | None:
     """A redelivered message: None (drop it) if its turn ran, or the stored turn to resume if it never did."""
     row = await db.one(
         f"SELECT {MSG_COLS}, u.handle FROM messages m JOIN users u ON u.id = m.user_id "
@@ -126,7 +126,7 @@ async def _unanswered(db: PgDb, msg: InboundMessage, user_id: int) -> Ingested |
         "WHERE m.surface = $1 AND m.external_id = $2 AND m.user_id = $3 AND m.role = 'user' AND m.created_at >= $4 "
         "AND NOT EXISTS (SELECT 1 FROM model_calls c WHERE c.message_id = m.id) "
         "AND NOT EXISTS (SELECT 1 FROM messages r WHERE r.reply_to = m.id)",
-        msg.surface, msg.external_id, user_id, utcnow() - RESUME_WINDOW,
+        msg.surface, msg.external_id, user_id, now - RESUME_WINDOW,
     )
     if row is None:
         return None
@@ -239,10 +239,10 @@ async def load_context(db: PgDb, q: ContextQuery) -> ContextRows:
 
 async def finish_turn(
     db: PgDb, turn: Ingested, reply: str | None, reply_tokens: int, calls: Sequence[ModelCallRecord],
-    metadata: dict[str, Any] | None,
+    metadata: dict[str, Any] | None, now: datetime,
 ) -> StoredMessage | None:
-    """The reply, the usage rows and the conversation's updated_at, together."""
-    at = max(utcnow(), turn.message.created_at)  # a reply never sorts before what it answers
+    """The reply, the usage rows and the conversation's updated_at, together (`now`: the store's clock)."""
+    at = max(now, turn.message.created_at)  # a reply never sorts before what it answers
     msg = turn.message
     stored: StoredMessage | None = None
     if reply is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
+from datetime import datetime
 from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -90,8 +91,11 @@ class PostgresStore(PgPeopleMethods):
 
     dialect = "postgres"
 
-    def __init__(self, url: str, *, statement_cache_size: int | None = None, command_timeout: float = 30.0) -> None:
+    def __init__(self, url: str, *, statement_cache_size: int | None = None, command_timeout: float = 30.0,
+                 clock: Callable[[], datetime] = utcnow) -> None:
         self.dsn, options = parse_url(url)
+        #: every "now" of the store (link codes, lockouts, the resume window, reply times): tests move it
+        self.clock = clock
         if statement_cache_size is not None:
             options["statement_cache_size"] = statement_cache_size
         self.options = options
@@ -197,32 +201,33 @@ class PostgresStore(PgPeopleMethods):
     # -- background job leases (memory/jobs.py): READ COMMITTED, FOR UPDATE SKIP LOCKED ---------------------
 
     async def register_job(self, name: str, scheduled: bool) -> None:
-        now = jobs.now_of(self)
+        now = self.clock()
         await self._tx("write", lambda db: jobs.register(db, name, scheduled, now))
 
     async def claim_job(self, name: str, owner: str, ttl: float, *, force: bool = False) -> jobs.JobClaim:
-        now = jobs.now_of(self)
+        now = self.clock()
         return await self._tx("write", lambda db: jobs.claim(db, "postgres", name, owner, ttl, now, force))
 
     async def renew_job(self, name: str, owner: str, ttl: float) -> bool:
-        now = jobs.now_of(self)
+        now = self.clock()
         return await self._tx("write", lambda db: jobs.renew(db, name, owner, ttl, now))
 
     async def finish_job(self, name: str, owner: str, end: jobs.JobEnd) -> bool:
-        now = jobs.now_of(self)
+        now = self.clock()
         return await self._tx("write", lambda db: jobs.finish(db, name, owner, end, now))
 
     async def job_states(self) -> list[jobs.JobState]:
         return await self._tx("read", jobs.states)
 
     async def purge_link_codes(self) -> int:
-        now = jobs.now_of(self)
+        now = self.clock()
         return await self._tx("write", lambda db: jobs.purge_link_codes(db, now))
 
     # -- the turn ----------------------------------------------------------------------------------------
 
     async def ingest(self, msg: InboundMessage, token_count: int) -> Ingested | None:
-        return await self._tx("write", lambda db: queries.ingest(db, msg, token_count))
+        now = self.clock()
+        return await self._tx("write", lambda db: queries.ingest(db, msg, token_count, now))
 
     async def load_context(self, query: ContextQuery) -> ContextRows:
         return await self._tx("read", lambda db: queries.load_context(db, query))
@@ -231,8 +236,9 @@ class PostgresStore(PgPeopleMethods):
         self, turn: Ingested, reply: str | None, reply_tokens: int, calls: Sequence[ModelCallRecord],
         metadata: dict[str, Any] | None = None,
     ) -> StoredMessage | None:
+        now = self.clock()
         return await self._tx(
-            "write", lambda db: queries.finish_turn(db, turn, reply, reply_tokens, calls, metadata)
+            "write", lambda db: queries.finish_turn(db, turn, reply, reply_tokens, calls, metadata, now)
         )
 
     async def import_rows(self, rows: Sequence[ImportRow]) -> ImportResult:
@@ -242,7 +248,7 @@ class PostgresStore(PgPeopleMethods):
 
     async def user_id(self, handle: str, *, create: bool = False) -> int | None:
         async def run(db: PgDb) -> int | None:
-            return (await queries.user_by_handle(db, handle, utcnow(), create))[0]
+            return (await queries.user_by_handle(db, handle, self.clock(), create))[0]
 
         return await self._tx("write" if create else "read", run)
 
@@ -253,7 +259,7 @@ class PostgresStore(PgPeopleMethods):
         ))
 
     async def create_conversation(self, user_id: int, surface: str, title: str | None = None) -> int:
-        now = utcnow()
+        now = self.clock()
         return int(await self._tx("write", lambda db: db.value(
             "INSERT INTO conversations(user_id, surface, singleton, title, created_at, updated_at) "
             "VALUES ($1, $2, false, $3, $4, $5) RETURNING id", user_id, surface, title, now, now,
@@ -282,7 +288,7 @@ class PostgresStore(PgPeopleMethods):
         return await self._tx("read", read)
 
     async def remember(self, user_id: int, content: str, token_count: int) -> Fact:
-        now = utcnow()
+        now = self.clock()
         row = await self._tx("write", lambda db: db.one(
             f"INSERT INTO facts(user_id, content, token_count, created_at) VALUES ($1, $2, $3, $4) "
             f"RETURNING {FACT_COLS}", user_id, content, token_count, now,

@@ -11,7 +11,7 @@ from typing import Any, Literal, TypeVar
 
 from memory import sqlite_linking as linking
 from memory import sqlite_queries as queries
-from memory.sqlite_db import Db, to_ts, utcnow
+from memory.sqlite_db import Db, to_ts
 from memory.sqlite_inspect import deliveries_json
 from memory.store import Delivery, LinkPolicy, Redemption, StoredMessage
 
@@ -28,6 +28,8 @@ def delivery_rank(status: str) -> int:
 
 
 class PeopleMethods:
+    clock: Callable[[], datetime]  # set by SqliteStore
+
     async def _tx(self, mode: Mode, fn: Callable[[Db], T]) -> T:  # provided by SqliteStore
         raise NotImplementedError
 
@@ -45,7 +47,7 @@ class PeopleMethods:
         return None if row is None else str(row[0])
 
     async def set_opt_out(self, surface: str, external_user_id: str, opted_out: bool) -> int:
-        now = to_ts(utcnow())
+        now = to_ts(self.clock())
 
         def write(db: Db) -> int:
             user_id = queries.identity_user(db, surface, external_user_id, now)
@@ -66,7 +68,7 @@ class PeopleMethods:
         self, surface: str, external_user_id: str, code_hash: str, expires_at: datetime, *,
         owner_name: str | None = None, language: str | None = None, conversation_ref: str | None = None,
     ) -> int:
-        now = to_ts(utcnow())
+        now = to_ts(self.clock())
         return await self._tx("write", lambda db: linking.issue_code(
             db, surface, external_user_id, code_hash, now, to_ts(expires_at), (owner_name, language, conversation_ref)))
 
@@ -74,28 +76,28 @@ class PeopleMethods:
         self, surface: str, external_user_id: str, code_hash: str, policy: LinkPolicy,
         also: tuple[str, str] | None = None, *, confirm: bool = False,
     ) -> Redemption:
-        moment = utcnow()
+        moment = self.clock()
         return await self._tx("write", lambda db: linking.redeem_code(
             db, surface, external_user_id, code_hash, moment, policy, also, confirm))
 
     async def post_notice(
         self, user_id: int, surface: str, conversation_ref: str | None, text: str, token_count: int,
     ) -> StoredMessage:
-        now = to_ts(utcnow())
+        now = to_ts(self.clock())
         return await self._tx("write", lambda db: linking.post_notice(
             db, user_id, surface, conversation_ref, text, token_count, now))
 
     async def link_identity(self, handle: str, surface: str, external_user_id: str, actor: str) -> int | None:
-        now = to_ts(utcnow())
+        now = to_ts(self.clock())
         return await self._tx(
             "write", lambda db: linking.link_identity(db, handle, surface, external_user_id, actor, now))
 
     async def unlink_identity(self, surface: str, external_user_id: str, actor: str) -> tuple[str, int | None]:
-        now = to_ts(utcnow())
+        now = to_ts(self.clock())
         return await self._tx("write", lambda db: linking.unlink_identity(db, surface, external_user_id, actor, now))
 
     async def record_delivery(self, delivery: Delivery) -> int:
-        now = to_ts(utcnow())
+        now = to_ts(self.clock())
         d = delivery
         row = await self._tx("write", lambda db: db.one(
             "INSERT INTO deliveries(user_id, message_id, surface, recipient, part, parts, status, provider_ref, "
@@ -106,7 +108,7 @@ class PeopleMethods:
         return int(row[0])
 
     async def update_delivery(self, surface: str, provider_ref: str, status: str, error: str | None = None) -> bool:
-        now = to_ts(utcnow())
+        now = to_ts(self.clock())
 
         def write(db: Db) -> bool:
             row = db.one("SELECT status FROM deliveries WHERE surface = ? AND provider_ref = ?",

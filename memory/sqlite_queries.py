@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from kernel.errors import HiloError, NotFound
@@ -25,7 +25,6 @@ from memory.sqlite_db import (
     to_fact,
     to_message,
     to_ts,
-    utcnow,
 )
 from memory.store import ContextQuery, ContextRows, ImportResult, ImportRow, Ingested, StoredMessage
 
@@ -76,7 +75,7 @@ def user_by_handle(db: Db, handle: str, created_at: str, create: bool = True) ->
     return db.one("SELECT id FROM users WHERE handle = ?", (handle,))[0], False  # pragma: no cover (race)
 
 
-def ingest(db: Db, msg: InboundMessage, token_count: int) -> Ingested:
+def ingest(db: Db, msg: InboundMessage, token_count: int, now: datetime) -> Ingested:
     """Take one message in. A redelivery raises Rollback(None), or Rollback(turn to resume) when its turn never
     ran; a foreign conversation raises NotFound."""
     at = to_ts(msg.received_at)
@@ -103,7 +102,7 @@ def ingest(db: Db, msg: InboundMessage, token_count: int) -> Ingested:
          None),
     )
     if row is None:  # (surface, external_id) already stored: undo the user/conversation work
-        raise Rollback(_unanswered(db, msg, user_id))
+        raise Rollback(_unanswered(db, msg, user_id, now))
     stored = StoredMessage(
         id=row[0], conversation_id=conversation_id, user_id=user_id, surface=msg.surface, role="user",
         content=msg.text, token_count=token_count, external_id=msg.external_id,
@@ -114,7 +113,7 @@ def ingest(db: Db, msg: InboundMessage, token_count: int) -> Ingested:
                     created_user=created)
 
 
-def _unanswered(db: Db, msg: InboundMessage, user_id: int) -> Ingested | None:
+def _unanswered(db: Db, msg: InboundMessage, user_id: int, now: datetime) -> Ingested | None:
     """A redelivered message: None (drop it) if its turn ran, or the stored turn to resume if it never did
     (the process died between storing the message and calling the model: the person still deserves an answer)."""
     row = db.one(
@@ -123,7 +122,7 @@ def _unanswered(db: Db, msg: InboundMessage, user_id: int) -> Ingested | None:
         "WHERE m.surface = ? AND m.external_id = ? AND m.user_id = ? AND m.role = 'user' AND m.created_at >= ? "
         "AND NOT EXISTS (SELECT 1 FROM model_calls c WHERE c.message_id = m.id) "
         "AND NOT EXISTS (SELECT 1 FROM messages r WHERE r.reply_to = m.id)",
-        (msg.surface, msg.external_id, user_id, to_ts(utcnow() - RESUME_WINDOW)),
+        (msg.surface, msg.external_id, user_id, to_ts(now - RESUME_WINDOW)),
     )
     if row is None:
         return None
@@ -233,10 +232,10 @@ def load_context(db: Db, q: ContextQuery) -> ContextRows:
 
 def finish_turn(
     db: Db, turn: Ingested, reply: str | None, reply_tokens: int, calls: Sequence[ModelCallRecord],
-    metadata: dict[str, Any] | None,
+    metadata: dict[str, Any] | None, now: datetime,
 ) -> StoredMessage | None:
-    """The reply, the usage rows and the conversation's updated_at, together."""
-    moment = max(utcnow(), turn.message.created_at)  # a reply never sorts before what it answers
+    """The reply, the usage rows and the conversation's updated_at, together (`now`: the store's clock)."""
+    moment = max(now, turn.message.created_at)  # a reply never sorts before what it answers
     at = to_ts(moment)
     msg = turn.message
     stored: StoredMessage | None = None

@@ -16,6 +16,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
+from datetime import datetime
 from typing import Any, TypeVar
 
 from kernel.errors import NotFound
@@ -58,8 +59,11 @@ class SqliteStore(PeopleMethods):
 
     dialect = "sqlite"
 
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 5000) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 5000,
+                 clock: Callable[[], datetime] = utcnow) -> None:
         self.path = os.fspath(path)
+        #: every "now" of the store (link codes, lockouts, the resume window, reply times): tests move it
+        self.clock = clock
         self.busy_timeout_ms = busy_timeout_ms
         #: transactions, statements (BEGIN/COMMIT not included) and executor hops since open.
         self.counters: dict[str, int] = {"transactions": 0, "statements": 0, "round_trips": 0}
@@ -210,33 +214,34 @@ class SqliteStore(PeopleMethods):
     # -- background job leases (memory/jobs.py) ---------------------------------------------------------
 
     async def register_job(self, name: str, scheduled: bool) -> None:
-        now = jobs.now_of(self)
+        now = self.clock()
         await self._tx("write", jobs.on_sqlite(lambda sql: jobs.register(sql, name, scheduled, now)))
 
     async def claim_job(self, name: str, owner: str, ttl: float, *, force: bool = False) -> jobs.JobClaim:
-        now = jobs.now_of(self)
+        now = self.clock()
         return await self._tx("write", jobs.on_sqlite(lambda sql: jobs.claim(sql, "sqlite", name, owner, ttl, now,
                                                                               force)))
 
     async def renew_job(self, name: str, owner: str, ttl: float) -> bool:
-        now = jobs.now_of(self)
+        now = self.clock()
         return await self._tx("write", jobs.on_sqlite(lambda sql: jobs.renew(sql, name, owner, ttl, now)))
 
     async def finish_job(self, name: str, owner: str, end: jobs.JobEnd) -> bool:
-        now = jobs.now_of(self)
+        now = self.clock()
         return await self._tx("write", jobs.on_sqlite(lambda sql: jobs.finish(sql, name, owner, end, now)))
 
     async def job_states(self) -> list[jobs.JobState]:
         return await self._tx("read", jobs.on_sqlite(jobs.states))
 
     async def purge_link_codes(self) -> int:
-        now = jobs.now_of(self)
+        now = self.clock()
         return await self._tx("write", jobs.on_sqlite(lambda sql: jobs.purge_link_codes(sql, now)))
 
     # -- the turn ----------------------------------------------------------------------------------------
 
     async def ingest(self, msg: InboundMessage, token_count: int) -> Ingested | None:
-        return await self._tx("write", lambda db: queries.ingest(db, msg, token_count))
+        now = self.clock()
+        return await self._tx("write", lambda db: queries.ingest(db, msg, token_count, now))
 
     async def load_context(self, query: ContextQuery) -> ContextRows:
         return await self._tx("read", lambda db: queries.load_context(db, query))
@@ -245,8 +250,9 @@ class SqliteStore(PeopleMethods):
         self, turn: Ingested, reply: str | None, reply_tokens: int, calls: Sequence[ModelCallRecord],
         metadata: dict[str, Any] | None = None,
     ) -> StoredMessage | None:
+        now = self.clock()
         return await self._tx(
-            "write", lambda db: queries.finish_turn(db, turn, reply, reply_tokens, calls, metadata)
+            "write", lambda db: queries.finish_turn(db, turn, reply, reply_tokens, calls, metadata, now)
         )
 
     async def import_rows(self, rows: Sequence[ImportRow]) -> ImportResult:
@@ -256,7 +262,7 @@ class SqliteStore(PeopleMethods):
 
     async def user_id(self, handle: str, *, create: bool = False) -> int | None:
         mode: Mode = "write" if create else "read"
-        return await self._tx(mode, lambda db: queries.user_by_handle(db, handle, to_ts(utcnow()), create)[0])
+        return await self._tx(mode, lambda db: queries.user_by_handle(db, handle, to_ts(self.clock()), create)[0])
 
     async def find_conversation(self, user_id: int, surface: str) -> int | None:
         row = await self._tx("read", lambda db: db.one(
@@ -266,7 +272,7 @@ class SqliteStore(PeopleMethods):
         return None if row is None else int(row[0])
 
     async def create_conversation(self, user_id: int, surface: str, title: str | None = None) -> int:
-        now = to_ts(utcnow())
+        now = to_ts(self.clock())
         row = await self._tx("write", lambda db: db.one(
             "INSERT INTO conversations(user_id, surface, singleton, title, created_at, updated_at) "
             "VALUES (?, ?, 0, ?, ?, ?) RETURNING id", (user_id, surface, title, now, now),
@@ -295,7 +301,7 @@ class SqliteStore(PeopleMethods):
         return await self._tx("read", read)
 
     async def remember(self, user_id: int, content: str, token_count: int) -> Fact:
-        now = to_ts(utcnow())
+        now = to_ts(self.clock())
         row = await self._tx("write", lambda db: db.one(
             f"INSERT INTO facts(user_id, content, token_count, created_at) VALUES (?, ?, ?, ?) RETURNING {FACT_COLS}",
             (user_id, content, token_count, now),

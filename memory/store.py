@@ -8,47 +8,29 @@ Errors:
 StoreError
  ├── NotFound (kernel.errors)   a conversation that is not the caller's, an unknown handle
  └── StoreUnavailable        the database cannot be reached or is locked past the timeout
+StoreError and StoreUnavailable live in kernel.errors, and the records a surface names (StoredMessage, Ingested,
+Delivery) in kernel.types, so that surfaces need no memory module; they are re-exported here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from kernel.errors import HiloError
+from kernel.errors import StoreError as StoreError  # re-exported: part of the contract
+from kernel.errors import StoreUnavailable as StoreUnavailable  # re-exported: part of the contract
+from kernel.types import Delivery as Delivery  # re-exported: part of the contract
 from kernel.types import InboundMessage, ModelCallRecord
+from kernel.types import Ingested as Ingested  # re-exported: part of the contract
+from kernel.types import StoredMessage as StoredMessage  # re-exported: part of the contract
 from memory.inspection import Inspection as Inspection  # re-exported: part of the contract
 from memory.link_policy import LinkPolicy as LinkPolicy  # re-exported: part of the contract
 
 if TYPE_CHECKING:
     from memory.jobs import JobClaim, JobEnd, JobState
-
-
-class StoreError(HiloError):
-    """Root of store errors."""
-
-
-class StoreUnavailable(StoreError):
-    """The database cannot be reached, or stayed locked past the timeout. Retry later."""
-
-
-@dataclass(frozen=True, slots=True)
-class StoredMessage:
-    id: int
-    conversation_id: int
-    user_id: int
-    surface: str
-    role: str
-    content: str
-    token_count: int
-    external_id: str | None
-    created_at: datetime
-    metadata: dict[str, Any] = field(default_factory=dict)
-    #: For an assistant message, the id of the user message it answers.
-    reply_to: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,19 +42,6 @@ class Fact:
     content: str
     token_count: int
     created_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class Ingested:
-    """What `ingest` did: the user, the conversation and the stored message of this turn."""
-
-    user_id: int
-    handle: str
-    conversation_id: int
-    message: StoredMessage
-    created_user: bool = False
-    #: A redelivery of a message whose turn never ran (the process died before calling the model).
-    resumed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,22 +113,6 @@ class ConversationInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class Delivery:
-    """One part of a reply as sent to a surface. status: "sent" | "failed" (and later provider statuses)."""
-
-    user_id: int
-    message_id: int | None
-    surface: str
-    recipient: str
-    status: str
-    part: int = 1
-    parts: int = 1
-    provider_ref: str | None = None
-    error: str | None = None
-    attempts: int = 1
-
-
-@dataclass(frozen=True, slots=True)
 class LinkCodeOwner:
     """Who asked for a link code, and where: shown to the person redeeming it before they confirm, and told
     once someone joined. `conversation_ref`: where they asked (the web conversation id), for the notice."""
@@ -191,6 +144,10 @@ class Redemption:
 
 class Store(Protocol):
     """A database of people, their conversations and messages. Every method is async and never blocks the loop."""
+
+    #: The store's "now" (an aware UTC datetime): link codes, lockouts, the resume window and reply times read
+    #: it. A constructor keyword (`clock=`, default the real time); tests pass a clock they can move.
+    clock: Callable[[], datetime]
 
     async def open(self) -> None:
         """Connect and apply pending migrations."""

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install everything the tests need into .venv (Python packages from PyPI) and run the whole suite.
 # Works on a fresh machine with python3 >= 3.11; extra arguments go to pytest. Without arguments (or with
-# HILO_LINT=1) ruff and mypy strict run first.
+# HILO_LINT=1) ruff, mypy strict and the import contracts (lint-imports) run first.
 # The widget tests drive Debian's Chromium (/usr/bin/chromium) through Playwright: as root it is installed with
 # apt-get when missing; otherwise this stops with how to get it. Never `playwright install`. The same goes for
 # Debian's pgbouncer (/usr/sbin/pgbouncer), which the turn lease tests run in front of the embedded Postgres.
@@ -34,8 +34,9 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
-if [ "$#" -eq 0 ] || [ "${HILO_LINT:-}" = 1 ]; then  # the whole suite also checks style and types
+if [ "$#" -eq 0 ] || [ "${HILO_LINT:-}" = 1 ]; then  # the whole suite also checks style, types and layers
   .venv/bin/python -m ruff check .
   .venv/bin/python -m mypy
+  .venv/bin/lint-imports --no-cache --no-logo  # the import contracts: pyproject.toml, [tool.importlinter]
 fi
 exec .venv/bin/python -m pytest "$@"

@@ -12,9 +12,8 @@ import uuid
 
 from bot.pipeline import Pipeline
 from kernel import catalog
-from kernel.errors import InputError
+from kernel.errors import InputError, StoreError
 from kernel.types import InboundMessage
-from memory.store import StoreError
 
 
 def inbound(handle: str, surface: str, text: str, conversation_ref: str | None = None) -> InboundMessage:
@@ -27,13 +26,11 @@ def inbound(handle: str, surface: str, text: str, conversation_ref: str | None =
 async def one_turn(pipeline: Pipeline, handle: str, surface: str, text: str) -> int:
     """One full turn; prints the reply. Exit code 0 on an answer, 1 when every model failed, input was refused or the
     database could not take it (the REPL reads on)."""
-    conversation_ref = None
-    if surface == "web":  # the web has many conversations: the terminal continues the latest one
-        user_id = await pipeline.store.user_id(handle)
-        if user_id is not None:
-            latest = await pipeline.store.find_conversation(user_id, "web")
-            conversation_ref = str(latest) if latest is not None else None
     try:
+        conversation_ref = None
+        if surface == "web":  # the web has many conversations: the terminal continues the latest one
+            latest = await pipeline.history.latest_conversation(handle, "web")
+            conversation_ref = str(latest) if latest is not None else None
         out = await pipeline.handle(inbound(handle, surface, text, conversation_ref))
     except InputError as exc:
         print(catalog.t(exc.key, None, **exc.params), file=sys.stderr)
@@ -43,6 +40,13 @@ async def one_turn(pipeline: Pipeline, handle: str, surface: str, text: str) -> 
         return 1
     print(out.text)
     return 0 if out.status in ("ok", "command") else 1
+
+
+async def chat(pipeline: Pipeline, handle: str, surface: str, message: str | None) -> int:
+    """`hilo chat` (the `chat` entry point of `hilo.terminal`): one turn for `message`, else a REPL."""
+    if message is not None:
+        return await one_turn(pipeline, handle, surface, message)
+    return await repl(pipeline, handle, surface)
 
 
 async def repl(pipeline: Pipeline, handle: str, surface: str) -> int:

@@ -30,14 +30,12 @@ from telegram import Update
 from telegram.error import InvalidToken, NetworkError, TelegramError
 from telegram.ext import Application, MessageHandler, filters
 
-from bot import commands
 from bot.config import Settings
 from bot.keyed import RecentIds
+from bot.runtime import Runtime
 from kernel import catalog, log
-from kernel.errors import ConfigError, HiloError, InputError, ServiceUnavailable
+from kernel.errors import ConfigError, HiloError, InputError, ServiceUnavailable, StoreError
 from kernel.types import OutboundMessage
-from memory.store import StoreError
-from surfaces.base import Runtime
 from surfaces.http_body import BodyTooLarge, parse_json, read_body
 from surfaces.telegram_inbound import Allowlist, BotIdentity, Decision, classify
 from surfaces.telegram_outbound import SendFailed, SendPolicy, deliver, send_text, show_typing
@@ -223,8 +221,7 @@ class TelegramSurface:
         elif d.action == "command":
             assert d.command is not None and d.msg is not None
             try:
-                text = await commands.run(d.command, d.msg, rt.store, default_language=rt.settings.language,
-                                          notices=rt.pipeline.notices)
+                text = await rt.pipeline.command(d.command, d.msg)
             except StoreError as exc:  # down, locked, full or broken
                 logger.error("telegram.store_failed", update_id=update.update_id, error=type(exc).__name__)
                 text = catalog.t("store_unavailable", d.lang)
@@ -251,7 +248,8 @@ class TelegramSurface:
             await self._say(chat_id, out.text, d.reply_to)
             return
         # status "failed" (every model down): out.text is the catalogue's apology, sent like any reply
-        await deliver(self.application.bot, rt.store, out, chat_id, reply_to=d.reply_to, policy=self.policy)
+        await deliver(self.application.bot, rt.pipeline.deliveries, out, chat_id, reply_to=d.reply_to,
+                      policy=self.policy)
 
     async def _notify(self, recipient: str, text: str, user_id: int, message_id: int) -> None:
         """bot.notices' sender: deliver a stored notice to a private chat (its chat id is the person's id) in
@@ -260,7 +258,7 @@ class TelegramSurface:
         if rt is None or self._app is None or not recipient.lstrip("-").isdigit():
             return
         out = OutboundMessage(self.name, recipient, text, "ok", user_id=user_id, reply_id=message_id)
-        task = rt.tasks.spawn(deliver(self._app.bot, rt.store, out, int(recipient), reply_to=None,
+        task = rt.tasks.spawn(deliver(self._app.bot, rt.pipeline.deliveries, out, int(recipient), reply_to=None,
                                       policy=self.policy), name=f"telegram.notice:{message_id}")
         self._notices.add(task)
         task.add_done_callback(self._notices.discard)

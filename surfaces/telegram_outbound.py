@@ -1,8 +1,9 @@
 """Telegram's side of a reply: split to the 4,096 limit, "typing" while the model works, retried sends, and a
 delivery row per part.
 
-Retries of Bot API calls live here and only here. Classification:
-- RetryAfter (429): wait what Telegram says (up to `retry_after_cap`), then try again;
+Bot API calls are retried by bot.retry (the one retry module) under Telegram's numbers (SendPolicy); this
+module only classifies:
+- RetryAfter (429): wait what Telegram says (up to `retry_after_cap`; longer gives up at once), then try again;
 - TimedOut, NetworkError (5xx, connection): exponential backoff with jitter;
 - BadRequest, Forbidden (blocked by the user), ChatMigrated, InvalidToken...: permanent, never retried.
 A read timeout may hide a message Telegram did send; retrying it risks a duplicate part, which is judged
@@ -14,9 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import random
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -24,10 +24,11 @@ from telegram import Bot, ReplyParameters
 from telegram.constants import ChatAction
 from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
 
+from bot.ports import Deliveries
+from bot.retry import GaveUp, RetryPolicy, call_with_retry
 from kernel import log
 from kernel.errors import ServiceUnavailable
-from kernel.types import OutboundMessage
-from memory.store import Delivery, Store
+from kernel.types import Delivery, OutboundMessage
 from surfaces.text_split import split_text, utf16_len
 
 logger = log.get("hilo.telegram")
@@ -52,24 +53,25 @@ def split_reply(text: str, limit: int = MAX_MESSAGE_CHARS) -> list[str]:
 
 
 @dataclass(frozen=True, slots=True)
-class SendPolicy:
-    """How Bot API calls are retried. `sleep` is injectable so tests need not wait."""
+class SendPolicy(RetryPolicy):
+    """Telegram's numbers for bot.retry (a 429 may ask for up to a minute). `sleep` is injectable so tests need
+    not wait."""
 
     attempts: int = 4
-    backoff_base: float = 0.5
-    backoff_max: float = 8.0
     retry_after_cap: float = 60.0
-    sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep)
 
-    def wait_before_retry(self, error: TelegramError, attempt: int) -> float | None:
-        """Seconds to wait before attempt `attempt + 1`, or None when `error` is not worth retrying."""
-        if isinstance(error, RetryAfter):
-            seconds = _seconds(error.retry_after)
-            return seconds if seconds <= self.retry_after_cap else None
-        if isinstance(error, NetworkError) and not isinstance(error, BadRequest):  # TimedOut is a NetworkError
-            backoff: float = min(self.backoff_max, self.backoff_base * 2.0 ** (attempt - 1))
-            return backoff + random.uniform(0, self.backoff_base)
-        return None
+
+def _transient(error: BaseException) -> bool:
+    # TimedOut is a NetworkError; BadRequest is one too in python-telegram-bot, and permanent.
+    return isinstance(error, RetryAfter) or (isinstance(error, NetworkError) and not isinstance(error, BadRequest))
+
+
+def _pause(error: BaseException) -> float | None:
+    return _seconds(error.retry_after) if isinstance(error, RetryAfter) else None
+
+
+def _log_retry(attempt: int, error: BaseException, wait: float) -> None:
+    logger.warning("telegram.send_retry", attempt=attempt, error=type(error).__name__, wait_s=round(wait, 3))
 
 
 class SendFailed(ServiceUnavailable):
@@ -94,17 +96,12 @@ def describe(error: TelegramError) -> str:
 
 async def send_with_retry(call: Callable[[], Awaitable[T]], policy: SendPolicy) -> tuple[T, int]:
     """`call()`'s result and the attempts it took, retried per `policy`; SendFailed when given up."""
-    attempt = 0
-    while True:
-        attempt += 1
-        try:
-            return await call(), attempt
-        except TelegramError as exc:
-            wait = policy.wait_before_retry(exc, attempt)
-            if wait is None or attempt >= policy.attempts:
-                raise SendFailed(exc, attempt) from exc
-            logger.warning("telegram.send_retry", attempt=attempt, error=type(exc).__name__, wait_s=round(wait, 3))
-            await policy.sleep(wait)
+    try:
+        return await call_with_retry(call, policy, transient=_transient, retry_after=_pause, on_retry=_log_retry,
+                                     errors=(TelegramError,))
+    except GaveUp as gave_up:
+        assert isinstance(gave_up.error, TelegramError)
+        raise SendFailed(gave_up.error, gave_up.attempts) from gave_up.error
 
 
 @contextlib.asynccontextmanager
@@ -147,7 +144,8 @@ async def send_text(
 
 
 async def deliver(
-    bot: Bot, store: Store, out: OutboundMessage, chat_id: int, *, reply_to: int | None, policy: SendPolicy,
+    bot: Bot, deliveries: Deliveries, out: OutboundMessage, chat_id: int, *, reply_to: int | None,
+    policy: SendPolicy,
 ) -> bool:
     """Send a turn's reply in order and record each part as a delivery: "sent" with Telegram's message_id,
     or "failed" with the error (the part that failed, and the parts after it, which are not sent)."""
@@ -178,7 +176,7 @@ async def deliver(
     ]
     for row in rows:
         try:
-            await store.record_delivery(row)
+            await deliveries.record_delivery(row)
         except Exception as exc:
             logger.error("telegram.delivery_not_recorded", user_id=out.user_id, error=type(exc).__name__)
     return ok

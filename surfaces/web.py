@@ -31,10 +31,10 @@ from starlette.routing import BaseRoute, Route
 from bot import __version__
 from bot.config import Settings
 from bot.pipeline import Pipeline
+from bot.runtime import Runtime
 from kernel import log
 from kernel.errors import InputError, NotFound
 from kernel.types import InboundMessage
-from surfaces.base import Runtime
 from surfaces.web_auth import SESSION_COOKIE, Authenticator, AuthFailed, Caller, Sessions
 from surfaces.web_common import MAX_BODY_BYTES, MAX_ID, error, lang, message_json, read_message
 from surfaces.web_guard import ApiGuard, Endpoint, client_ip, too_many
@@ -191,14 +191,14 @@ class WebSurface:
             return error(request, 401, exc.key)
         if caller is None:
             return error(request, 401, "unauthorized")
-        return caller, await self.pipeline.store.identity_user("web", caller.sender)
+        return caller, await self.pipeline.history.identity_user("web", caller.sender)
 
     async def list_conversations(self, request: Request) -> Response:
         reader = await self._reader(request)
         if isinstance(reader, Response):
             return reader
         caller, user_id = reader
-        convs = await self.pipeline.store.conversations(user_id) if user_id is not None else []
+        convs = await self.pipeline.history.conversations(user_id) if user_id is not None else []
         return self._answer(request, caller, {"conversations": [
             {"id": c.id, "title": c.title, "created_at": c.created_at.isoformat(),
              "updated_at": c.updated_at.isoformat(), "message_count": c.message_count}
@@ -218,7 +218,7 @@ class WebSurface:
         try:
             if user_id is None:
                 raise NotFound(conversation_id)
-            messages = await self.pipeline.store.messages(user_id, conversation_id)
+            messages = await self.pipeline.history.messages(user_id, conversation_id)
         except NotFound:
             return error(request, 404, "not_found")
         return self._answer(request, caller, {"conversation_id": conversation_id,

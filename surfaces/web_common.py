@@ -9,7 +9,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 
 from kernel import catalog
-from memory.store import StoredMessage
+from kernel.types import StoredMessage
 from surfaces.http_body import BadJson, BodyTooLarge, parse_json, read_body
 
 #: Ids are 64-bit signed integers in every backend.

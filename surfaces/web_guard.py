@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse, Response
 
 from bot.config import Settings
 from kernel import log
-from memory.store import StoreError
+from kernel.errors import StoreError
 from surfaces.web_common import error
 
 logger = log.get("hilo.web")

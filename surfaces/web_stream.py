@@ -27,9 +27,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from bot.pipeline import Pipeline
 from bot.tasks import TaskSet
 from kernel import catalog, log
-from kernel.errors import Draining, InputError, NotFound
-from kernel.types import InboundMessage
-from memory.store import Ingested, StoreError
+from kernel.errors import Draining, InputError, NotFound, StoreError
+from kernel.types import InboundMessage, Ingested
 from surfaces.web_common import error
 
 logger = log.get("hilo.web.stream")

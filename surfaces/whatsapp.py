@@ -28,11 +28,10 @@ from starlette.routing import BaseRoute, Route
 from twilio.request_validator import RequestValidator
 
 from bot.config import Settings
+from bot.runtime import Runtime
 from kernel import log
-from kernel.errors import ConfigError, Draining
+from kernel.errors import ConfigError, Draining, StoreError
 from kernel.types import InboundMessage
-from memory.store import StoreError
-from surfaces.base import Runtime
 from surfaces.http_body import BodyTooLarge, read_body
 from surfaces.whatsapp_inbox import EMPTY_TWIML, SURFACE, Inbox, twiml
 from surfaces.whatsapp_send import TwilioSender
@@ -202,7 +201,7 @@ class WhatsAppSurface:
         if error and form.get("ErrorMessage"):
             error = f"{error}: {form['ErrorMessage']}"[:500]
         try:
-            known = await self._runtime.store.update_delivery(SURFACE, sid, status, error)
+            known = await self._runtime.pipeline.deliveries.update_delivery(SURFACE, sid, status, error)
         except StoreError:
             return PlainTextResponse("store unavailable", status_code=503)  # Twilio retries callbacks
         if not known and not self._stopping:
@@ -215,7 +214,7 @@ class WhatsAppSurface:
         assert self._runtime is not None
         for wait in (0.2, 1.0, 3.0):
             await asyncio.sleep(wait)
-            if await self._runtime.store.update_delivery(SURFACE, sid, status, error):
+            if await self._runtime.pipeline.deliveries.update_delivery(SURFACE, sid, status, error):
                 return
         logger.info("whatsapp.status_unknown_sid", sid=sid, status=status)
 

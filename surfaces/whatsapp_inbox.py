@@ -9,8 +9,8 @@ MessageSid, that hilo cannot take messages right now (not after STOP: they asked
 `whatsapp.not_stored` with the MessageSid. A redelivery once the database is back is answered once.
 
 Decisions:
-- STOP / UNSUBSCRIBE / BAJA / ... (whole message, surfaces.whatsapp_text): the number is opted out; no turn
-  and no reply (on numbers with Twilio's opt-out handling, Twilio sends the confirmation itself). While
+- STOP / UNSUBSCRIBE / BAJA / ... (whole message; the policy is bot/opt_out.py): the number is opted out; no
+  turn and no reply (on numbers with Twilio's opt-out handling, Twilio sends the confirmation itself). While
   opted out, nothing new is stored and nothing is sent. START / ALTA / ... resumes, with a short confirmation.
 - Media without text gets the catalogue's "text only" answer and no turn; a caption is the message text.
 """
@@ -25,13 +25,12 @@ from starlette.responses import PlainTextResponse, Response
 
 from bot.config import Settings
 from bot.keyed import RecentIds
+from bot.opt_out import keyword
+from bot.runtime import Runtime
 from kernel import catalog, log
-from kernel.errors import InputError
+from kernel.errors import InputError, StoreError
 from kernel.types import InboundMessage
-from memory.store import StoreError
-from surfaces.base import Runtime
 from surfaces.whatsapp_send import TwilioSender, deliver
-from surfaces.whatsapp_text import keyword
 
 logger = log.get("hilo.whatsapp")
 
@@ -60,14 +59,14 @@ class Inbox:
     async def reply(self, recipient: str, text: str, user_id: int | None, message_id: int | None) -> None:
         """Send `text` to `recipient` part by part, recording each part (when the person is known)."""
         assert self.runtime is not None
-        await deliver(self.sender, self.runtime.store, recipient=recipient, text=text, user_id=user_id,
+        await deliver(self.sender, self.runtime.pipeline.deliveries, recipient=recipient, text=text, user_id=user_id,
                       message_id=message_id)
 
     async def _user_id(self, sender: str) -> int | None:
         """The person's user id for delivery rows; None when unknown or the database cannot say."""
         assert self.runtime is not None
         try:
-            return await self.runtime.store.identity_user(SURFACE, sender)
+            return await self.runtime.pipeline.history.identity_user(SURFACE, sender)
         except StoreError:
             return None
 
@@ -84,24 +83,22 @@ class Inbox:
         """Store what `msg` changes (the opt-out state, the person's message) before Twilio hears 200; the
         answer follows from a tracked task. StoreError: nothing of it was stored."""
         assert self.runtime is not None
-        store, lang, sid = self.runtime.store, self.settings.language, msg.external_id
-        word, word_lang = keyword(msg.text)
-        if word is not None and sid in self._seen:
+        lang, sid = self.settings.language, msg.external_id
+        if keyword(msg.text)[0] is not None and sid in self._seen:
             return twiml()  # a redelivered keyword: handled already
-        if word == "stop":
-            user_id = await store.set_opt_out(SURFACE, msg.sender, True)
+        step = await self.runtime.pipeline.opt_out.check(SURFACE, msg.sender, msg.text)
+        if step.action == "opted_out":
             self._seen.first_time(sid)
-            logger.info("whatsapp.opted_out", user_id=user_id, message_sid=sid)
+            logger.info("whatsapp.opted_out", user_id=step.user_id, message_sid=sid)
             return twiml()
-        if await store.is_opted_out(SURFACE, msg.sender):
-            if word != "start":
-                logger.info("whatsapp.dropped_opted_out", message_sid=sid)
-                return twiml()
-            user_id = await store.set_opt_out(SURFACE, msg.sender, False)
+        if step.action == "silenced":
+            logger.info("whatsapp.dropped_opted_out", message_sid=sid)
+            return twiml()
+        if step.action == "opted_in":
             self._seen.first_time(sid)
-            logger.info("whatsapp.opted_in", user_id=user_id, message_sid=sid)
-            return self._answer(self.reply(msg.sender, catalog.t("whatsapp_resumed", word_lang or lang), user_id,
-                                            None), sid)
+            logger.info("whatsapp.opted_in", user_id=step.user_id, message_sid=sid)
+            return self._answer(self.reply(msg.sender, catalog.t("whatsapp_resumed", step.lang or lang),
+                                           step.user_id, None), sid)
         if not msg.text.strip() and (msg.metadata.get("num_media") or msg.metadata.get("location")):
             if not self._seen.first_time(sid):
                 return twiml()

@@ -1,10 +1,10 @@
 """Sending WhatsApp replies through Twilio's REST API, part by part, retried, every part recorded.
 
 The twilio client runs on its async HTTP client (`AsyncTwilioHttpClient`, aiohttp): a send never blocks the
-event loop. Its own retries stay off; this module is the only place a WhatsApp send is tried again, and it
-classifies Twilio's answers:
+event loop. Its own retries stay off; a WhatsApp send is tried again by bot.retry (the one retry module, which
+also parses Retry-After) and nowhere else. This module classifies Twilio's answers:
 - 429 and 5xx, timeouts and connection failures: transient, retried with exponential backoff, or after the
-  server's Retry-After when it gives one (capped: a longer pause gives the part up);
+  server's Retry-After (seconds or an HTTP-date) when it gives one (capped: a longer pause gives the part up);
 - 400 with code 63016: the reply falls outside WhatsApp's 24-hour customer-care window; never retried,
   recorded as failed with an explanation for the operator;
 - any other 4xx: permanent, recorded as failed with Twilio's code and message.
@@ -16,8 +16,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-import random
-from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -29,13 +27,14 @@ from twilio.rest import Client
 
 from bot.config import Settings
 from bot.keyed import KeyedLocks
+from bot.ports import Deliveries
+from bot.retry import GaveUp, RetryPolicy, Sleep, call_with_retry, retry_after_from_headers
 from kernel import log
-from memory.store import Delivery, Store, StoreError
+from kernel.errors import StoreError
+from kernel.types import Delivery
 from surfaces.whatsapp_text import split_message
 
 logger = log.get("hilo.whatsapp")
-
-Sleep = Callable[[float], Awaitable[None]]
 
 WINDOW_CLOSED = 63016
 WINDOW_CLOSED_EXPLANATION = (
@@ -50,17 +49,6 @@ _retry_after: ContextVar[float | None] = ContextVar("hilo_twilio_retry_after", d
 # twilio logs every request line at INFO; hilo's own events say what matters.
 _http_logger = logging.getLogger("hilo.whatsapp.twilio_http")
 _http_logger.setLevel(logging.WARNING)
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds from a Retry-After header given in seconds (an HTTP date is ignored: backoff applies)."""
-    if not value:
-        return None
-    try:
-        seconds = float(value.strip())
-    except ValueError:
-        return None
-    return seconds if seconds >= 0 else None
 
 
 class _HttpClient(AsyncTwilioHttpClient):  # type: ignore[misc]
@@ -80,7 +68,7 @@ class _HttpClient(AsyncTwilioHttpClient):  # type: ignore[misc]
             method, url, params=params, data=data, headers=headers, auth=None,
             timeout=timeout if timeout is not None else self.timeout, allow_redirects=allow_redirects,
         )
-        _retry_after.set(parse_retry_after(response.headers.get("Retry-After")))
+        _retry_after.set(retry_after_from_headers(response.headers))
         return response
 
 
@@ -105,6 +93,33 @@ def _describe(exc: TwilioRestException | TwilioServiceException) -> str:
     return f"{exc.code or 'http'} (HTTP {exc.status}): {text}"[:500]
 
 
+_TWILIO_ERRORS = (TwilioRestException, TwilioServiceException)
+#: what a send may fail with and still answer a SendResult: Twilio's answers, and no answer at all
+_SEND_ERRORS = (*_TWILIO_ERRORS, aiohttp.ClientError, TimeoutError)
+
+
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, _TWILIO_ERRORS):
+        return bool(exc.status == 429 or exc.status >= 500)
+    return isinstance(exc, aiohttp.ClientError | TimeoutError)
+
+
+def _pause(_exc: BaseException) -> float | None:
+    return _retry_after.get()  # the Retry-After of the answer this very attempt got (None for no answer)
+
+
+def _what(exc: BaseException) -> tuple[str, int | None, int | None]:
+    """A failed send as (error text, Twilio's code, HTTP status)."""
+    if isinstance(exc, _TWILIO_ERRORS):
+        return _describe(exc), exc.code, exc.status
+    return f"{type(exc).__name__}: no answer from Twilio", None, None
+
+
+def _log_retry(attempt: int, exc: BaseException, wait: float) -> None:
+    _, code, status = _what(exc)
+    logger.warning("whatsapp.send_retry", status=status, code=code, attempt=attempt, wait_s=round(wait, 3))
+
+
 class TwilioSender:
     """Sends message bodies from TWILIO_WHATSAPP_NUMBER with a status callback, retrying transient failures."""
 
@@ -113,10 +128,8 @@ class TwilioSender:
         retry_after_cap: float = 30.0, timeout: float = 30.0, sleep: Sleep = asyncio.sleep,
     ) -> None:
         self.settings = settings
-        self.attempts = attempts
-        self.backoff_base, self.backoff_max, self.retry_after_cap = backoff_base, backoff_max, retry_after_cap
+        self.policy = RetryPolicy(attempts, backoff_base, backoff_max, retry_after_cap, sleep)
         self.timeout = timeout
-        self._sleep = sleep
         number = settings.twilio_whatsapp_number
         self.from_ = number if number.startswith("whatsapp:") else f"whatsapp:{number}"
         self.status_callback = f"{settings.public_url}/webhooks/whatsapp/status"
@@ -140,52 +153,48 @@ class TwilioSender:
             self._http = None
         self._client = None
 
-    def _backoff(self, attempt: int) -> float:
-        return min(self.backoff_max, self.backoff_base * 2.0 ** (attempt - 1)) + random.uniform(0, self.backoff_base)
-
     async def send(self, to: str, body: str) -> SendResult:
         """Send one body (<= 1,600 characters) to `to` ("whatsapp:+..."); never raises for Twilio's answers."""
-        if self._client is None:
+        client = self._client
+        if client is None:
             raise RuntimeError("the WhatsApp sender has not started")
-        error, code = "not sent", None
-        for attempt in range(1, self.attempts + 1):
+
+        async def create() -> str:
             _retry_after.set(None)
-            try:
-                message = await self._client.messages.create_async(
-                    to=to, from_=self.from_, body=body, status_callback=self.status_callback,
-                )
-                return SendResult(str(message.sid), None, attempt)
-            except (TwilioRestException, TwilioServiceException) as exc:
-                error, code = _describe(exc), exc.code
-                transient = exc.status == 429 or exc.status >= 500
-                status: int | None = exc.status
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                error, code, transient, status = f"{type(exc).__name__}: no answer from Twilio", None, True, None
-            if not transient or attempt == self.attempts:
-                logger.warning("whatsapp.send_failed", status=status, code=code, attempts=attempt)
-                return SendResult(None, error, attempt, code)
-            wait = _retry_after.get()
-            if wait is not None and wait > self.retry_after_cap:
-                logger.warning("whatsapp.send_failed", status=status, code=code, attempts=attempt, retry_after=wait)
-                return SendResult(None, f"{error} (Retry-After {wait:g} s is too long)", attempt, code)
-            wait = wait if wait is not None else self._backoff(attempt)
-            logger.warning("whatsapp.send_retry", status=status, code=code, attempt=attempt, wait_s=round(wait, 3))
-            await self._sleep(wait)
-        return SendResult(None, error, self.attempts, code)  # not reached: the loop returns on its last attempt
+            message = await client.messages.create_async(
+                to=to, from_=self.from_, body=body, status_callback=self.status_callback,
+            )
+            return str(message.sid)
+
+        try:
+            sid, attempts = await call_with_retry(create, self.policy, transient=_transient, retry_after=_pause,
+                                                  on_retry=_log_retry, errors=_SEND_ERRORS)
+        except GaveUp as gave_up:
+            error, code, status = _what(gave_up.error)
+            if gave_up.pause is not None:
+                logger.warning("whatsapp.send_failed", status=status, code=code, attempts=gave_up.attempts,
+                               retry_after=gave_up.pause)
+                return SendResult(None, f"{error} (Retry-After {gave_up.pause:g} s is too long)", gave_up.attempts,
+                                  code)
+            logger.warning("whatsapp.send_failed", status=status, code=code, attempts=gave_up.attempts)
+            return SendResult(None, error, gave_up.attempts, code)
+        return SendResult(sid, None, attempts)
 
 
 async def deliver(
-    sender: TwilioSender, store: Store, *, recipient: str, text: str, user_id: int | None, message_id: int | None,
+    sender: TwilioSender, deliveries: Deliveries, *, recipient: str, text: str, user_id: int | None,
+    message_id: int | None,
 ) -> list[SendResult]:
     """Split `text`, send the parts in order and record each one (when the person is known: a delivery row
     belongs to a user). After a part finally fails the rest are not sent (a reply with a hole in it reads
     wrong) and are recorded as failed too."""
     async with sender.recipients.hold(recipient):
-        return await _deliver(sender, store, recipient, text, user_id, message_id)
+        return await _deliver(sender, deliveries, recipient, text, user_id, message_id)
 
 
 async def _deliver(
-    sender: TwilioSender, store: Store, recipient: str, text: str, user_id: int | None, message_id: int | None,
+    sender: TwilioSender, deliveries: Deliveries, recipient: str, text: str, user_id: int | None,
+    message_id: int | None,
 ) -> list[SendResult]:
     parts = split_message(text)
     results: list[SendResult] = []
@@ -201,7 +210,7 @@ async def _deliver(
         if user_id is None:
             continue
         try:
-            await store.record_delivery(Delivery(
+            await deliveries.record_delivery(Delivery(
                 user_id=user_id, message_id=message_id, surface="whatsapp", recipient=recipient,
                 status="sent" if result.ok else "failed", part=i, parts=len(parts), provider_ref=result.sid,
                 error=result.error, attempts=result.attempts,

@@ -1,16 +1,20 @@
-"""Shared fixtures. Loopback fakes live in tests/fakes/; nothing here reaches the network."""
+"""Shared fixtures. Loopback fakes live in tests/fakes/; nothing here reaches the network.
+
+`store` is the real store on every backend of tests/backends.py: a test that asks for it runs once per
+backend (`[sqlite]`, `[postgres]`), on a fresh database, with a `clock` it can move.
+"""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from memory.open import open_store
+from memory.store import Store
+from tests.backends import BACKENDS, Backend, TestClock
 
-pytest_plugins = ["tests.fakes.model_server"]
+pytest_plugins = ["tests.fakes.model_server", "tests.fakes.postgres"]
 
 
 @pytest.fixture
@@ -20,10 +24,21 @@ def db_url(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-async def store(db_url: str) -> AsyncIterator[Any]:
-    """The real SQLite store on `db_url`, open (migrated), closed after the test. The store contract suite
-    overrides it with one parametrized over every backend."""
-    st = open_store(db_url)
-    await st.open()
-    yield st
-    await st.close()
+def clock() -> TestClock:
+    """The stores' "now" (tests/backends.py): `clock.advance(seconds)` moves it forward."""
+    return TestClock()
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def backend(request: pytest.FixtureRequest, tmp_path: Path, clock: TestClock) -> Backend:
+    """One backend's fresh database; its stores run on `clock`."""
+    return BACKENDS[request.param](tmp_path, clock)
+
+
+@pytest.fixture
+async def store(backend: Backend) -> AsyncIterator[Store]:
+    """The backend's real store, open (migrated), closed after the test."""
+    s = backend.make()
+    await s.open()
+    yield s
+    await s.close()

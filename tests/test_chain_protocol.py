@@ -14,13 +14,12 @@ def test_the_seams_are_typed_with_the_chain_protocol() -> None:
     from bot.app import create_app
     from bot.models.base import Chain
     from bot.pipeline import Pipeline
-    from surfaces.base import Runtime
+    from bot.runtime import Runtime
 
     assert typing.get_type_hints(Pipeline.__init__)["chain"] is Chain
     from bot.tasks import TaskSet
-    from memory.store import Store
 
-    names = {"Settings": Settings, "Pipeline": Pipeline, "TaskSet": TaskSet, "Store": Store, "Chain": Chain}
+    names = {"Settings": Settings, "Pipeline": Pipeline, "TaskSet": TaskSet, "Chain": Chain}
     assert typing.get_type_hints(Runtime, localns=names)["chain"] is Chain
     assert typing.get_type_hints(create_app)["chain"] == Chain | None
     assert {"complete", "stream", "aclose"} <= {name for name, _ in inspect.getmembers(Chain)}

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from bot.config import Settings
 from bot.models.factory import build_chain
 from bot.pipeline import Pipeline
 from kernel import catalog
+from memory.open import open_store
 from surfaces import cli as cli_surface
 from tests.fakes.full_disk import PAGE_SIZED_TEXT, disk_full
 
@@ -142,10 +144,20 @@ def test_operator_link_and_unlink(hilo) -> None:  # type: ignore[no-untyped-def]
     assert "only identity" in hilo("unlink", "--surface", "telegram", "--sender", "99", code=1)
 
 
+@pytest.fixture
+async def sqlite_store(db_url: str) -> AsyncIterator[Any]:
+    """A SQLite store: disk_full caps the pages of a SQLite file (a full disk on Postgres is the server's)."""
+    store = open_store(db_url)
+    await store.open()
+    yield store
+    await store.close()
+
+
 async def test_chat_on_a_full_disk_says_store_unavailable_and_the_repl_goes_on(
-    store: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    sqlite_store: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """SQLite really answering "database or disk is full" (a StoreError) while `hilo chat` ingests a line."""
+    store = sqlite_store
     settings = Settings()
     pipeline = Pipeline(settings, store, build_chain(settings))
     async with disk_full(store):

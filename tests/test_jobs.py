@@ -4,7 +4,7 @@ file, on Postgres, and on Postgres behind a real pgbouncer in transaction mode (
 
 Two stores on one database stand for two `hilo serve` processes (tests/test_jobs_serve.py runs two real ones).
 Jobs are held at asyncio events; what another store or task does is waited for (polled rows and counters), never
-slept on. Expiry is shown with the store's clock (`store.clock`), not by waiting for it."""
+slept on. Expiry is shown by moving a store's clock (tests/backends.py TestClock), not by waiting for it."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from kernel.errors import Draining
 from memory.jobs import JobEnd, JobState
 from memory.open import open_store
 from memory.store import LinkPolicy, Store
+from tests.backends import TestClock
 from tests.fakes.pgbouncer import database_url, pgbouncer_session  # noqa: F401  (autouse fixture)
 from tests.fakes.postgres import postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
 
@@ -51,7 +52,9 @@ class Two:
     """Two stores (two pools, two SQLite connections) on one database, and the schedulers made on them."""
 
     def __init__(self, url: str) -> None:
-        self.stores: list[Store] = [open_store(url), open_store(url)]
+        #: each store's "now": a test moves one ahead (a machine whose clock is ahead, or time gone by)
+        self.clocks = [TestClock(), TestClock()]
+        self.stores: list[Store] = [open_store(url, clock=clock) for clock in self.clocks]
         self.schedulers: list[Scheduler] = []
 
     def scheduler(self, i: int, registry: JobRegistry, **kw: Any) -> Scheduler:
@@ -127,18 +130,17 @@ async def test_two_schedulers_run_a_due_job_once(two: Two) -> None:
 
 async def test_a_lease_left_by_a_dead_process_is_taken_over_once_expired(two: Two) -> None:
     dead, alive = two.stores
-    t0 = datetime.now(UTC) + timedelta(minutes=1)
-    dead.clock = lambda: t0  # type: ignore[attr-defined]
     await dead.register_job("sweep", True)
-    assert (await dead.claim_job("sweep", "a-dead-process", 30.0)).claimed  # then never renewed nor released
-    alive.clock = lambda: t0 + timedelta(seconds=29)  # type: ignore[attr-defined]
+    taken = await dead.claim_job("sweep", "a-dead-process", 30.0)
+    assert taken.claimed  # then never renewed nor released: that process died
+    two.clocks[1].advance(29)
     refused = await alive.claim_job("sweep", "alive", 30.0)
-    assert not refused.claimed
-    assert refused.next_try == t0 + timedelta(seconds=30), "a refused claim is told when the lease expires"
-    alive.clock = lambda: t0 + timedelta(seconds=31)  # type: ignore[attr-defined]
+    assert not refused.claimed, "a lease was taken over before it expired"
+    assert refused.next_try == taken.at + timedelta(seconds=30), "a refused claim is told when the lease expires"
+    two.clocks[1].advance(2)
     assert (await alive.claim_job("sweep", "alive", 30.0)).claimed, "an expired lease was not taken over"
     assert not await dead.renew_job("sweep", "a-dead-process", 30.0)
-    late = JobEnd("ok", None, t0, 5, 60.0)
+    late = JobEnd("ok", None, taken.at, 5, 60.0)
     assert not await dead.finish_job("sweep", "a-dead-process", late), "a run that lost its lease recorded itself"
     state = await two.state("sweep")
     assert state.owner == "alive" and state.runs == 0
@@ -170,9 +172,8 @@ async def test_a_run_whose_lease_was_taken_over_is_cancelled(two: Two, capsys: p
     stalled = two.scheduler(0, registry("lease", body, lease=0.6))
     await stalled.start()
     await body.began.wait()
-    ahead = two.stores[1]
-    ahead.clock = lambda: datetime.now(UTC) + timedelta(minutes=1)  # type: ignore[attr-defined]
-    assert (await ahead.claim_job("lease", "taker", 30.0)).claimed
+    two.clocks[1].advance(60)
+    assert (await two.stores[1].claim_job("lease", "taker", 30.0)).claimed
     logged: list[str] = []
     await wait_until(lambda: "job.lost" in "".join(logged.extend(capsys.readouterr()) or logged),
                      "the first run learnt it lost its lease")

@@ -1,4 +1,5 @@
-"""Identity linking through the real store: codes, merging, unlinking, limits, audit."""
+"""Identity linking through the real store, on every backend: codes, merging, unlinking, limits, audit. Time
+moves by the store's clock (tests/backends.py TestClock), never by editing rows."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ from datetime import timedelta
 from typing import Any
 
 from bot.config import Settings
-from bot.linking import Linker, LinkPolicy, Redemption, address_key, new_code, normalize
+from bot.linking import CODE_TTL, Linker, LinkPolicy, Redemption, address_key, new_code, normalize
 from bot.models.factory import build_chain
 from bot.pipeline import Pipeline
-from kernel.types import InboundMessage, utcnow
+from kernel.types import InboundMessage
+from tests.backends import Backend, TestClock
 
 
 def pipeline(store: Any) -> Pipeline:
@@ -78,19 +80,20 @@ async def test_a_code_is_single_use_expires_and_never_works_for_its_requester(st
     assert (await join(linker, "web", "v", older)).status == "linked"
 
 
-async def test_an_expired_code_is_refused(store: Any) -> None:
-    import sqlite3
-
+async def test_an_expired_code_is_refused(store: Any, clock: TestClock) -> None:
     linker = Linker(store)
     code = await linker.request("telegram", "1")
-    with sqlite3.connect(store.path) as conn:
-        conn.execute("UPDATE link_codes SET expires_at = '2000-01-01T00:00:00.000000Z'")
+    late = await linker.request("telegram", "2")
+    clock.advance(CODE_TTL.total_seconds() - 60)
+    assert (await linker.redeem("web", "v", late)).status == "prompt"  # a minute before the end: still good
+    clock.advance(61)
     assert (await linker.redeem("web", "v", code)).status == "invalid"
+    assert (await linker.redeem("web", "w", late, confirm=True)).status == "invalid"
 
 
-async def test_twenty_wrong_codes_lock_out_and_the_right_one_is_refused_until_the_end(store: Any) -> None:
-    import sqlite3
-
+async def test_twenty_wrong_codes_lock_out_and_the_right_one_is_refused_until_the_end(
+    store: Any, clock: TestClock,
+) -> None:
     linker = Linker(store)
     code = await linker.request("telegram", "owner")
     statuses = [(await linker.redeem("web", "guesser", f"ZZZZ-{i:04d}")).status for i in range(20)]
@@ -100,9 +103,10 @@ async def test_twenty_wrong_codes_lock_out_and_the_right_one_is_refused_until_th
     assert await store.identity_user("web", "guesser") != await store.identity_user("telegram", "owner")
     # another identity is not locked by the guesser's failures
     assert (await linker.redeem("whatsapp", "+1", "ZZZZ-9999")).status == "invalid"
-    # when the lockout ends, a fresh code works
-    with sqlite3.connect(store.path) as conn:
-        conn.execute("UPDATE link_failures SET locked_until = '2000-01-01T00:00:00.000000Z'")
+    # until the lockout ends, a fresh code is refused too; then it works
+    clock.advance((refused.locked_until - clock()).total_seconds() - 5)
+    assert (await linker.redeem("web", "guesser", await linker.request("telegram", "owner"))).status == "locked"
+    clock.advance(6)
     fresh = await linker.request("telegram", "owner")
     assert (await join(linker, "web", "guesser", fresh)).status == "linked"
     audit = (await store.inspect("telegram:owner"))["identity_audit"]
@@ -117,7 +121,7 @@ async def test_too_many_attempts_on_one_code_kill_it(store: Any) -> None:
     assert (await linker.redeem("web", "v", code)).status == "invalid"
 
 
-async def test_under_pressure_a_guessing_key_is_locked_sooner_and_longer(store: Any) -> None:
+async def test_under_pressure_a_guessing_key_is_locked_sooner_and_longer(store: Any, clock: TestClock) -> None:
     linker = Linker(store, LinkPolicy(global_max_failures=30, pressure_max_failures=3))
     for i in range(30):
         await linker.redeem("web", f"bot{i}", "ZZZZ-0000")
@@ -125,13 +129,18 @@ async def test_under_pressure_a_guessing_key_is_locked_sooner_and_longer(store: 
     statuses = [(await linker.redeem("telegram", "sock", f"ZZZZ-{i:04d}")).status for i in range(3)]
     assert statuses == ["invalid", "invalid", "locked"]
     locked = await linker.redeem("telegram", "sock", "ZZZZ-9999")
-    assert locked.locked_until is not None and locked.locked_until - utcnow() > timedelta(minutes=55)
+    assert locked.locked_until is not None and locked.locked_until - clock() > timedelta(minutes=55)
     addresses = [(await linker.redeem("web", f"v{i}", "ZZZZ-0001", client_ip="203.0.113.5")).status
                  for i in range(3)]
     assert addresses == ["invalid", "invalid", "locked"]
     # a person with no wrong code of their own is never refused: their code works
     code = await linker.request("telegram", "owner")
     assert (await join(linker, "whatsapp", "+1", code)).status == "linked"
+    # longer: past the fifteen minutes of an ordinary lockout the key is still locked, past the hour it is not
+    clock.advance(16 * 60)
+    assert (await linker.redeem("telegram", "sock", "ZZZZ-9999")).status == "locked"
+    clock.advance(45 * 60)
+    assert (await linker.redeem("telegram", "sock", "ZZZZ-9999")).status == "invalid"
 
 
 async def test_unlink_sends_future_messages_to_a_new_user(store: Any) -> None:
@@ -147,7 +156,7 @@ async def test_unlink_sends_future_messages_to_a_new_user(store: Any) -> None:
     assert await store.identity_user("whatsapp", "+34") != await store.identity_user("telegram", "42")
 
 
-async def test_operator_link_and_forget_takes_everything(store: Any) -> None:
+async def test_operator_link_and_forget_takes_everything(store: Any, backend: Backend) -> None:
     p = pipeline(store)
     await p.handle(msg("telegram", "42", "t1", "hello"))
     assert await store.link_identity("telegram:42", "whatsapp", "+34", "operator") is not None
@@ -156,13 +165,10 @@ async def test_operator_link_and_forget_takes_everything(store: Any) -> None:
     for i in range(3):
         await linker.redeem("whatsapp", "+34", f"ZZZZ-{i:04d}")
     assert await store.forget("telegram:42")
-    import sqlite3
-
-    with sqlite3.connect(store.path) as conn:
-        for table in ("identities", "link_codes", "identity_audit"):
-            assert conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0, table
-        # wrong-code counters are keyed by identity and expire with their window: forgetting keeps them
-        assert conn.execute("SELECT count(*) FROM link_failures").fetchone()[0] == 1
+    for table in ("identities", "link_codes", "identity_audit"):
+        assert backend.count(table) == 0, table
+    # wrong-code counters are keyed by identity and expire with their window: forgetting keeps them
+    assert backend.count("link_failures") == 1
 
 
 async def test_forgetting_oneself_does_not_reset_a_lockout(store: Any) -> None:

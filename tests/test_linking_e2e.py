@@ -1,6 +1,7 @@
 """Issue 6's end-to-end story, on the whole daemon: a person tells hilo on Telegram "my dog is called Rufo",
 asks /link there, sends the code through the web API, and the web conversation then knows about the dog.
-Real python-telegram-bot against the fake Bot API, the real web API, the real CLI against the same database."""
+Real python-telegram-bot against the fake Bot API, the real web API, the real CLI against the same database, on
+every backend (the `backend` fixture of conftest.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from bot.config import Settings
 from kernel import catalog
+from tests.backends import Backend
 from tests.fakes import telegram_api as fake_telegram
 from tests.fakes import twilio_api as fake_twilio
 from tests.fakes.daemon import running_daemon
@@ -27,8 +29,10 @@ REPO = Path(__file__).resolve().parent.parent
 CODE = re.compile(r"\b[0-9A-Z]{4}-[0-9A-Z]{4}-[0-9A-Z]{4}\b")
 
 
-async def test_telegram_memory_reaches_the_web_after_link(tmp_path: Path, bot_api: FakeBotApi) -> None:
-    db = f"sqlite:///{tmp_path / 'hilo.db'}"
+async def test_telegram_memory_reaches_the_web_after_link(
+    tmp_path: Path, bot_api: FakeBotApi, backend: Backend,
+) -> None:
+    db = backend.url
     settings = Settings.from_mapping({"TELEGRAM_BOT_TOKEN": TOKEN, "TELEGRAM_API_BASE_URL": bot_api.base_url,
                                       "HILO_DATABASE_URL": db, "HILO_SECRET_KEY": "k"})
     async with running_daemon(settings) as web:
@@ -86,11 +90,12 @@ async def test_telegram_memory_reaches_the_web_after_link(tmp_path: Path, bot_ap
         kept["id"], "sent", str(notice.message_id))
 
 
-async def test_a_whatsapp_owner_is_told_on_whatsapp_who_joined(tmp_path: Path,
-                                                                twilio_api: fake_twilio.FakeTwilioApi) -> None:
+async def test_a_whatsapp_owner_is_told_on_whatsapp_who_joined(
+    tmp_path: Path, twilio_api: fake_twilio.FakeTwilioApi, backend: Backend,
+) -> None:
     from tests.test_whatsapp import PERSON, incoming, post, settings_for
 
-    async with running_daemon(settings_for(tmp_path, twilio_api)) as web:
+    async with running_daemon(settings_for(tmp_path, twilio_api, HILO_DATABASE_URL=backend.url)) as web:
         assert (await post(web, "/webhooks/whatsapp", incoming("SM1", "/link"))).status_code == 200
         [code_message] = await twilio_api.wait_for(1)
         code = CODE.search(code_message.body).group(0)  # type: ignore[union-attr]
@@ -106,10 +111,10 @@ async def test_a_whatsapp_owner_is_told_on_whatsapp_who_joined(tmp_path: Path,
             "link_who_unnamed", "en", surface=catalog.t("surface_web", "en")))
 
 
-async def test_a_web_owner_finds_who_joined_in_the_conversation_the_widget_shows(tmp_path: Path,
-                                                                                  bot_api: FakeBotApi) -> None:
+async def test_a_web_owner_finds_who_joined_in_the_conversation_the_widget_shows(bot_api: FakeBotApi,
+                                                                                  backend: Backend) -> None:
     settings = Settings.from_mapping({"TELEGRAM_BOT_TOKEN": TOKEN, "TELEGRAM_API_BASE_URL": bot_api.base_url,
-                                      "HILO_DATABASE_URL": f"sqlite:///{tmp_path / 'hilo.db'}", "HILO_SECRET_KEY": "k"})
+                                      "HILO_DATABASE_URL": backend.url, "HILO_SECRET_KEY": "k"})
     async with running_daemon(settings) as web:
         first = (await web.post("/api/messages", json={"text": "hola"}, headers={"accept-language": "es"})).json()
         auth = {"authorization": f"Bearer {first['session']}", "accept-language": "es"}

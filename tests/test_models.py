@@ -7,6 +7,8 @@ import asyncio
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +24,12 @@ from bot.models.base import (
     Reset,
     ServerError,
     error_for_status,
-    retry_after_from_headers,
 )
 from bot.models.chain import ChainResult, ModelChain
 from bot.models.echo import EchoProvider
 from bot.models.factory import build_chain
-from bot.models.retry import RetryPolicy, complete_with_retry
+from bot.models.retry import complete_with_retry
+from bot.retry import RetryPolicy
 from kernel.types import ChatMessage, ModelCallRecord
 from tests.fakes import model_server as fake
 from tests.fakes.model_server import (
@@ -177,6 +179,16 @@ async def test_retry_after_ms_header(make_chain: Callable[..., ModelChain], mode
     model_server.enqueue(rate_limited(0.25, ms=True))
     result = await make_chain("openai:m1").complete(MESSAGES)
     assert result.calls[0].error == "RateLimited status=429 retry_after=0.25" and sleeps == [0.25]
+
+
+@pytest.mark.parametrize("model", ["openai:m1", "anthropic:c1"])
+async def test_retry_after_as_an_http_date(make_chain: Callable[..., ModelChain], model_server: FakeModelServer,
+                                           sleeps: list[float], model: str) -> None:
+    in_20_s = format_datetime(datetime.now(UTC) + timedelta(seconds=20), usegmt=True)
+    model_server.enqueue(status(429, {"retry-after": in_20_s}))
+    result = await make_chain(model).complete(MESSAGES)
+    assert outcomes(result.calls) == [(model, "rate_limited"), (model, "ok")]
+    assert len(sleeps) == 1 and 10 < sleeps[0] <= 20, sleeps  # the date's pause (whole seconds), not the backoff
 
 
 async def test_retry_after_beyond_cap_falls_back_at_once(
@@ -374,11 +386,7 @@ async def test_echo_lists_recalled_lines() -> None:
     assert await EchoProvider().complete("echo", MESSAGES, timeout=1) == result.completion
 
 
-def test_retry_after_headers_and_status_table() -> None:
-    assert retry_after_from_headers({"retry-after": "3"}) == 3.0
-    assert retry_after_from_headers({"retry-after-ms": "1500", "retry-after": "9"}) == 1.5
-    assert retry_after_from_headers({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0
-    assert retry_after_from_headers({}) is None
+def test_status_table() -> None:  # Retry-After parsing: tests/test_retry.py
     assert [type(error_for_status("x", s)).__name__ for s in (429, 529, 500, 503, 400, 401, 404)] == \
         ["RateLimited", "RateLimited", "ServerError", "ServerError", "PermanentError", "PermanentError",
          "PermanentError"]

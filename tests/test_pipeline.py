@@ -1,4 +1,8 @@
-"""One turn end to end: real SQLite store, real model chain (echo, or the real SDKs against the fake provider)."""
+"""One turn end to end on every backend (the `backend` and `store` fixtures of conftest.py: SQLite and Postgres),
+with the real model chain (echo, or the real SDKs against the fake provider): dedup, resume after a crash,
+serialization of one conversation's turns, failure paths.
+
+Turns across processes (two pipelines, two stores, one database; also behind pgbouncer) are in test_turn_lease.py."""
 
 from __future__ import annotations
 
@@ -10,12 +14,12 @@ import pytest
 
 from bot.config import Settings
 from bot.models.factory import build_chain
-from bot.models.retry import RetryPolicy
 from bot.pipeline import Pipeline
+from bot.retry import RetryPolicy
 from kernel import catalog
 from kernel.errors import InputError, NotFound
 from kernel.types import InboundMessage
-from memory.open import open_store
+from tests.backends import Backend, TestClock
 from tests.fakes import recorded_shapes as rec
 from tests.fakes.model_server import FakeModelServer, in_stream, ok, replay, slow, status
 
@@ -62,14 +66,12 @@ async def test_one_turn_stores_message_reply_and_usage(store: Any) -> None:
     assert call["model"] == "echo" and call["outcome"] == "ok" and call["tokens_in"] > 0
 
 
-async def test_redelivery_is_dropped_also_after_restart(db_url: str) -> None:
-    st = open_store(db_url)
-    await st.open()
-    p = echo_pipeline(st)
+async def test_redelivery_is_dropped_also_after_restart(store: Any, backend: Backend) -> None:
+    p = echo_pipeline(store)
     assert (await p.handle(msg("whatsapp", "+34600", "SM1", "hola"))).status == "ok"
     assert (await p.handle(msg("whatsapp", "+34600", "SM1", "hola"))).status == "duplicate"
-    await st.close()
-    st2 = open_store(db_url)  # a new process: only the database remembers
+    await store.close()
+    st2 = backend.make()  # a new process: only the database remembers
     await st2.open()
     try:
         out = await echo_pipeline(st2).handle(msg("whatsapp", "+34600", "SM1", "hola"))
@@ -81,12 +83,10 @@ async def test_redelivery_is_dropped_also_after_restart(db_url: str) -> None:
         await st2.close()
 
 
-async def test_history_survives_a_restart(db_url: str) -> None:
-    st = open_store(db_url)
-    await st.open()
-    await echo_pipeline(st).handle(msg("telegram", "7", "a", "my cat is called Mishi"))
-    await st.close()
-    st2 = open_store(db_url)
+async def test_history_survives_a_restart(store: Any, backend: Backend) -> None:
+    await echo_pipeline(store).handle(msg("telegram", "7", "a", "my cat is called Mishi"))
+    await store.close()
+    st2 = backend.make()
     await st2.open()
     try:
         user_id = await st2.user_id("telegram:7")
@@ -151,7 +151,7 @@ async def test_turns_of_one_conversation_never_interleave(
     p = fake_pipeline(store, model_server, {"HILO_MODEL": "openai:m1"})
     model_server.enqueue(slow(0.5))  # the first turn's model is slow
     first = asyncio.create_task(p.handle(msg("telegram", "9", "s1", "first question")))
-    await asyncio.sleep(0.1)
+    await model_server.wait_requests(1)  # the first turn is at the model
     second = asyncio.create_task(p.handle(msg("telegram", "9", "s2", "second question")))
     out1, out2 = await asyncio.gather(first, second)
     assert out1.text == "fake reply to: first question"
@@ -217,23 +217,13 @@ async def test_in_a_group_the_persons_private_memory_stays_out(store: Any) -> No
     assert "pin note" in private.text  # the same question in private recalls across surfaces
 
 
-async def test_a_database_failure_after_the_model_still_delivers_the_answer(db_url: str) -> None:
-    import sqlite3
-
-    st = open_store(db_url)
-    await st.open()
-    try:
-        p = echo_pipeline(st)
-        # a trigger that makes every reply insert fail, as a full disk or a lost connection would
-        with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
-            conn.execute("CREATE TRIGGER no_replies BEFORE INSERT ON messages WHEN new.role = 'assistant' "
-                         "BEGIN SELECT RAISE(ABORT, 'disk full'); END")
-        out = await p.handle(msg("telegram", "8", "x1", "are you there?"))
-        assert out.status == "ok" and "are you there?" in out.text and out.reply_id is None
-        data = await st.inspect("telegram:8")
-        assert [m["content"] for m in data["conversations"][0]["messages"]] == ["are you there?"]
-    finally:
-        await st.close()
+async def test_a_database_failure_after_the_model_still_delivers_the_answer(store: Any, backend: Backend) -> None:
+    p = echo_pipeline(store)
+    backend.fail_replies("disk full")  # every reply insert fails, as a full disk or a lost connection would
+    out = await p.handle(msg("telegram", "8", "x1", "are you there?"))
+    assert out.status == "ok" and "are you there?" in out.text and out.reply_id is None
+    data = await store.inspect("telegram:8")
+    assert [m["content"] for m in data["conversations"][0]["messages"]] == ["are you there?"]
 
 
 async def test_commands_are_answered_without_a_turn_on_every_surface(store: Any) -> None:
@@ -257,17 +247,15 @@ async def test_commands_are_answered_without_a_turn_on_every_surface(store: Any)
     assert unknown.status == "ok"  # not a command hilo knows: an ordinary message
 
 
-async def test_a_turn_that_died_before_the_model_is_answered_on_redelivery(db_url: str) -> None:
+async def test_a_turn_that_died_before_the_model_is_answered_on_redelivery(store: Any, backend: Backend) -> None:
     # the first process stored the message and died before calling any model
-    st = open_store(db_url)
-    await st.open()
     from datetime import UTC, datetime, timedelta
 
-    await st.ingest(msg("telegram", "3", "crash-1", "did you get this?"), 5)
+    await store.ingest(msg("telegram", "3", "crash-1", "did you get this?"), 5)
     old = msg("telegram", "3", "old-1", "an old message", received_at=datetime.now(UTC) - timedelta(days=2))
-    await st.ingest(old, 3)
-    await st.close()
-    st2 = open_store(db_url)
+    await store.ingest(old, 3)
+    await store.close()
+    st2 = backend.make()
     await st2.open()
     try:
         p = echo_pipeline(st2)
@@ -287,7 +275,7 @@ async def test_a_redelivery_during_the_turn_is_a_duplicate(store: Any, model_ser
     p = fake_pipeline(store, model_server, {"HILO_MODEL": "openai:m1"})
     model_server.enqueue(slow(0.4))
     first = asyncio.create_task(p.handle(msg("telegram", "4", "d-1", "slow one")))
-    await asyncio.sleep(0.1)
+    await model_server.wait_requests(1)  # the turn is at the model
     again = await p.handle(msg("telegram", "4", "d-1", "slow one"))
     assert again.status == "duplicate"
     assert (await first).status == "ok"
@@ -390,3 +378,43 @@ async def test_an_error_inside_a_200_answer_is_retried_and_the_person_gets_the_a
         assert "".join(shown) == out.text
     calls = (await store.inspect("telegram:78"))["model_calls"]
     assert [(c["model"], c["outcome"]) for c in calls] == [("openai:m1", "server_error"), ("openai:m1", "ok")]
+
+
+async def test_a_crashed_turn_is_resumed_only_within_the_resume_window(store: Any, clock: TestClock) -> None:
+    window = 3600  # seconds: a turn that never ran is resumed if its message was "stored within the last hour"
+    await store.ingest(msg("telegram", "3", "late-1", "did you get this?"), 5)  # the process died here
+    await store.ingest(msg("telegram", "3", "soon-1", "and this?"), 3)
+    clock.advance(window - 60)
+    p = echo_pipeline(store)
+    resumed = await p.handle(msg("telegram", "3", "soon-1", "and this?"))
+    assert resumed.status == "ok" and "and this?" in resumed.text
+    clock.advance(120)  # an hour and a minute after it arrived: too late to answer, only dropped
+    assert (await p.handle(msg("telegram", "3", "late-1", "did you get this?"))).status == "duplicate"
+    data = await store.inspect("telegram:3")
+    assert [m["content"] for m in data["conversations"][0]["messages"]] == [
+        "did you get this?", "and this?", resumed.text]
+
+
+# -- what Postgres refuses (NUL in text and jsonb) is dropped, the message kept: on every backend ----------------
+
+async def test_nul_inside_text_is_stored_without_it_and_answered(store: Any) -> None:
+    """Postgres refuses NUL in text columns: the message is kept, without its NULs, instead of being lost."""
+    out = await echo_pipeline(store).handle(
+        InboundMessage(surface="whatsapp", sender="+34600", external_id="SMnul", text="hi\x00there"))
+    assert out.status == "ok" and "hithere" in out.text
+    data = await store.inspect("whatsapp:+34600")
+    assert [m["content"] for c in data["conversations"] for m in c["messages"] if m["role"] == "user"] == [
+        "hithere"]
+
+
+async def test_nul_in_metadata_is_dropped_too(store: Any) -> None:
+    """A NUL in a WhatsApp profile name would lose the message on Postgres the same way (jsonb): the metadata an
+    InboundMessage carries loses its NULs as well, at any depth."""
+    m = InboundMessage(surface="whatsapp", sender="+34601", external_id="SMid", text="hello",
+                       metadata={"profile_name": "Ana\x00", "media": [{"type": "image/\x00png"}], "n": 1})
+    assert m.metadata == {"profile_name": "Ana", "media": [{"type": "image/png"}], "n": 1}
+    out = await echo_pipeline(store).handle(m)
+    assert out.status == "ok"
+    data = await store.inspect("whatsapp:+34601")
+    [user_message] = [m for c in data["conversations"] for m in c["messages"] if m["role"] == "user"]
+    assert user_message["metadata"]["profile_name"] == "Ana"

@@ -1,112 +1,27 @@
-"""The Store contract, one suite for every backend.
+"""The Store contract, one suite for every backend (the `backend` and `store` fixtures of conftest.py).
 
 Tests talk to the `Store` Protocol only. What a test must check underneath (rows left after `forget`,
-the full-text index, recorded migrations) goes through the backend's small inspection adapter, so adding
-Postgres is adding one adapter class to BACKENDS: no test changes.
+the full-text index, recorded migrations) goes through the backend's small inspection adapter in
+tests/backends.py, so adding a backend is adding one adapter class to BACKENDS: no test changes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import sqlite3
-from collections.abc import AsyncIterator
-from contextlib import closing
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import pytest
 
 from kernel.errors import NotFound
 from kernel.types import InboundMessage, ModelCallRecord
-from memory.open import open_store
 from memory.store import ContextQuery, ImportRow, Ingested, Store, StoreError
-from tests.fakes.postgres import SERVER, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
+from tests.backends import TABLES, Backend
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 T0 = NOW - timedelta(days=2)  # test messages happen after T0; replies are stamped with the real clock
 LATER = NOW + timedelta(hours=1)
-TABLES = ("users", "identities", "conversations", "messages", "model_calls", "facts")
-
-
-class Backend(Protocol):
-    """How the suite makes stores on one database and looks underneath them."""
-
-    def make(self) -> Store: ...
-    def counts(self, user_id: int) -> dict[str, int]: ...
-    def fts_hits(self, word: str) -> list[int]: ...
-    def migrations(self) -> list[str]: ...
-
-
-class SqliteBackend:
-    def __init__(self, tmp_path: Path) -> None:
-        self.path = tmp_path / "hilo.db"
-
-    def make(self) -> Store:
-        return open_store(f"sqlite:///{self.path}")  # an absolute path: sqlite:////tmp/...
-
-    def _all(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
-        with closing(sqlite3.connect(self.path)) as conn:
-            return conn.execute(sql, params).fetchall()
-
-    def counts(self, user_id: int) -> dict[str, int]:
-        found = {t: self._all(f"SELECT count(*) FROM {t} WHERE {'id' if t == 'users' else 'user_id'} = ?",
-                              (user_id,))[0][0] for t in TABLES}
-        found["fts"] = self._all("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH ?",
-                                 (f'owner : "u{user_id}"',))[0][0]
-        return found
-
-    def fts_hits(self, word: str) -> list[int]:
-        return [r[0] for r in self._all("SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?", (f'"{word}"',))]
-
-    def migrations(self) -> list[str]:
-        return [r[0] for r in self._all("SELECT name FROM schema_migrations ORDER BY name")]
-
-
-class PostgresBackend:
-    """One fresh database of the session's embedded Postgres per test (dropped after it)."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.url = SERVER.create_database()
-        self.name = self.url.split("?", 1)[0].rsplit("/", 1)[-1]
-
-    def make(self) -> Store:
-        return open_store(self.url)
-
-    def _all(self, sql: str, *args: Any) -> list[Any]:
-        return SERVER.query(self.name, sql, *args)
-
-    def counts(self, user_id: int) -> dict[str, int]:
-        found = {t: self._all(f"SELECT count(*) FROM {t} WHERE {'id' if t == 'users' else 'user_id'} = $1",
-                              user_id)[0][0] for t in TABLES}
-        # the search index is a column of messages: a person's indexed rows are their messages with a vector
-        found["fts"] = self._all("SELECT count(*) FROM messages WHERE user_id = $1 AND search IS NOT NULL",
-                                 user_id)[0][0]
-        return found
-
-    def fts_hits(self, word: str) -> list[int]:
-        return [r[0] for r in self._all(
-            "SELECT id FROM messages WHERE search @@ to_tsquery('simple', quote_literal($1)) ORDER BY id", word)]
-
-    def migrations(self) -> list[str]:
-        return [r[0] for r in self._all("SELECT name FROM schema_migrations ORDER BY name")]
-
-
-BACKENDS: dict[str, type[SqliteBackend | PostgresBackend]] = {"sqlite": SqliteBackend, "postgres": PostgresBackend}
-
-
-@pytest.fixture(params=sorted(BACKENDS))
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    return BACKENDS[request.param](tmp_path)
-
-
-@pytest.fixture
-async def store(backend: Backend) -> AsyncIterator[Store]:
-    s = backend.make()
-    await s.open()
-    yield s
-    await s.close()
 
 
 def msg(surface: str, sender: str, ext: str, text: str, at: datetime = T0, *, ref: str | None = None,

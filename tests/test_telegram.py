@@ -21,10 +21,10 @@ from telegram import Bot, Message
 
 from bot.app import create_app
 from bot.config import Settings
+from bot.runtime import Runtime
 from bot.tasks import TaskSet
 from kernel import catalog
 from kernel.errors import ConfigError
-from surfaces.base import Runtime
 from surfaces.telegram import TelegramSurface, api_urls
 from surfaces.telegram_inbound import Allowlist, BotIdentity, classify
 from surfaces.telegram_outbound import (
@@ -66,7 +66,7 @@ def runtime(client: httpx.AsyncClient) -> Any:
 
 async def inspect(client: httpx.AsyncClient, user_id: int = 42) -> dict[str, Any] | None:
     """Everything stored about the Telegram user `user_id` (None: nothing)."""
-    store = runtime(client).store
+    store = runtime(client).pipeline.store
     handle = await store.identity_handle("telegram", str(user_id))
     data: dict[str, Any] | None = await store.inspect(handle) if handle else None
     return data
@@ -199,6 +199,23 @@ async def test_send_retries_transient_errors_and_gives_up_on_permanent_ones(bot_
     assert [s.text for s in bot_api.sent] == ["hi"]
 
 
+async def test_a_retry_after_beyond_the_cap_gives_up_at_once(bot_api: FakeBotApi) -> None:
+    waits: list[float] = []
+
+    async def record(seconds: float) -> None:
+        waits.append(seconds)
+
+    api, files = api_urls(bot_api.base_url)
+    async with Bot(TOKEN, base_url=api, base_file_url=files) as bot:
+        bot_api.fail("sendMessage", 429, retry_after=61)  # the cap is 60 s: a person would wait too long
+        with pytest.raises(SendFailed) as err:
+            await send_with_retry(lambda: bot.send_message(1, "hi"), SendPolicy(sleep=record))
+        assert err.value.attempts == 1 and "RetryAfter" in str(err.value)
+        bot_api.fail("sendMessage", 429, retry_after=60)  # at the cap: waited
+        _, attempts = await send_with_retry(lambda: bot.send_message(1, "hi"), SendPolicy(sleep=record))
+    assert attempts == 2 and waits == [60.0] and [s.text for s in bot_api.sent] == ["hi"]
+
+
 async def test_typing_is_repeated_until_the_reply_is_ready(bot_api: FakeBotApi) -> None:
     api, files = api_urls(bot_api.base_url)
     async with Bot(TOKEN, base_url=api, base_file_url=files) as bot:
@@ -308,7 +325,7 @@ async def test_groups_answer_mentions_and_replies_each_sender_their_own(
     async with running_daemon(tg_settings(tmp_path, bot_api)) as client:
         bot_api.enqueue(bot_api.text_update("hi, in private"))
         await bot_api.wait_sent(1)
-        store = runtime(client).store
+        store = runtime(client).pipeline.store
         await store.remember(await store.identity_user("telegram", "42"), "private fact: my locker is 42", 5)
         text, entities = bot_api.mention("what do you know about lockers?")
         bot_api.enqueue(
@@ -407,7 +424,7 @@ async def test_a_full_disk_gets_the_store_unavailable_text_and_keeps_nothing(
 ) -> None:
     """SQLite really answering "database or disk is full" (a StoreError, not StoreUnavailable) on ingest."""
     async with running_daemon(tg_settings(tmp_path, bot_api)) as client:
-        async with disk_full(runtime(client).store):
+        async with disk_full(runtime(client).pipeline.store):
             bot_api.enqueue(bot_api.text_update(PAGE_SIZED_TEXT, language_code="es"))
             [apology] = await bot_api.wait_sent(1)
             assert apology.text == catalog.t("store_unavailable", "es")
@@ -538,7 +555,7 @@ async def test_a_refused_token_stops_the_start_saying_what_to_check(tmp_path: Pa
     settings = tg_settings(tmp_path, bot_api, TELEGRAM_BOT_TOKEN="999:not-the-token")
     surface = TelegramSurface(settings)
     with pytest.raises(ConfigError, match="TELEGRAM_BOT_TOKEN") as err:
-        await surface.start(Runtime(settings, None, None, None, TaskSet()))  # type: ignore[arg-type]
+        await surface.start(Runtime(settings, None, None, TaskSet()))  # type: ignore[arg-type]
     assert "not-the-token" not in str(err.value) and err.value.__suppress_context__  # no traceback shows it
     await surface.stop()
     gc.collect()

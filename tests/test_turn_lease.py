@@ -17,8 +17,8 @@ import pytest
 from bot.config import Settings
 from bot.models.base import ChainResult, Reset
 from bot.models.factory import build_chain
-from bot.models.retry import RetryPolicy
 from bot.pipeline import Pipeline
+from bot.retry import RetryPolicy
 from kernel.types import ChatMessage, InboundMessage
 from memory.open import open_store
 from memory.store import Ingested, Store

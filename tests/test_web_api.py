@@ -20,7 +20,7 @@ from bot.config import Settings
 from bot.models.base import ConnectionFailed
 from bot.models.echo import EchoProvider
 from bot.models.factory import build_chain
-from bot.models.retry import RetryPolicy
+from bot.retry import RetryPolicy
 from kernel import catalog
 from kernel.errors import ConfigError
 from surfaces.web_auth import sign_site_token, verify_site_token
@@ -408,7 +408,7 @@ async def test_a_site_user_is_the_same_hilo_user_on_every_device(
     for other in (token("user-43"), visitor):
         r = await site_client.get("/api/conversations", headers=bearer(other))
         assert r.json()["conversations"] == []
-    store = site_client.app.state.hilo["runtime"].store  # type: ignore[attr-defined]
+    store = site_client.app.state.hilo["runtime"].pipeline.store  # type: ignore[attr-defined]
     assert await store.identity_user("web", "site:user-42") is not None
 
 
@@ -540,7 +540,7 @@ async def test_a_full_disk_gets_a_503_and_keeps_nothing_half_stored(client: http
     """The real SQLite error: the store's own connection may not grow the file past its size now, so SQLite
     itself answers "database or disk is full" on the next write that needs a page."""
     token = (await client.post("/api/session")).json()["session"]
-    store = client.app.state.hilo["runtime"].store  # type: ignore[attr-defined]
+    store = client.app.state.hilo["runtime"].pipeline.store  # type: ignore[attr-defined]
     text = PAGE_SIZED_TEXT
     async with disk_full(store):
         for path in ("/api/messages", "/api/messages/stream"):

@@ -40,7 +40,7 @@ class Env:
 
     @property
     def store(self) -> Any:
-        return self.client.app.state.hilo["runtime"].store  # type: ignore[attr-defined]
+        return self.client.app.state.hilo["runtime"].pipeline.store  # type: ignore[attr-defined]
 
 
 @pytest.fixture

@@ -51,7 +51,7 @@ def aged(seconds: float) -> tuple[str, str]:
 
 
 def store_of(client: httpx.AsyncClient) -> Any:
-    return client.app.state.hilo["runtime"].store  # type: ignore[attr-defined]
+    return client.app.state.hilo["runtime"].pipeline.store  # type: ignore[attr-defined]
 
 
 def test_session_max_age_setting() -> None:

@@ -12,6 +12,8 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -25,6 +27,7 @@ from twilio.request_validator import RequestValidator  # type: ignore[import-unt
 
 from bot.app import create_app
 from bot.config import Settings
+from bot.opt_out import keyword
 from kernel import catalog
 from kernel.errors import ConfigError
 from memory.store import Delivery
@@ -32,7 +35,7 @@ from surfaces.text_split import utf16_len
 from surfaces.web import WebSurface
 from surfaces.whatsapp import EMPTY_TWIML, Form, WhatsAppSurface, inbound
 from surfaces.whatsapp_send import TwilioSender, deliver
-from surfaces.whatsapp_text import keyword, split_message
+from surfaces.whatsapp_text import split_message
 from tests.fakes import model_server as fake_model
 from tests.fakes import twilio_api as fake_twilio
 from tests.fakes.daemon import free_port, running_daemon
@@ -99,7 +102,7 @@ async def idle(client: httpx.AsyncClient, timeout: float = 10.0) -> None:
 
 
 async def inspect(client: httpx.AsyncClient, handle: str = HANDLE) -> Any:
-    return await client.app.state.hilo["runtime"].store.inspect(handle)  # type: ignore[attr-defined]
+    return await client.app.state.hilo["runtime"].pipeline.store.inspect(handle)  # type: ignore[attr-defined]
 
 
 @pytest.fixture
@@ -185,6 +188,13 @@ async def test_sender_retries_transient_errors_and_gives_up_on_permanent_ones(
         result = await sender.send(HANDLE, "hi")
         assert result.ok and result.attempts == 3 and result.sid == twilio_api.sent[-1].sid
         assert 0.1 <= waits[0] < 0.2 and waits[1] == 7  # backoff, then the server's Retry-After
+
+        in_20_s = format_datetime(datetime.now(UTC) + timedelta(seconds=20), usegmt=True)
+        twilio_api.enqueue(fake_twilio.rate_limited(in_20_s), fake_twilio.created())
+        waits.clear()
+        result = await sender.send(HANDLE, "hi")
+        assert result.ok and result.attempts == 2
+        assert len(waits) == 1 and 10 < waits[0] <= 20, waits  # an HTTP-date's pause (whole seconds), no backoff
 
         twilio_api.enqueue(*[fake_twilio.server_error(503)] * 3)
         result = await sender.send(HANDLE, "hi")
@@ -283,7 +293,7 @@ async def test_one_message_one_reply_once_even_when_redelivered(
     # a callback that overtakes the recording of its part is applied once the part is recorded
     early = {**status, "MessageSid": "SM" + "e" * 32, "MessageStatus": "read"}
     assert (await post(daemon, "/webhooks/whatsapp/status", early)).status_code == 200
-    store = daemon.app.state.hilo["runtime"].store  # type: ignore[attr-defined]
+    store = daemon.app.state.hilo["runtime"].pipeline.store  # type: ignore[attr-defined]
     await store.record_delivery(Delivery(user_id=data["user"]["id"], message_id=None, surface="whatsapp",
                                          recipient=PERSON, status="sent", provider_ref=early["MessageSid"]))
     await idle(daemon)
@@ -472,7 +482,7 @@ async def test_a_full_disk_gets_a_503_and_the_store_unavailable_text(
 ) -> None:
     """SQLite really answering "database or disk is full" (a StoreError) on ingest: as when it is down."""
     params = incoming("SM" + "f" * 32, PAGE_SIZED_TEXT)
-    async with disk_full(daemon.app.state.hilo["runtime"].store):  # type: ignore[attr-defined]
+    async with disk_full(daemon.app.state.hilo["runtime"].pipeline.store):  # type: ignore[attr-defined]
         assert (await post(daemon, "/webhooks/whatsapp", params)).status_code == 503
         (apology,) = await twilio_api.wait_for(1)
         assert (apology.to, apology.body) == (HANDLE, catalog.t("store_unavailable", "en"))

@@ -18,19 +18,19 @@ An answer that arrived is a `Completion` with its `outcome` (what model_calls re
 declined; `text` is its refusal when it gave one), "cut" (the token limit ended it), "tool_calls" (it stopped to
 call a tool, which hilo does not offer) or "empty" (no text at all). `outcome_of` decides it for every provider.
 
-Retries live in `bot.models.retry` only; providers never retry (SDK retries are off). `Chain` is what the pipeline
-asks of the model chain (bot.models.chain.ModelChain), `ChainResult` its answer.
+Retries live in `bot.models.retry` (over bot.retry, which also parses Retry-After) only; providers never retry
+(SDK retries are off). `Chain` is what the pipeline asks of the model chain (bot.models.chain.ModelChain),
+`ChainResult` its answer.
 """
 
 from __future__ import annotations
 
-import email.utils
-import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from bot.config import ModelSpec
+from bot.retry import retry_after_from_headers
 from kernel.errors import HiloError
 from kernel.types import AnswerOutcome, ChatMessage, ModelCallRecord
 
@@ -86,30 +86,6 @@ class AllModelsFailed(ModelError):
 @dataclass(frozen=True, slots=True)
 class Reset:
     """Stream marker: the text deltas yielded so far are void (the model failed mid-answer); a new answer follows."""
-
-
-def retry_after_from_headers(headers: Mapping[str, str] | None) -> float | None:
-    """Seconds the server asked us to wait: `retry-after-ms`, else `retry-after` (seconds or an HTTP date)."""
-    if not headers:
-        return None
-    raw_ms = headers.get("retry-after-ms")
-    if raw_ms:
-        try:
-            return max(0.0, float(raw_ms) / 1000)
-        except ValueError:
-            pass
-    raw = headers.get("retry-after")
-    if not raw:
-        return None
-    try:
-        return max(0.0, float(raw))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(raw)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
 
 
 def error_for_status(label: str, status: int, headers: Mapping[str, str] | None = None) -> ModelError:

@@ -20,7 +20,8 @@ from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequenc
 
 from bot.config import ModelSpec
 from bot.models.base import AllModelsFailed, ChainResult, Completion, ModelError, ModelProvider, Reset
-from bot.models.retry import RetryPolicy, complete_with_retry, stream_with_retry
+from bot.models.retry import complete_with_retry, stream_with_retry
+from bot.retry import RetryPolicy
 from kernel.errors import ConfigError
 from kernel.types import ChatMessage, ModelCallRecord
 

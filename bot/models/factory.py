@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from bot.config import Settings
 from bot.models.base import ModelProvider
 from bot.models.chain import ModelChain
-from bot.models.retry import RetryPolicy
+from bot.retry import RetryPolicy
 from kernel.errors import ConfigError
 
 
@@ -42,7 +42,7 @@ def build_chain(
     clock: Callable[[], float] = time.monotonic, anthropic_max_tokens: int | None = None,
 ) -> ModelChain:
     """The chain for `settings.models`. `providers` overrides (e.g. a test's own provider) win over built ones;
-    `policy` defaults to RetryPolicy.from_settings(settings); `timeout` to settings.model_timeout."""
+    `policy` defaults to RetryPolicy(attempts=settings.model_attempts); `timeout` to settings.model_timeout."""
     given = dict(providers or {})
     built: dict[str, ModelProvider] = {}
     for spec in settings.models:
@@ -50,7 +50,7 @@ def build_chain(
             built[spec.provider] = build_provider(spec.provider, settings, anthropic_max_tokens=anthropic_max_tokens)
     return ModelChain(
         settings.models, {**built, **given},
-        policy=policy or RetryPolicy.from_settings(settings),
+        policy=policy or RetryPolicy(attempts=settings.model_attempts),
         timeout=settings.model_timeout if timeout is None else timeout,
         failure_threshold=failure_threshold, cooldown=cooldown, clock=clock,
     )

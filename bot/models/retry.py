@@ -1,85 +1,45 @@
-"""The retry policy: the ONLY place in hilo that calls a model again after it failed.
+"""Model calls, retried: the models' use of bot.retry (the one retry module), with a record per attempt.
 
-Providers classify their errors (bot.models.base) and never retry; SDK retries are off. Here, with tenacity:
-- only TransientError is retried (429/529, 5xx, timeouts, connection failures), up to `attempts` attempts;
+Providers classify their errors (bot.models.base) and never retry; SDK retries are off. Here:
+- only TransientError is retried (429/529, 5xx, timeouts, connection failures), up to the policy's `attempts`;
 - the wait is the server's `retry_after` when it gave one; if that is longer than `retry_after_cap`, this model
   is given up at once (the chain moves on to the next one) instead of holding the turn;
-- otherwise exponential backoff with jitter from `backoff_base` (small, so tests are quick);
+- otherwise bot.retry's exponential backoff with jitter;
 - asyncio.CancelledError (and GeneratorExit) always propagate: they are never retried;
 - every attempt appends one ModelCallRecord (label, provider, tokens, latency, outcome, fallback_from, error
   class/status/retry_after: never message text).
-`sleep` is injectable so tests record the waits instead of sleeping them.
+The policy's `sleep` is injectable so tests record the waits instead of sleeping them.
 """
 
 from __future__ import annotations
 
-import asyncio
-import random
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
+from tenacity import AsyncRetrying
 
-from bot.config import ModelSpec, Settings
+from bot.config import ModelSpec
 from bot.models.base import Completion, ConnectionFailed, ModelError, ModelProvider, Reset, TransientError
+from bot.retry import RetryPolicy
 from kernel import log
 from kernel.types import ChatMessage, ModelCallRecord
 
 logger = log.get(__name__)
 
-Sleep = Callable[[float], Awaitable[None]]
+
+def retrying(policy: RetryPolicy) -> AsyncRetrying:
+    """bot.retry's loop for one model: TransientError retried, its `retry_after` honoured."""
+    return policy.retrying(
+        transient=lambda e: isinstance(e, TransientError),
+        retry_after=lambda e: e.retry_after if isinstance(e, ModelError) else None,
+        on_retry=_log_retry,
+    )
 
 
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """How often and how long to retry one model before the chain falls back to the next."""
-
-    attempts: int = 3
-    backoff_base: float = 0.5
-    backoff_max: float = 8.0
-    retry_after_cap: float = 30.0
-    sleep: Sleep = field(default=asyncio.sleep)
-
-    @classmethod
-    def from_settings(cls, settings: Settings, **overrides: Any) -> RetryPolicy:
-        return replace(cls(attempts=settings.model_attempts), **overrides)
-
-    def wait_seconds(self, error: BaseException | None, attempt: int) -> float:
-        """Seconds before attempt `attempt + 1`: the server's retry_after (capped) or jittered backoff."""
-        if isinstance(error, ModelError) and error.retry_after is not None:
-            return min(error.retry_after, self.retry_after_cap)
-        # Exponential with jitter (as tenacity's wait_exponential_jitter): base, 2*base, 4*base ... + [0, base).
-        backoff: float = min(self.backoff_max, self.backoff_base * 2.0 ** (attempt - 1))
-        return backoff + random.uniform(0, self.backoff_base)
-
-    def should_stop(self, error: BaseException | None, attempt: int) -> bool:
-        if attempt >= self.attempts:
-            return True
-        # A server asking for a long pause: better to answer with the next model than to make the person wait.
-        return isinstance(error, ModelError) and error.retry_after is not None and \
-            error.retry_after > self.retry_after_cap
-
-    def retrying(self) -> AsyncRetrying:
-        def error_of(state: RetryCallState) -> BaseException | None:
-            return state.outcome.exception() if state.outcome is not None else None
-
-        return AsyncRetrying(
-            retry=retry_if_exception_type(TransientError),
-            stop=lambda s: self.should_stop(error_of(s), s.attempt_number),
-            wait=lambda s: self.wait_seconds(error_of(s), s.attempt_number),
-            sleep=self.sleep,
-            before_sleep=_log_retry,
-            reraise=True,
-        )
-
-
-def _log_retry(state: RetryCallState) -> None:
-    error = state.outcome.exception() if state.outcome is not None else None
-    wait = state.next_action.sleep if state.next_action is not None else None
-    logger.warning("model.retry", attempt=state.attempt_number, error=type(error).__name__,
-                   status=getattr(error, "status", None), wait_s=round(wait or 0.0, 3))
+def _log_retry(attempt: int, error: BaseException, wait: float) -> None:
+    logger.warning("model.retry", attempt=attempt, error=type(error).__name__,
+                   status=getattr(error, "status", None), wait_s=round(wait, 3))
 
 
 def describe(error: BaseException) -> str:
@@ -115,7 +75,7 @@ async def complete_with_retry(
 ) -> Completion:
     """One model's completion, retried per `policy`. Appends a record per attempt to `calls`; raises the last
     ModelError when the model is given up."""
-    async for attempt in policy.retrying():
+    async for attempt in retrying(policy):
         with attempt:
             started = time.perf_counter()
             try:
@@ -135,7 +95,7 @@ async def stream_with_retry(
     """One model's streamed answer, retried per `policy`: text deltas, `Reset()` when an attempt failed after
     yielding text (what was shown is void), and finally the Completion. Raises the last ModelError when the
     model is given up (after its Reset, if text had been shown)."""
-    async for attempt in policy.retrying():
+    async for attempt in retrying(policy):
         with attempt:
             started = time.perf_counter()
             shown = False

@@ -140,6 +140,17 @@ class FakeModelServer:
             self._scripts.clear()
             self.requests = []
 
+    async def wait_requests(self, count: int, timeout: float = 10.0) -> list[RecordedRequest]:
+        """The first `count` requests, once they have arrived (polled: they arrive on the server's thread)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while len(self.requests) < count:
+            if loop.time() > deadline:
+                raise AssertionError(f"the fake provider got {len(self.requests)} requests, not {count}")
+            await asyncio.sleep(0.005)
+        with self._lock:
+            return self.requests[:count]
+
     def requests_for(self, model: str) -> list[RecordedRequest]:
         with self._lock:
             return [r for r in self.requests if r.model == model]

@@ -52,8 +52,10 @@ def created() -> Behaviour:
     return Behaviour()
 
 
-def rate_limited(retry_after: float | None = 1.0) -> Behaviour:
-    headers = (("Retry-After", f"{retry_after:g}"),) if retry_after is not None else ()
+def rate_limited(retry_after: float | str | None = 1.0) -> Behaviour:
+    """429 with a Retry-After in seconds, or as given when it is text (an HTTP-date); None sends none."""
+    value = retry_after if isinstance(retry_after, str) or retry_after is None else f"{retry_after:g}"
+    headers = (("Retry-After", value),) if value is not None else ()
     return Behaviour(429, 20429, "Too Many Requests", headers)
 
 

@@ -1,8 +1,9 @@
-"""What the app needs from a surface: its HTTP routes, and a lifecycle the daemon's lifespan owns.
+"""What the app needs from a surface (its HTTP routes, and a lifecycle the daemon's lifespan owns), and the
+Runtime the lifespan hands each surface at start.
 
 A surface turns raw input into one InboundMessage (checking it is genuine BEFORE parsing), hands it to the
 pipeline, and delivers the OutboundMessage. Webhook surfaces acknowledge fast and run the turn as a tracked
-task (`runtime.tasks.spawn`).
+task (`runtime.tasks.spawn`). Surfaces register under the `hilo.surfaces` entry points (bot/plugins.py).
 """
 
 from __future__ import annotations
@@ -17,15 +18,14 @@ if TYPE_CHECKING:
     from bot.models.base import Chain
     from bot.pipeline import Pipeline
     from bot.tasks import TaskSet
-    from memory.store import Store
 
 
 @dataclass
 class Runtime:
-    """What the lifespan built, handed to each surface at start."""
+    """What the lifespan built, handed to each surface at start. The store is not in it: a surface reaches
+    history, deliveries and opt-out through the pipeline (`pipeline.history`, `.deliveries`, `.opt_out`)."""
 
     settings: Settings
-    store: Store
     chain: Chain
     pipeline: Pipeline
     tasks: TaskSet

@@ -1,0 +1,44 @@
+"""The narrow seams a surface reaches the store through (surfaces import no memory module: docs/architecture.md,
+"Layers"). The pipeline owns them: `pipeline.history` reads, `pipeline.deliveries` records what was sent.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from kernel.types import Delivery, StoredMessage
+from memory.store import ConversationInfo, Store
+
+
+class Deliveries(Protocol):
+    """What a sender needs: record each part it sent (or finally failed), and take a provider's later word."""
+
+    async def record_delivery(self, delivery: Delivery) -> int:
+        """Record one sent (or finally failed) part of a reply; returns the delivery id."""
+
+    async def update_delivery(self, surface: str, provider_ref: str, status: str, error: str | None = None) -> bool:
+        """A provider's later word on a sent part (delivered, read, undelivered...). False if unknown."""
+
+
+class History:
+    """What a surface may read of a person's history: always of one user, who must be known first."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    async def identity_user(self, surface: str, external_user_id: str) -> int | None:
+        """The user an identity (surface, id on that surface) belongs to, or None."""
+        return await self._store.identity_user(surface, external_user_id)
+
+    async def conversations(self, user_id: int) -> list[ConversationInfo]:
+        """The user's conversations, most recently updated first."""
+        return await self._store.conversations(user_id)
+
+    async def messages(self, user_id: int, conversation_id: int) -> list[StoredMessage]:
+        """Messages of one of the user's conversations, oldest first (NotFound if not the user's)."""
+        return await self._store.messages(user_id, conversation_id)
+
+    async def latest_conversation(self, handle: str, surface: str) -> int | None:
+        """The conversation of the user with `handle` on `surface` (on the web: their latest), or None."""
+        user_id = await self._store.user_id(handle)
+        return None if user_id is None else await self._store.find_conversation(user_id, surface)

@@ -1,7 +1,9 @@
 """The daemon's ASGI app: Starlette routes, and a lifespan that owns every component's start and stop.
 
 Start: open the store (pending migrations applied), build the model chain and the pipeline, start each
-surface. Stop (SIGTERM): stop the surfaces, drain turns in flight, close the chain and the store.
+surface, then the background jobs (bot/jobs.py). Stop (SIGTERM): the jobs take no new runs and drain first
+(their work may need the surfaces' senders), then the surfaces stop, turns in flight drain, the chain and the
+store close.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 
-from bot import __version__
+from bot import __version__, job_list
 from bot.config import Settings, ensure_secret_key
+from bot.jobs import JobRegistry, Scheduler
 from bot.models.base import Chain
 from bot.pipeline import Pipeline
 from bot.plugins import enabled_surfaces
@@ -62,12 +65,12 @@ def with_secret_key(settings: Settings) -> Settings:
 
 def create_app(
     settings: Settings, *, store: Store | None = None, chain: Chain | None = None,
-    surfaces: list[Surface] | None = None,
+    surfaces: list[Surface] | None = None, jobs: JobRegistry | None = None,
 ) -> Starlette:
-    """The app. Tests may pass their own store, chain or surfaces; otherwise they come from settings.
-    `app.state.hilo` holds the Runtime (`runtime`) and the names of the started surfaces (`surfaces`) while
-    it runs. A start that fails undoes what it started and raises: nothing is logged here, the caller says
-    why (`hilo serve`: one `daemon.failed` line)."""
+    """The app. Tests may pass their own store, chain, surfaces or jobs; otherwise they come from settings
+    (the jobs: bot/job_list.py). `app.state.hilo` holds the Runtime (`runtime`), the names of the started
+    surfaces (`surfaces`) and the job Scheduler (`jobs`) while it runs. A start that fails undoes what it
+    started and raises: nothing is logged here, the caller says why (`hilo serve`: one `daemon.failed` line)."""
     settings = with_secret_key(settings)
     active = surfaces if surfaces is not None else enabled_surfaces(settings)
     state: dict[str, Any] = {}
@@ -80,8 +83,11 @@ def create_app(
         ch: Chain | None = None
         started: list[Surface] = []
         runtime: Runtime | None = None
+        scheduler: Scheduler | None = None
 
         async def stop() -> None:
+            if scheduler is not None:
+                await scheduler.stop()
             for surface in reversed(started):
                 try:
                     await surface.stop()
@@ -104,6 +110,9 @@ def create_app(
             for surface in active:
                 await surface.start(runtime)
                 started.append(surface)
+            scheduler = Scheduler(st, jobs if jobs is not None else job_list.registry(settings, st))
+            await scheduler.start()
+            state["jobs"] = scheduler
             if loader is not None:
                 await asyncio.to_thread(loader.join)
         except BaseException:

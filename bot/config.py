@@ -159,6 +159,8 @@ class Settings:
     session_max_age: int = 30 * 24 * 3600
     #: HILO_TRUSTED_PROXIES: X-Forwarded-For/-Proto are believed only from these addresses/networks (default none).
     trusted_proxies: tuple[str, ...] = ()
+    #: HILO_CLEANUP_SECONDS: how often the cleanup job deletes dead rows (link codes used or expired).
+    cleanup_seconds: int = 3600
 
     @property
     def models(self) -> tuple[ModelSpec, ...]:
@@ -252,6 +254,7 @@ class Settings:
             rate_limit_ip=_int(env, "HILO_RATE_LIMIT_IP", 60),
             session_max_age=_int(env, "HILO_SESSION_MAX_AGE", 30 * 24 * 3600, minimum=60),
             trusted_proxies=_proxies(env.get("HILO_TRUSTED_PROXIES", "")),
+            cleanup_seconds=_int(env, "HILO_CLEANUP_SECONDS", 3600),
         )
 
     @classmethod

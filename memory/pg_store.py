@@ -25,9 +25,9 @@ import asyncpg
 
 from kernel.errors import ConfigError, NotFound
 from kernel.types import InboundMessage, ModelCallRecord
+from memory import jobs, turn_lease
 from memory import migrate as migrations
 from memory import pg_queries as queries
-from memory import turn_lease
 from memory.pg_db import FACT_COLS, MSG_COLS, PgDb, to_fact, to_message
 from memory.pg_inspect import calls_json, inspect_json
 from memory.pg_people import PgPeopleMethods
@@ -197,6 +197,31 @@ class PostgresStore(PgPeopleMethods):
             raise StoreError(f"Postgres error: {exc}") from exc
         except asyncpg.InterfaceError as exc:
             raise StoreError(f"Postgres client error: {exc}") from exc
+
+    # -- background job leases (memory/jobs.py): READ COMMITTED, FOR UPDATE SKIP LOCKED ---------------------
+
+    async def register_job(self, name: str, scheduled: bool) -> None:
+        now = self.clock()
+        await self._tx("write", lambda db: jobs.register(db, name, scheduled, now))
+
+    async def claim_job(self, name: str, owner: str, ttl: float, *, force: bool = False) -> jobs.JobClaim:
+        now = self.clock()
+        return await self._tx("write", lambda db: jobs.claim(db, "postgres", name, owner, ttl, now, force))
+
+    async def renew_job(self, name: str, owner: str, ttl: float) -> bool:
+        now = self.clock()
+        return await self._tx("write", lambda db: jobs.renew(db, name, owner, ttl, now))
+
+    async def finish_job(self, name: str, owner: str, end: jobs.JobEnd) -> bool:
+        now = self.clock()
+        return await self._tx("write", lambda db: jobs.finish(db, name, owner, end, now))
+
+    async def job_states(self) -> list[jobs.JobState]:
+        return await self._tx("read", jobs.states)
+
+    async def purge_link_codes(self) -> int:
+        now = self.clock()
+        return await self._tx("write", lambda db: jobs.purge_link_codes(db, now))
 
     # -- the turn ----------------------------------------------------------------------------------------
 

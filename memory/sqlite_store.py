@@ -21,9 +21,9 @@ from typing import Any, TypeVar
 
 from kernel.errors import NotFound
 from kernel.types import InboundMessage, ModelCallRecord
+from memory import jobs, turn_lease
 from memory import migrate as migrations
 from memory import sqlite_queries as queries
-from memory import turn_lease
 from memory.sqlite_db import (
     FACT_COLS,
     MSG_COLS,
@@ -210,6 +210,32 @@ class SqliteStore(PeopleMethods):
 
     async def _release_lease(self, conversation_id: int, owner: str) -> None:
         await self._tx("write", lambda db: db.run(LEASE.release, (conversation_id, owner)))
+
+    # -- background job leases (memory/jobs.py) ---------------------------------------------------------
+
+    async def register_job(self, name: str, scheduled: bool) -> None:
+        now = self.clock()
+        await self._tx("write", jobs.on_sqlite(lambda sql: jobs.register(sql, name, scheduled, now)))
+
+    async def claim_job(self, name: str, owner: str, ttl: float, *, force: bool = False) -> jobs.JobClaim:
+        now = self.clock()
+        return await self._tx("write", jobs.on_sqlite(lambda sql: jobs.claim(sql, "sqlite", name, owner, ttl, now,
+                                                                              force)))
+
+    async def renew_job(self, name: str, owner: str, ttl: float) -> bool:
+        now = self.clock()
+        return await self._tx("write", jobs.on_sqlite(lambda sql: jobs.renew(sql, name, owner, ttl, now)))
+
+    async def finish_job(self, name: str, owner: str, end: jobs.JobEnd) -> bool:
+        now = self.clock()
+        return await self._tx("write", jobs.on_sqlite(lambda sql: jobs.finish(sql, name, owner, end, now)))
+
+    async def job_states(self) -> list[jobs.JobState]:
+        return await self._tx("read", jobs.on_sqlite(jobs.states))
+
+    async def purge_link_codes(self) -> int:
+        now = self.clock()
+        return await self._tx("write", jobs.on_sqlite(lambda sql: jobs.purge_link_codes(sql, now)))
 
     # -- the turn ----------------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kernel.errors import StoreError as StoreError  # re-exported: part of the contract
 from kernel.errors import StoreUnavailable as StoreUnavailable  # re-exported: part of the contract
@@ -28,6 +28,9 @@ from kernel.types import Ingested as Ingested  # re-exported: part of the contra
 from kernel.types import StoredMessage as StoredMessage  # re-exported: part of the contract
 from memory.inspection import Inspection as Inspection  # re-exported: part of the contract
 from memory.link_policy import LinkPolicy as LinkPolicy  # re-exported: part of the contract
+
+if TYPE_CHECKING:
+    from memory.jobs import JobClaim, JobEnd, JobState
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,3 +263,26 @@ class Store(Protocol):
 
     async def deliveries(self, user_id: int) -> list[dict[str, Any]]:
         """The user's deliveries, oldest first (JSON-ready)."""
+
+    # -- background jobs: leases, so that one process runs each run (memory/jobs.py; bot/jobs.py schedules) -----
+
+    async def register_job(self, name: str, scheduled: bool) -> None:
+        """Make sure the job has its row; a new scheduled job is due at once."""
+
+    async def claim_job(self, name: str, owner: str, ttl: float, *, force: bool = False) -> JobClaim:
+        """Take a run of the job for `owner`, a lease of `ttl` s, if it is due (or `force`: on demand) and its
+        lease is free or expired; exactly one of many concurrent claimers gets it. A forced claim of a running
+        job makes it due again once that run ends."""
+
+    async def renew_job(self, name: str, owner: str, ttl: float) -> bool:
+        """Extend the run's lease by `ttl` s from now; False when it was taken over."""
+
+    async def finish_job(self, name: str, owner: str, end: JobEnd) -> bool:
+        """Release the run's lease, record how it ended and when the job is next due; False when it was
+        taken over meanwhile (nothing is recorded then)."""
+
+    async def job_states(self) -> list[JobState]:
+        """Every job's row: lease, next due time, last run."""
+
+    async def purge_link_codes(self) -> int:
+        """Delete link codes that can never be redeemed again (used, replaced or expired); their number."""

@@ -128,6 +128,15 @@ def _free_port() -> int:
 BOUNCER = PgBouncer(SERVER)
 
 
+def database_url(kind: str, tmp_path: Path) -> str:
+    """A fresh database of one kind: "sqlite" (a file in tmp_path), "postgres" (the session's server) or
+    "pgbouncer" (the same, through the session's pgbouncer in transaction mode)."""
+    if kind == "sqlite":
+        return f"sqlite:///{tmp_path / 'hilo.db'}"
+    url = SERVER.create_database()
+    return BOUNCER.url(url) if kind == "pgbouncer" else url
+
+
 @pytest.fixture(scope="session", autouse=True)
 def pgbouncer_session() -> Iterator[PgBouncer]:
     """Stops the session's pgbouncer (if a test started it) when the session ends."""

@@ -3,13 +3,15 @@
 Start: open the store (pending migrations applied), build the model chain and the pipeline, start each
 surface, then the background jobs (bot/jobs.py). Stop (SIGTERM): the jobs take no new runs and drain first
 (their work may need the surfaces' senders), then the surfaces stop, turns in flight drain, the chain and the
-store close.
+store close. The jobs' drain, the surfaces' stop and the turns' drain each get at most what is left of ONE budget
+measured from SIGTERM (HILO_STOP_TIMEOUT, bot/shutdown.py); what overruns it is cancelled and logged.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from bot.models.base import Chain
 from bot.pipeline import Pipeline
 from bot.plugins import enabled_surfaces
 from bot.runtime import Runtime, Surface
+from bot.shutdown import StopBudget
 from bot.tasks import TaskSet
 from kernel import log, tokens
 from kernel.errors import ConfigError
@@ -63,15 +66,31 @@ def with_secret_key(settings: Settings) -> Settings:
         ) from None
 
 
+async def _stop_surface(surface: Surface, budget: StopBudget) -> None:
+    """Stop `surface` within what is left of the budget; cancelled (and logged) when it takes longer. One surface
+    failing to stop must not keep the others running."""
+    began = time.monotonic()
+    try:
+        await asyncio.wait_for(surface.stop(), budget.left())
+    except TimeoutError:
+        logger.warning("surface.stop_cancelled", surface=surface.name,
+                       ran_ms=round((time.monotonic() - began) * 1000))
+    except Exception as exc:
+        logger.error("surface.stop_failed", surface=surface.name, error=type(exc).__name__)
+
+
 def create_app(
     settings: Settings, *, store: Store | None = None, chain: Chain | None = None,
-    surfaces: list[Surface] | None = None, jobs: JobRegistry | None = None,
+    surfaces: list[Surface] | None = None, jobs: JobRegistry | None = None, stop_budget: StopBudget | None = None,
 ) -> Starlette:
     """The app. Tests may pass their own store, chain, surfaces or jobs; otherwise they come from settings
-    (the jobs: bot/job_list.py). `app.state.hilo` holds the Runtime (`runtime`), the names of the started
-    surfaces (`surfaces`) and the job Scheduler (`jobs`) while it runs. A start that fails undoes what it
-    started and raises: nothing is logged here, the caller says why (`hilo serve`: one `daemon.failed` line)."""
+    (the jobs: bot/job_list.py); `stop_budget` is the shutdown budget the daemon begins at SIGTERM (default: a
+    new one of HILO_STOP_TIMEOUT s, begun when the stop begins). `app.state.hilo` holds the Runtime
+    (`runtime`), the names of the started surfaces (`surfaces`) and the job Scheduler (`jobs`) while it runs.
+    A start that fails undoes what it started and raises: nothing is logged here, the caller says why
+    (`hilo serve`: one `daemon.failed` line)."""
     settings = with_secret_key(settings)
+    budget = stop_budget if stop_budget is not None else StopBudget(settings.stop_timeout)
     active = surfaces if surfaces is not None else enabled_surfaces(settings)
     state: dict[str, Any] = {}
 
@@ -86,15 +105,13 @@ def create_app(
         scheduler: Scheduler | None = None
 
         async def stop() -> None:
+            # every phase gets at most what is left of ONE budget from SIGTERM (bot/shutdown.py)
             if scheduler is not None:
-                await scheduler.stop()
+                await scheduler.stop(timeout=budget.left(scheduler.drain_timeout))
             for surface in reversed(started):
-                try:
-                    await surface.stop()
-                except Exception as exc:  # one surface failing to stop must not keep the others running
-                    logger.error("surface.stop_failed", surface=surface.name, error=type(exc).__name__)
+                await _stop_surface(surface, budget)
             if runtime is not None:
-                await runtime.tasks.drain()
+                await runtime.tasks.drain(timeout=budget.left())
             if chain is None and ch is not None:
                 await ch.aclose()
             if store is None:

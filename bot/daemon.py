@@ -7,7 +7,9 @@
    surfaces: Telegram's getMe, webhook registration ...).
 4. Listen and serve with uvicorn. `daemon.started`, with the URL, once the socket accepts connections.
 5. SIGTERM / SIGINT: uvicorn stops accepting and finishes the requests in flight; the lifespan then stops the
-   surfaces, drains the turns in flight and closes the store (`daemon.stopped`); exit status 0.
+   surfaces, drains the turns in flight and closes the store (`daemon.stopped`); exit status 0. The signal
+   begins ONE budget (HILO_STOP_TIMEOUT, bot/shutdown.py) that all of these share: what still runs when it is
+   spent is cancelled and logged, so the process ends before PM2 or systemd kill it.
 
 A daemon that cannot start says why in ONE line, the event `daemon.failed` with `error`, in the configured
 log format, and exits non-zero: 2 for a setting to fix, 1 for a service that refused or cannot be reached.
@@ -29,26 +31,39 @@ import uvicorn
 
 from bot import __version__
 from bot.config import Settings
+from bot.shutdown import StopBudget
 from kernel import log
 from kernel.errors import ConfigError, HiloError
 
 logger = log.get("hilo.daemon")
 
-#: How long uvicorn lets requests in flight finish after SIGTERM (PM2 and systemd wait 40 s before SIGKILL).
+#: At most how long uvicorn lets requests in flight finish after SIGTERM; less when the stop budget
+#: (HILO_STOP_TIMEOUT, bot/shutdown.py) has less left.
 GRACEFUL_SECONDS = 30
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, telling `on_started` when its sockets accept connections."""
+    """uvicorn's server, telling `on_started` when its sockets accept connections, beginning the stop budget at
+    SIGTERM / SIGINT, and giving requests in flight only what the budget leaves."""
 
-    def __init__(self, config: uvicorn.Config, on_started: Callable[[], None]) -> None:
+    def __init__(self, config: uvicorn.Config, on_started: Callable[[], None], budget: StopBudget) -> None:
         super().__init__(config)
         self._on_started = on_started
+        self._budget = budget
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         if self.started:
             self._on_started()
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self._budget.begin()
+        super().handle_exit(sig, frame)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # read by uvicorn's shutdown as asyncio.wait_for's timeout (annotated int there; any float works)
+        self.config.timeout_graceful_shutdown = self._budget.for_requests(GRACEFUL_SECONDS)  # type: ignore[assignment]
+        await super().shutdown(sockets)
 
 
 def _log_format_hint() -> str:
@@ -93,8 +108,9 @@ class _Stop:
     """SIGTERM / SIGINT before uvicorn takes them (while starting) or after it gave them back (stopping):
     remembered, so that a daemon asked to stop while starting stops as soon as it has started."""
 
-    def __init__(self) -> None:
+    def __init__(self, budget: StopBudget) -> None:
         self.requested = False
+        self._budget = budget
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> _Stop:
@@ -107,10 +123,12 @@ class _Stop:
             signal.signal(sig, handler)
 
     def _handle(self, sig: int, frame: FrameType | None) -> None:
+        self._budget.begin()
         self.requested = True
 
 
-async def _run(app: Any, settings: Settings, sock: socket.socket, host: str, stop: _Stop) -> None:
+async def _run(app: Any, settings: Settings, sock: socket.socket, host: str, stop: _Stop,
+               budget: StopBudget) -> None:
     port = sock.getsockname()[1]
     url = url_of(host, port)
     config = uvicorn.Config(
@@ -126,7 +144,7 @@ async def _run(app: Any, settings: Settings, sock: socket.socket, host: str, sto
 
     async with app.router.lifespan_context(app):  # the components start here (or raise: nothing runs)
         if not stop.requested:
-            await _Server(config, started).serve(sockets=[sock])
+            await _Server(config, started, budget).serve(sockets=[sock])
 
 
 def serve(read_settings: Callable[[], Settings], host: str, port: int) -> int:
@@ -139,10 +157,11 @@ def serve(read_settings: Callable[[], Settings], host: str, port: int) -> int:
         log.capture_uncaught()
         from bot.app import create_app
 
-        app = create_app(settings)
+        budget = StopBudget(settings.stop_timeout)
+        app = create_app(settings, stop_budget=budget)
         sock = bind(host, port)
-        with _Stop() as stop:
-            asyncio.run(_run(app, settings, sock, host, stop))
+        with _Stop(budget) as stop:
+            asyncio.run(_run(app, settings, sock, host, stop, budget))
         return 0
     except ConfigError as exc:
         logger.error("daemon.failed", error=str(exc))

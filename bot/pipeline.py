@@ -86,6 +86,10 @@ class Pipeline:
         self._in_flight.add(turn.message.id)
         try:
             return await self._turn(msg, turn, lang, started, on_delta, on_ingested)
+        except asyncio.CancelledError:  # shutdown: the message stays stored, unanswered, and is resumed later
+            logger.warning("turn.cancelled", surface=msg.surface, message_id=turn.message.id,
+                           duration_ms=round((time.perf_counter() - started) * 1000))
+            raise
         finally:
             self._in_flight.discard(turn.message.id)
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from bot import daemon, job_list
+from bot import job_list
 from bot.config import Settings
-from bot.jobs import DRAIN_SECONDS, JobContext, JobRegistry, Scheduler
+from bot.jobs import JobContext, JobRegistry, Scheduler
 from kernel.errors import Draining
 from memory.jobs import JobEnd, JobState
 from memory.open import open_store
@@ -28,8 +28,6 @@ from memory.store import LinkPolicy, Store
 from tests.backends import TestClock
 from tests.fakes.pgbouncer import database_url, pgbouncer_session  # noqa: F401  (autouse fixture)
 from tests.fakes.postgres import postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 class Held:
@@ -297,9 +295,3 @@ async def test_the_cleanup_job_deletes_link_codes_that_can_never_be_redeemed(two
     live = await two.stores[1].redeem_link_code("web", "v", "h-live", LinkPolicy())
     assert live.status == "prompt", "the cleanup deleted a live code"
 
-
-def test_the_jobs_drain_within_the_stop_timeouts_pm2_and_systemd_give() -> None:
-    pm2 = int(re.search(r"kill_timeout:\s*(\d+)", (REPO / "deploy" / "ecosystem.config.js").read_text())[1]) / 1000
-    systemd = int(re.search(r"^TimeoutStopSec=(\d+)$", (REPO / "deploy" / "hilo.service").read_text(), re.M)[1])
-    margin = 2.0
-    assert daemon.GRACEFUL_SECONDS + DRAIN_SECONDS + margin <= min(pm2, systemd), (pm2, systemd)

@@ -81,6 +81,8 @@ class Hilo:
         self.pipelines = {b: Pipeline(dataclasses.replace(base, context_budget=b), store, chain=None)  # type: ignore[arg-type]
                           for b in budgets}
         self.uids: dict[str, int] = {}
+        #: per budget, the tokens each assembled context spent (all blocks): how much of the budget went unused
+        self.spent: dict[int, list[int]] = {b: [] for b in budgets}
 
     async def context(self, q: Question, budget: int) -> Any:
         if q.user not in self.uids:
@@ -94,6 +96,7 @@ class Hilo:
     async def __call__(self, q: Question, budget: int) -> set[str]:
         ctx = await self.context(q, budget)
         assert ctx.tokens["total"] <= budget, ctx.tokens
+        self.spent[budget].append(ctx.tokens["total"])
         return {item.external_id for item in ctx.items if item.external_id is not None}
 
 
@@ -132,7 +135,7 @@ def pg_uri(tmp: str) -> str:
     return str(_PG["server"].get_uri())
 
 
-async def run_recall(args: argparse.Namespace, tmp: str) -> tuple[Corpus, dict[str, Any], dict[str, float]]:
+async def run_recall(args: argparse.Namespace, tmp: str) -> tuple[Corpus, dict[str, Any], dict[str, Any]]:
     corpus = generate(args.seed, args.people, args.messages_per_person, args.days)
     async with stores(tmp, "recall", args.postgres) as opened:
         seconds = {}
@@ -147,7 +150,10 @@ async def run_recall(args: argparse.Namespace, tmp: str) -> tuple[Corpus, dict[s
             methods["hilo pg"] = Hilo(pg_store, pg_url, BUDGETS, corpus.now)
         porter = Baselines(corpus, Settings().system_prompt, tokenizer="porter unicode61 remove_diacritics 2")
         methods |= {"last-N": base.last_n, "bm25": base.bm25, "bm25 porter": porter.bm25}
-        return corpus, await evaluate(corpus.questions, methods, BUDGETS), seconds
+        results = await evaluate(corpus.questions, methods, BUDGETS)
+        spent = {name: {b: statistics.fmean(m.spent[b]) for b in BUDGETS} for name, m in methods.items()
+                 if isinstance(m, Hilo)}
+        return corpus, results, {"import_s": seconds, "tokens_spent": spent}
 
 
 async def run_latency(args: argparse.Namespace, tmp: str) -> dict[str, dict[int, dict[str, float]]]:
@@ -217,11 +223,14 @@ def main() -> None:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            corpus, results, import_s = asyncio.run(run_recall(args, tmp))
+            corpus, results, extra = asyncio.run(run_recall(args, tmp))
             print(f"recall: {len(corpus.messages):,} messages, {len(corpus.people)} people, "
                   f"{len(corpus.questions)} questions; import " + ", ".join(f"{b} {s:.1f} s" for b, s in
-                                                                            import_s.items()), flush=True)
+                                                                            extra["import_s"].items()), flush=True)
             print(tables(corpus, results), flush=True)
+            for name, by_budget in extra["tokens_spent"].items():
+                print(f"\n{name}: tokens the context spent, mean: "
+                      + ", ".join(f"{s:,.0f} of {b:,}" for b, s in by_budget.items()))
             latency = asyncio.run(run_latency(args, tmp))
         finally:
             if "server" in _PG:
@@ -237,6 +246,7 @@ def main() -> None:
         "questions": len(corpus.questions), "recall": summary, "recall_2000_per_kind": per_kind,
         "per_question": {name: {str(b): cell for b, cell in by.items()} for name, by in results.items()},
         "latency": {backend: {str(n): row for n, row in rows.items()} for backend, rows in latency.items()},
+        "import_s": extra["import_s"], "hilo_tokens_spent": extra["tokens_spent"],
         "loadavg_start": load_start, "loadavg_end": load_end, "seconds": time.perf_counter() - t0,
     }, indent=2))
     print(f"\nran in {time.perf_counter() - t0:.0f} s; load average (1 min) {load_start[0]:.2f} at the start, "

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from bench.memory_facts import LIST, SIMPLE, UPDATE, WHEN, Family
-from bench.memory_filler import assistant_line, user_line
+from bench.memory_filler import assistant_line, contract, user_line
 from kernel import tokens
 from memory.search_terms import search_terms
 from memory.store import ImportRow
@@ -126,7 +126,8 @@ def overlap(question: str, evidence: str) -> set[str]:
 
 def _fmt(template: str, value: str, old: str = "") -> str:
     parts = value.split("|")
-    return template.format(v=value.replace("|", " "), v0=parts[0], v1=parts[-1], old=old.replace("|", " "))
+    text = template.format(v=value.replace("|", " "), v0=parts[0], v1=parts[-1], old=old.replace("|", " "))
+    return contract(text)
 
 
 def generate(seed: int = 11, people: int = 8, messages_per_person: int = 1500, days: int = 180) -> Corpus:

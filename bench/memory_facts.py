@@ -82,7 +82,7 @@ SIMPLE: list[Family] = [
             "paraphrase": "Which musical instrument am I learning to play?",
             "echo": ["Music is such a good hobby!", "Keep practising, you'll get there."]},
      "es": {"v": ["piano", "violonchelo", "guitarra", "batería", "violín", "saxofón"],
-            "say": ["Empecé clases de {v} los jueves, estoy emocionado.",
+            "say": ["Empecé clases de {v} los jueves, qué ilusión.",
                     "Hoy en clases de {v} el profesor me felicitó."],
             "lexical": "¿Qué clases empecé los jueves?",
             "paraphrase": "¿Qué instrumento musical estoy aprendiendo a tocar?",

@@ -100,17 +100,34 @@ ASSISTANT = {
     ],
 }
 
+#: Said around a request now and then, so that the same template is not the same message every time.
+OPENERS = {"en": ["Hey!", "Morning.", "Quick question:", "Ok so", "Hi again.", "Sorry to bother you,"],
+           "es": ["¡Hola!", "Buenos días.", "Una pregunta:", "Vale, a ver,", "Hola otra vez.", "Perdona,"]}
+CLOSERS = {"en": ["Thanks!", "No rush.", "lol", "Cheers.", "Any thoughts?"],
+           "es": ["¡Gracias!", "Sin prisa.", "jaja", "Un saludo.", "¿Qué opinas?"]}
+
 _SLOT = re.compile(r"\{(\w+)\}")
+
+
+def contract(text: str) -> str:
+    """Spanish contractions a filled slot can call for: "a el" -> "al", "de el" -> "del"."""
+    return text.replace(" a el ", " al ").replace(" de el ", " del ")
 
 
 def fill(template: str, lang: str, rng: random.Random) -> str:
     """The template with every slot drawn from its pool (each occurrence drawn on its own)."""
-    text = _SLOT.sub(lambda m: rng.choice(POOLS[lang][m.group(1)]), template)
+    text = contract(_SLOT.sub(lambda m: rng.choice(POOLS[lang][m.group(1)]), template))
     return text[0].upper() + text[1:]
 
 
 def user_line(lang: str, rng: random.Random) -> str:
-    return fill(rng.choice(USER[lang]), lang, rng)
+    text = fill(rng.choice(USER[lang]), lang, rng)
+    if rng.random() < 0.25:
+        opener = rng.choice(OPENERS[lang])
+        text = f"{opener} {text if opener[-1] in '.!' else text[0].lower() + text[1:]}"
+    if rng.random() < 0.2:
+        text = f"{text} {rng.choice(CLOSERS[lang])}"
+    return text
 
 
 def assistant_line(lang: str, rng: random.Random) -> str:

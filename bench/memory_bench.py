@@ -21,6 +21,7 @@ SQLite and (with --postgres) an embedded PostgreSQL 18. Writes bench/results/mem
     python bench/memory_bench.py [--people 24] [--messages-per-person 1500] [--days 180] [--seed 11]
                                  [--sizes 1000,10000] [--queries 200] [--postgres]
     python bench/memory_bench.py --sizes 1000,10000,100000 --postgres      # the issue's three sizes
+    python bench/memory_bench.py --variant 'hilo 48h:HILO_CROSS_SURFACE_HOURS=48'  # one more hilo row
 """
 
 from __future__ import annotations
@@ -74,8 +75,10 @@ async def analyze(dsn: str, backend: str) -> None:
 class Hilo:
     """Today's hilo: one Pipeline per budget over one store, questions asked in a new web conversation."""
 
-    def __init__(self, store: Any, url: str, budgets: Sequence[int], now: datetime) -> None:
-        base = Settings(database_url=url)
+    def __init__(self, store: Any, url: str, budgets: Sequence[int], now: datetime,
+                 env: dict[str, str] | None = None) -> None:
+        # the settings a daemon would read from these environment names (none: the defaults)
+        base = Settings.from_mapping({**(env or {}), "HILO_DATABASE_URL": url})
         self.store = store
         self.now = now
         self.pipelines = {b: Pipeline(dataclasses.replace(base, context_budget=b), store, chain=None)  # type: ignore[arg-type]
@@ -149,6 +152,8 @@ async def run_recall(args: argparse.Namespace, tmp: str) -> tuple[Corpus, dict[s
             pg_store, pg_url, _ = opened["postgres"]
             methods["hilo pg"] = Hilo(pg_store, pg_url, BUDGETS, corpus.now)
         porter = Baselines(corpus, Settings().system_prompt, tokenizer="porter unicode61 remove_diacritics 2")
+        for name, env in args.variant:
+            methods[name] = Hilo(store, url, BUDGETS, corpus.now, env)
         methods |= {"last-N": base.last_n, "bm25": base.bm25, "bm25 porter": porter.bm25}
         results = await evaluate(corpus.questions, methods, BUDGETS)
         spent = {name: {b: statistics.fmean(m.spent[b]) for b in BUDGETS} for name, m in methods.items()
@@ -207,6 +212,15 @@ def tables(corpus: Corpus, results: dict[str, dict[int, dict[str, float]]]) -> s
     return "\n".join(out)
 
 
+def variant(text: str) -> tuple[str, dict[str, str]]:
+    """'NAME:KEY=VALUE,KEY=VALUE' -> (NAME, {KEY: VALUE})."""
+    name, _, pairs = text.partition(":")
+    env = dict(pair.split("=", 1) for pair in pairs.split(",") if "=" in pair)
+    if not name.strip() or not env:
+        raise argparse.ArgumentTypeError(f"{text!r}: write NAME:HILO_SETTING=value[,HILO_OTHER=value]")
+    return name.strip(), env
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--people", type=int, default=24)
@@ -216,6 +230,9 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000,10000", help="latency: messages of the one person, comma list")
     ap.add_argument("--queries", type=int, default=200, help="latency: timed context assemblies per size")
     ap.add_argument("--postgres", action="store_true", help="also on an embedded PostgreSQL 18 (recall and latency)")
+    ap.add_argument("--variant", action="append", default=[], type=variant, metavar="'NAME:HILO_X=1,HILO_Y=2'",
+                    help="one more hilo row (SQLite) with these settings, as environment names (the budget is each "
+                         "column's: HILO_CONTEXT_BUDGET is ignored); repeatable")
     args = ap.parse_args()
     args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     log.configure(level="warning")

@@ -12,7 +12,7 @@ HiloError
  │                          ConnectionFailed), PermanentError, AllModelsFailed
  ├── StoreError             memory.store: StoreUnavailable; memory.migrate: MigrationError
  ├── ImportFileError        memory.importer: an import file that cannot be read
- ├── Rollback               memory.sqlite_queries: rolls a transaction back (never escapes the store)
+ ├── Rollback               memory.rows: rolls a transaction back (never escapes the store)
  ├── AuthFailed             surfaces.web_auth: a credential was sent but is not valid (401)
  ├── JwksError              surfaces.web_jwks: JwksUnavailable, UnknownKey (a token's signing key cannot be had)
  ├── BodyTooLarge           surfaces.http_body: a request body over its limit (413)

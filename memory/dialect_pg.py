@@ -160,10 +160,6 @@ class PostgresStore(SqlStore):
         #: messages imported since the statistics were last refreshed (see import_rows)
         self._imported = 0
 
-    async def open(self) -> None:
-        """Connect and apply pending migrations."""
-        await self.migrate()
-
     async def close(self) -> None:
         """Close the pool. Safe to call twice."""
         pool, self._pool = self._pool, None

@@ -37,17 +37,19 @@ T = TypeVar("T")
 SPELLINGS = (
     ("greatest(", "max("), (" IS NOT DISTINCT FROM ", " IS "), (" IS DISTINCT FROM ", " IS NOT "),
     (" FOR UPDATE", ""), ("WHERE singleton DO", "WHERE singleton = 1 DO"),  # the partial index's own predicate
+    # '+' keeps SQLite's planner on (conversation_id, id), newest first, whatever the statistics say (on Postgres
+    # the same '+' would hide the column from its estimates and sort the whole conversation)
+    ("m.conversation_id = $1 AND m.user_id = $2", "m.conversation_id = $1 AND +m.user_id = $2"),
 )
 _PLACEHOLDER, _CAST = re.compile(r"\$(\d+)"), re.compile(r"::\w+(?:\[\])?")
 
 
 @functools.lru_cache(maxsize=1024)
 def translate(sql: str) -> str:
-    """A statement in SQLite's spelling: `$n` -> `?n`, casts dropped, SPELLINGS applied (cached per text)."""
-    sql = _CAST.sub("", _PLACEHOLDER.sub(r"?\1", sql))
+    """A statement in SQLite's spelling: SPELLINGS applied, casts dropped, `$n` -> `?n` (cached per text)."""
     for postgres, sqlite in SPELLINGS:
         sql = sql.replace(postgres, sqlite)
-    return sql
+    return _PLACEHOLDER.sub(r"?\1", _CAST.sub("", sql))
 
 
 RECALL = (
@@ -174,10 +176,6 @@ class SqliteStore(SqlStore):
         self._df_cache: dict[str, tuple[int, float]] = {}  # touched on the worker thread only
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
-
-    async def open(self) -> None:
-        """Connect and apply pending migrations."""
-        await self.migrate()
 
     async def close(self) -> None:
         """Release the connection and the worker thread. Safe to call twice."""

@@ -23,26 +23,24 @@ Mode = Literal["read", "write", "lease"]
 
 
 class Db(Protocol):
-    """One transaction as the logic sees it. Every statement counts in the store's `counters["statements"]`."""
+    """One transaction as the logic sees it. Every statement counts in the store's `counters["statements"]`:
+    run() returns the rows a statement changed, many() is one statement with many parameter rows (counted
+    once), ts() a datetime as the database takes it, lock() serializes writers on a key until commit (False when
+    they are serialized anyway), recall() is lexical recall of q.search_text (MSG_COLS rows, best first), and
+    insert_messages() a bulk insert of (conversation_id, user_id, surface, role, content, token_count,
+    external_id, created_at) skipping stored (surface, external_id), returning the number inserted."""
 
     clock: Callable[[], datetime]
 
     async def all(self, sql: str, *args: Any) -> list[Any]: ...
     async def one(self, sql: str, *args: Any) -> Any: ...
     async def value(self, sql: str, *args: Any) -> Any: ...
-    async def run(self, sql: str, *args: Any) -> int:
-        """A statement without result rows; the number of rows it changed."""
-    async def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        """One statement, many parameter rows (counts once: one batched call)."""
-    def ts(self, moment: datetime) -> Any:
-        """A datetime as the database takes it (naive datetimes are UTC)."""
-    async def lock(self, key: str | int) -> bool:
-        """Serialize with other writers on `key` until commit; False when writers are serialized anyway."""
-    async def recall(self, q: ContextQuery, excluded: list[int]) -> list[Any]:
-        """Lexical recall (MSG_COLS rows, best first): full-text search of q.search_text over the user's messages."""
-    async def insert_messages(self, rows: list[tuple[Any, ...]]) -> int:
-        """Bulk insert of (conversation_id, user_id, surface, role, content, token_count, external_id, created_at)
-        skipping stored (surface, external_id); the number inserted."""
+    async def run(self, sql: str, *args: Any) -> int: ...
+    async def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
+    def ts(self, moment: datetime) -> Any: ...
+    async def lock(self, key: str | int) -> bool: ...
+    async def recall(self, q: ContextQuery, excluded: list[int]) -> list[Any]: ...
+    async def insert_messages(self, rows: list[tuple[Any, ...]]) -> int: ...
 
 
 class Rollback(HiloError):

@@ -66,7 +66,7 @@ async def update_delivery(db: Db, surface: str, provider_ref: str, status: str, 
 async def messages(db: Db, user_id: int, conversation_id: int, limit: int) -> list[StoredMessage]:
     if await db.one("SELECT 1 FROM conversations WHERE id = $1 AND user_id = $2", conversation_id, user_id) is None:
         raise NotFound(f"conversation {conversation_id}")
-    rows = await db.all(f"SELECT {MSG_COLS} FROM messages m WHERE m.conversation_id = $1 AND +m.user_id = $2 "
+    rows = await db.all(f"SELECT {MSG_COLS} FROM messages m WHERE m.conversation_id = $1 AND m.user_id = $2 "
                         "ORDER BY m.id DESC LIMIT $3", conversation_id, user_id, limit)
     return [to_message(r) for r in reversed(rows)]
 

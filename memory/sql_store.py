@@ -57,6 +57,13 @@ class SqlStore:
     async def _tx(self, mode: Mode, logic: Logic[T], *args: Any) -> T:
         raise NotImplementedError
 
+    async def migrate(self) -> list[str]:
+        raise NotImplementedError
+
+    async def open(self) -> None:
+        """Connect and apply pending migrations."""
+        await self.migrate()
+
     # -- the turn ----------------------------------------------------------------------------------------
 
     async def ingest(self, msg: InboundMessage, token_count: int) -> Ingested | None:

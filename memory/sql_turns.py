@@ -182,9 +182,8 @@ async def load_context(db: Db, q: ContextQuery) -> ContextRows:
     conversation: list[StoredMessage] = []
     if q.conversation_id is not None and q.recent_limit > 0:
         # Queued turns (user messages stored after the current one) are excluded; assistant messages stay.
-        # '+' keeps the planner on (conversation_id, id), newest first, whatever the statistics say.
-        conversation = [to_message(r) for r in await db.all(
-            f"SELECT {MSG_COLS} FROM messages m WHERE m.conversation_id = $1 AND +m.user_id = $2 "
+        conversation = [to_message(r) for r in await db.all(  # on (conversation_id, id): see dialect_sqlite
+            f"SELECT {MSG_COLS} FROM messages m WHERE m.conversation_id = $1 AND m.user_id = $2 "
             "AND m.created_at <= $3 AND ($4::bigint IS NULL OR (m.id <> $4 AND (m.role <> 'user' OR m.id < $4))) "
             "ORDER BY m.id DESC LIMIT $5", q.conversation_id, q.user_id, at, cur, q.recent_limit,
         )]

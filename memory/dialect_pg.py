@@ -220,9 +220,8 @@ class PostgresStore(SqlStore):
             raise StoreError(f"Postgres client error: {exc}") from exc
 
     async def import_rows(self, rows: Sequence[ImportRow]) -> ImportResult:
-        """SqlStore.import_rows, then ANALYZE of the tables it filled once they grew by a fifth since the last
-        one (or were never analyzed): recall's term statistics come from pg_stats, and autovacuum may not have
-        run yet on a fresh database."""
+        """SqlStore.import_rows, then ANALYZE of the tables it filled when pg_terms.stale says so: recall's term
+        statistics come from pg_stats, and autovacuum may not have run yet on a fresh database."""
         result = await super().import_rows(rows)
         self._imported += result.inserted
         if result.inserted and await self._tx("lease", pg_terms.stale, self._imported):

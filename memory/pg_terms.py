@@ -84,9 +84,10 @@ async def selective_terms(db: Any, text: str) -> list[str]:
 
 async def stale(db: Any, imported: int) -> bool:
     """Whether the statistics of messages need an ANALYZE after `imported` new messages: there are none yet, or
-    the import grew the table by a fifth of what the planner last counted."""
+    the imports doubled the table since the planner last counted it (a big import: a few ANALYZEs, the last one
+    over at least half of what it brought)."""
     row = await db.one(
         "SELECT greatest(c.reltuples, 0), EXISTS (SELECT 1 FROM pg_stats st JOIN pg_namespace n "
         "ON n.nspname = st.schemaname WHERE n.oid = c.relnamespace AND st.tablename = 'messages' "
         "AND st.attname = 'search') FROM pg_class c WHERE c.oid = 'messages'::regclass")
-    return not row[1] or imported * 5 >= row[0]
+    return not row[1] or imported >= row[0]

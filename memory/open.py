@@ -12,6 +12,8 @@ The store is returned unopened: the caller owns its lifecycle (`await store.open
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import datetime
 from urllib.parse import unquote
 
 from kernel.errors import ConfigError
@@ -33,14 +35,14 @@ def sqlite_path(url: str) -> str:
     return path
 
 
-def open_store(url: str) -> Store:
-    """The Store for `url` (not opened yet)."""
+def open_store(url: str, *, clock: Callable[[], datetime] | None = None) -> Store:
+    """The Store for `url` (not opened yet). `clock`: "now" for the store (aware UTC; default the real clock)."""
     url = url.strip()
     scheme = url.split(":", 1)[0].lower()
     if scheme == "sqlite":
         from memory.dialect_sqlite import SqliteStore
 
-        return SqliteStore(sqlite_path(url))
+        return SqliteStore(sqlite_path(url), clock=clock)
     if scheme in ("postgres", "postgresql"):
         try:
             from memory.dialect_pg import PostgresStore
@@ -51,7 +53,7 @@ def open_store(url: str) -> Store:
                 f"Postgres needs asyncpg ({exc}): reinstall hilo with `pip install -e .` (it installs asyncpg), "
                 "or use HILO_DATABASE_URL=sqlite:///hilo.db"
             ) from exc
-        return PostgresStore(url)
+        return PostgresStore(url, clock=clock)
     raise ConfigError(
         f"unsupported database URL {url!r}: use sqlite:///hilo.db or postgresql://user:password@host:5432/dbname"
     )

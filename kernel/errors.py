@@ -14,7 +14,7 @@ HiloError
  ├── StoreError             the database refused: StoreUnavailable (here, so that surfaces catch it without
  │                          importing memory/), memory.migrate: MigrationError
  ├── ImportFileError        memory.importer: an import file that cannot be read
- ├── Rollback               memory.sqlite_queries: rolls a transaction back (never escapes the store)
+ ├── Rollback               memory.rows: rolls a transaction back (never escapes the store)
  ├── AuthFailed             surfaces.web_auth: a credential was sent but is not valid (401)
  ├── JwksError              surfaces.web_jwks: JwksUnavailable, UnknownKey (a token's signing key cannot be had)
  ├── BodyTooLarge           surfaces.http_body: a request body over its limit (413)

@@ -14,25 +14,20 @@ A job is a row of `jobs` (migration 0012) named after it: its lease (`owner`, `e
 - finish: releases the lease and records the outcome and the next due time, in one statement. A process that
   died leaves a lease that a claimer takes over once it expired (the run is done again: at least once).
 
-"Now" is the store's clock (`store.clock()`, which the store passes in), so the machines of one database compare
-their clocks: keep them in sync (NTP); a lease's ttl is the margin.
+"Now" is the store's clock (`db.clock()`), so the machines of one database compare their clocks: keep them in
+sync (NTP); a lease's ttl is the margin.
 
-The logic is written once, as coroutines over `$n` SQL (`Sql`): Postgres runs them on a pooled connection
-(`PgDb` is a `Sql`); SQLite steps them synchronously on the store's worker thread (`on_sqlite`: they never
-suspend there, every statement is a plain call).
+The logic is written once, as coroutines over the store's `Db` (memory/rows.py) like the rest of the store; only
+the claim differs by dialect (SKIP LOCKED is Postgres', BEGIN IMMEDIATE already serializes SQLite's writers).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
-from memory.sqlite_db import Db, from_ts, to_ts
-
-T = TypeVar("T")
+from memory.rows import Db, as_dt
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,14 +71,6 @@ class JobState:
     runs: int
 
 
-class Sql(Protocol):
-    """The calls the job logic makes: `run` (rows changed), `one` (the first row or None), `all` (rows)."""
-
-    async def run(self, sql: str, *args: Any) -> int: ...
-    async def one(self, sql: str, *args: Any) -> Any: ...
-    async def all(self, sql: str, *args: Any) -> list[Any]: ...
-
-
 _REGISTER = ("INSERT INTO jobs(name, due_at) VALUES ($1, $2) "
              "ON CONFLICT (name) DO UPDATE SET due_at = coalesce(jobs.due_at, excluded.due_at)")
 #: SQLite: the claim is one conditional UPDATE ($1 name, $2 owner, $3 expiry, $4 now, $5 force).
@@ -111,93 +98,53 @@ _PURGE_LINK_CODES = "DELETE FROM link_codes WHERE used_at IS NOT NULL OR expires
 
 
 def _when(value: Any) -> datetime | None:
-    """A timestamp as read: SQLite's text, Postgres's datetime."""
-    return from_ts(value) if isinstance(value, str) else value
+    return None if value is None else as_dt(value)
 
 
-async def register(sql: Sql, name: str, scheduled: bool, now: datetime) -> None:
+async def register(db: Db, name: str, scheduled: bool) -> None:
     """The job's row, due now when it is scheduled and new (a row that exists keeps its due time)."""
-    await sql.run(_REGISTER, name, now if scheduled else None)
+    await db.run(_REGISTER, name, db.ts(db.clock()) if scheduled else None)
 
 
-async def claim(sql: Sql, dialect: str, name: str, owner: str, ttl: float, now: datetime,
-                force: bool = False) -> JobClaim:
+async def claim(db: Db, dialect: str, name: str, owner: str, ttl: float, force: bool = False) -> JobClaim:
     """Take a run of `name` for `owner` (a lease of `ttl` s) if it is due (or `force`) and free or expired."""
-    expires = now + timedelta(seconds=ttl)
+    now = db.clock()
+    at, expires = db.ts(now), db.ts(now + timedelta(seconds=ttl))
     if dialect == "postgres":
-        taken = await sql.one(_LOCK_POSTGRES, name, now, force) is not None
+        taken = await db.one(_LOCK_POSTGRES, name, at, force) is not None
         if taken:
-            await sql.run(_TAKE_POSTGRES, name, owner, expires, now)
+            await db.run(_TAKE_POSTGRES, name, owner, expires, at)
     else:
-        taken = bool(await sql.run(_CLAIM_SQLITE, name, owner, expires, now, force))
+        taken = bool(await db.run(_CLAIM_SQLITE, name, owner, expires, at, force))
     if taken:
         return JobClaim(True, now)
-    row = await sql.one(_SEEN, name)
+    row = await db.one(_SEEN, name)
     if row is None:
         return JobClaim(False, now)
     held_until = _when(row[1]) if row[0] is not None else None
     if force and held_until is not None:
-        await sql.run(_REQUEST, name, now)  # running now: it runs again once that run ends
+        await db.run(_REQUEST, name, at)  # running now: it runs again once that run ends
     return JobClaim(False, now, held_until if held_until is not None and held_until >= now else _when(row[2]))
 
 
-async def renew(sql: Sql, name: str, owner: str, ttl: float, now: datetime) -> bool:
+async def renew(db: Db, name: str, owner: str, ttl: float) -> bool:
     """Extend the lease; False when `owner` no longer holds it (taken over)."""
-    return bool(await sql.run(_RENEW, name, owner, now + timedelta(seconds=ttl)))
+    return bool(await db.run(_RENEW, name, owner, db.ts(db.clock() + timedelta(seconds=ttl))))
 
 
-async def finish(sql: Sql, name: str, owner: str, end: JobEnd, now: datetime) -> bool:
+async def finish(db: Db, name: str, owner: str, end: JobEnd) -> bool:
     """Release the lease and record the run (see JobEnd); False when `owner` no longer held it."""
-    due = None if end.every is None else max(end.started_at + timedelta(seconds=end.every), now)
-    return bool(await sql.run(_FINISH, name, owner, now, end.outcome, end.error, end.duration_ms, due))
+    now = db.clock()
+    due = None if end.every is None else db.ts(max(end.started_at + timedelta(seconds=end.every), now))
+    return bool(await db.run(_FINISH, name, owner, db.ts(now), end.outcome, end.error, end.duration_ms, due))
 
 
-async def states(sql: Sql) -> list[JobState]:
+async def states(db: Db) -> list[JobState]:
     """Every job's row, by name."""
     return [JobState(r[0], r[1], _when(r[2]), _when(r[3]), _when(r[4]), _when(r[5]), _when(r[6]), r[7], r[8],
-                     r[9], int(r[10])) for r in await sql.all(_STATES)]
+                     r[9], int(r[10])) for r in await db.all(_STATES)]
 
 
-async def purge_link_codes(sql: Sql, now: datetime) -> int:
+async def purge_link_codes(db: Db) -> int:
     """Delete link codes that are used (or replaced) or expired; their number."""
-    return await sql.run(_PURGE_LINK_CODES, now)
-
-
-# -- SQLite: the same coroutines, stepped on the worker thread --------------------------------------------------
-
-_PLACEHOLDER = re.compile(r"\$(\d+)(::\w+)?")
-
-
-class LiteSql:
-    """`Sql` over the SQLite store's `Db`: `$n` read as `?n`, datetimes stored as fixed-width UTC text."""
-
-    def __init__(self, db: Db) -> None:
-        self.db = db
-
-    @staticmethod
-    def _args(args: Sequence[Any]) -> tuple[Any, ...]:
-        return tuple(to_ts(a) if isinstance(a, datetime) else a for a in args)
-
-    async def run(self, sql: str, *args: Any) -> int:
-        return self.db.run(_PLACEHOLDER.sub(r"?\1", sql), self._args(args))
-
-    async def one(self, sql: str, *args: Any) -> Any:
-        return self.db.one(_PLACEHOLDER.sub(r"?\1", sql), self._args(args))
-
-    async def all(self, sql: str, *args: Any) -> list[Any]:
-        return self.db.all(_PLACEHOLDER.sub(r"?\1", sql), self._args(args))
-
-
-def step(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine that never suspends (every await in it is a plain call) to its end, synchronously."""
-    try:
-        coro.send(None)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-    coro.close()
-    raise RuntimeError("a job statement suspended on the SQLite worker thread")
-
-
-def on_sqlite(logic: Callable[[LiteSql], Coroutine[Any, Any, T]]) -> Callable[[Db], T]:
-    """`logic` as a function of the SQLite store's transaction (`SqliteStore._tx`)."""
-    return lambda db: step(logic(LiteSql(db)))
+    return await db.run(_PURGE_LINK_CODES, db.ts(db.clock()))

@@ -5,7 +5,7 @@
     sqlite:///:memory:           a private in-memory database (tests)
     postgresql://user:pass@host:5432/hilo   Postgres (asyncpg; `postgres://` too). URL options of hilo's own:
         ?statement_cache_size=0 for Supabase's transaction pooler (automatic on *.pooler.supabase.com:6543),
-        pool_min_size / pool_max_size; see memory/pg_store.py
+        pool_min_size / pool_max_size; see memory/dialect_pg.py
 
 The store is returned unopened: the caller owns its lifecycle (`await store.open()` ... `await store.close()`).
 """
@@ -17,7 +17,6 @@ from datetime import datetime
 from urllib.parse import unquote
 
 from kernel.errors import ConfigError
-from kernel.types import utcnow
 from memory.store import Store
 
 SQLITE_PREFIX = "sqlite:///"
@@ -36,17 +35,17 @@ def sqlite_path(url: str) -> str:
     return path
 
 
-def open_store(url: str, *, clock: Callable[[], datetime] = utcnow) -> Store:
-    """The Store for `url` (not opened yet); `clock` is its "now" (tests pass one they can move)."""
+def open_store(url: str, *, clock: Callable[[], datetime] | None = None) -> Store:
+    """The Store for `url` (not opened yet). `clock`: "now" for the store (aware UTC; default the real clock)."""
     url = url.strip()
     scheme = url.split(":", 1)[0].lower()
     if scheme == "sqlite":
-        from memory.sqlite_store import SqliteStore
+        from memory.dialect_sqlite import SqliteStore
 
         return SqliteStore(sqlite_path(url), clock=clock)
     if scheme in ("postgres", "postgresql"):
         try:
-            from memory.pg_store import PostgresStore
+            from memory.dialect_pg import PostgresStore
         except ImportError as exc:  # asyncpg is a dependency: only a broken install lacks it
             if exc.name != "asyncpg":
                 raise

@@ -51,3 +51,19 @@ def search_terms(text: str, max_terms: int = MAX_TERMS) -> list[str]:
         keep = set(heapq.nlargest(max_terms, words, key=len))  # = sorted(..., reverse=True)[:max_terms]
         words = [w for w in words if w in keep]
     return words
+
+
+#: A term found in more than this share of all messages (and at least 50) is not searched: its BM25 weight is
+#: near zero, and scoring every row that holds it is what makes a search slow.
+COMMON_TERM_SHARE = 0.05
+#: At most this many terms, the rarest, are searched.
+MAX_SEARCHED_TERMS = 8
+#: How long a term's frequency is trusted (seconds): it changes slowly, and a stale one only shifts a weight.
+DF_TTL_S = 600.0
+DF_CACHE_MAX = 50_000
+
+
+def rarest(words: list[str], freq: dict[str, float], total: float) -> list[str]:
+    """The words worth searching, rarest first: in at least one message (`freq`) and not too common."""
+    limit = max(50.0, total * COMMON_TERM_SHARE)
+    return sorted((w for w in words if 0 < freq.get(w, 0) <= limit), key=lambda w: freq[w])[:MAX_SEARCHED_TERMS]

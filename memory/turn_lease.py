@@ -12,8 +12,8 @@ ran the turn finds the reply (or the model call) there, and is a duplicate. On P
 of its own, after the UPDATE: in READ COMMITTED a statement that waited for the row sees the row's newest version
 but other tables as they were when it began, which could miss a reply stored just before the lease was released.
 
-The SQL is written once (`$n` placeholders; SQLite reads them as `?n`); only the clock differs. Both dialects use
-the database's clock, so the processes of one database never compare clocks of different machines.
+The SQL is written once; the moments come from the store's clock (`store.clock`, injectable in tests), so the
+processes of one database need clocks that agree well within the ttl (NTP does that).
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ import asyncio
 import contextlib
 import itertools
 import os
-import re
 import secrets
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from datetime import timedelta
 
 from kernel import log
+from memory.rows import Db
 
 logger = log.get("hilo.turn_lease")
 
@@ -37,45 +37,36 @@ TTL = 30.0
 #: Waiting for a lease: the first retry after this many seconds, doubling up to MAX_WAIT.
 FIRST_WAIT, MAX_WAIT = 0.01, 0.25
 
-_CLOCKS = {
-    "postgres": ("clock_timestamp()", "clock_timestamp() + make_interval(secs => $3)"),
-    "sqlite": ("strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
-               "strftime('%Y-%m-%dT%H:%M:%fZ', 'now', printf('%+.3f seconds', $3))"),
-}
-
-_TAKE = (
-    "UPDATE conversations SET turn_owner = $2, turn_expires_at = {expires} "
-    "WHERE id = $1 AND (turn_owner IS NULL OR turn_owner = $2 OR turn_expires_at < {now})"
+TAKE = (
+    "UPDATE conversations SET turn_owner = $2, turn_expires_at = $3 "
+    "WHERE id = $1 AND (turn_owner IS NULL OR turn_owner = $2 OR turn_expires_at < $4)"
 )
-_RENEW = "UPDATE conversations SET turn_expires_at = {expires} WHERE id = $1 AND turn_owner = $2"
-_RELEASE = "UPDATE conversations SET turn_owner = NULL, turn_expires_at = NULL WHERE id = $1 AND turn_owner = $2"
+RENEW = "UPDATE conversations SET turn_expires_at = $3 WHERE id = $1 AND turn_owner = $2"
+RELEASE = "UPDATE conversations SET turn_owner = NULL, turn_expires_at = NULL WHERE id = $1 AND turn_owner = $2"
 #: The turn of message $1 already ran (a reply, or a recorded model call: a turn whose models all failed), or the
 #: message is gone (forgotten): nothing to answer.
-_ANSWERED = (
+ANSWERED = (
     "SELECT EXISTS (SELECT 1 FROM messages r WHERE r.reply_to = $1) "
     "OR EXISTS (SELECT 1 FROM model_calls c WHERE c.message_id = $1) "
     "OR NOT EXISTS (SELECT 1 FROM messages m WHERE m.id = $1)"
 )
-_EXISTS = "SELECT EXISTS (SELECT 1 FROM conversations WHERE id = $1)"
 
 
-@dataclass(frozen=True, slots=True)
-class LeaseSql:
-    """The lease statements of one dialect."""
-
-    take: str  # $1 conversation, $2 owner, $3 ttl seconds
-    renew: str  # the same parameters
-    release: str  # $1 conversation, $2 owner
-    answered: str  # $1 message
-    exists: str  # $1 conversation
+async def take(db: Db, conversation_id: int, message_id: int, owner: str, ttl: float) -> tuple[bool, bool]:
+    """(taken, answered). The check is a statement of its own, after the UPDATE (see the module's docstring)."""
+    now = db.clock()
+    if await db.run(TAKE, conversation_id, owner, db.ts(now + timedelta(seconds=ttl)), db.ts(now)):
+        return True, bool(await db.value(ANSWERED, message_id))
+    # forgotten: nothing to wait for
+    return False, not await db.value("SELECT EXISTS (SELECT 1 FROM conversations WHERE id = $1)", conversation_id)
 
 
-def lease_sql(dialect: str) -> LeaseSql:
-    now, expires = _CLOCKS[dialect]
-    texts = [t.format(now=now, expires=expires) for t in (_TAKE, _RENEW, _RELEASE, _ANSWERED, _EXISTS)]
-    if dialect == "sqlite":
-        texts = [re.sub(r"\$(\d+)", r"?\1", t) for t in texts]
-    return LeaseSql(*texts)
+async def renew(db: Db, conversation_id: int, owner: str, ttl: float) -> bool:
+    return bool(await db.run(RENEW, conversation_id, owner, db.ts(db.clock() + timedelta(seconds=ttl))))
+
+
+async def release(db: Db, conversation_id: int, owner: str) -> None:
+    await db.run(RELEASE, conversation_id, owner)
 
 
 _HOST = f"{socket.gethostname()[:40]}:{os.getpid()}:{secrets.token_hex(4)}"

@@ -117,11 +117,14 @@ def addressed(message: Message, me: BotIdentity) -> bool:
     reply = message.reply_to_message
     if reply is not None and reply.from_user is not None and reply.from_user.id == me.id:
         return True
-    if message.text is not None:
-        entities = message.parse_entities([MessageEntityType.MENTION, MessageEntityType.TEXT_MENTION])
-    elif message.caption is not None:
-        entities = message.parse_caption_entities([MessageEntityType.MENTION, MessageEntityType.TEXT_MENTION])
-    else:
+    try:
+        if message.text is not None:
+            entities = message.parse_entities([MessageEntityType.MENTION, MessageEntityType.TEXT_MENTION])
+        elif message.caption is not None:
+            entities = message.parse_caption_entities([MessageEntityType.MENTION, MessageEntityType.TEXT_MENTION])
+        else:
+            return False
+    except UnicodeDecodeError:  # an entity that splits a character (offsets count UTF-16 units): names no one
         return False
     for entity, value in entities.items():
         if entity.type == MessageEntityType.MENTION and value[1:].lower() == me.username:

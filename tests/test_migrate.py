@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from kernel.errors import ConfigError
+from memory.dialect_sqlite import SqliteStore
 from memory.migrate import (
     Migration,
     MigrationError,
@@ -24,7 +25,6 @@ from memory.migrate import (
     split_sqlite,
 )
 from memory.open import open_store, sqlite_path
-from memory.sqlite_store import SqliteStore
 from memory.store import ContextQuery
 from tests.fakes.postgres import SERVER, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
 
@@ -175,14 +175,14 @@ def test_sqlite_urls() -> None:
 
 @pytest.mark.parametrize("url", ["postgres://u:p@localhost/hilo", "postgresql://localhost/hilo"])
 def test_postgres_urls_open_the_postgres_store(url: str) -> None:
-    from memory.pg_store import PostgresStore
+    from memory.dialect_pg import PostgresStore
 
     store = open_store(url)
     assert isinstance(store, PostgresStore) and store.options["statement_cache_size"] == 100
 
 
 def test_postgres_url_options() -> None:
-    from memory.pg_store import parse_url
+    from memory.dialect_pg import parse_url
 
     dsn, options = parse_url("postgresql://u:p@db/hilo?statement_cache_size=0&sslmode=require&pool_max_size=4")
     assert dsn == "postgresql://u:p@db/hilo?sslmode=require"

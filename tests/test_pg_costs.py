@@ -13,10 +13,10 @@ import asyncpg
 
 from bench.wire import counting_proxy
 from kernel.types import InboundMessage
+from memory.dialect_pg import PgDb, PostgresStore
 from memory.open import open_store
-from memory.pg_db import PgDb, selective_terms
-from memory.pg_store import PostgresStore
-from memory.store import ContextQuery, Ingested
+from memory.pg_terms import selective_terms
+from memory.store import ContextQuery, ImportRow, Ingested
 from tests.fakes.postgres import SERVER, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
 
 T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(days=1)
@@ -95,3 +95,19 @@ async def test_a_pooled_store_call_costs_no_reset_round_trip() -> None:
         finally:
             await store.close()
     assert trips == 3, f"BEGIN, the query and COMMIT, and nothing on release: {trips} round trips"
+
+
+async def test_an_import_into_a_fresh_database_leaves_fresh_term_statistics() -> None:
+    url = SERVER.create_database()
+    store = open_store(url)
+    await store.open()
+    try:
+        rows = [ImportRow("ana", "telegram", "user", f"banana number {i}", T0 + timedelta(seconds=i), 3, f"i{i}")
+                for i in range(200)]
+        assert (await store.import_rows(rows)).inserted == 200
+    finally:
+        await store.close()
+    stats = SERVER.query(db_name(url), "SELECT most_common_elems::text::text[] FROM pg_stats "
+                                       "WHERE tablename = 'messages' AND attname = 'search'")
+    assert stats, "no statistics of messages.search after the import: recall would count matches instead"
+    assert "banana" in stats[0][0], f"the statistics do not list the imported words: {stats[0][0]}"

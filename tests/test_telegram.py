@@ -173,6 +173,13 @@ def test_classify_private_group_and_content_rules() -> None:
     assert decide(api.photo_update(None, user_id=9)["message"], Allowlist(["7"])).action == "refuse"
 
 
+def test_a_group_mention_that_splits_a_character_names_no_one() -> None:
+    # Telegram counts entity offsets in UTF-16 units: a length of 1 over U+10000 is half of its surrogate pair
+    split = [{"type": "mention", "offset": 0, "length": 1}]
+    message = FakeBotApi().message("\U00010000", entities=split, chat_id=-100, chat_type="group")
+    assert decide(message).action == "ignore"
+
+
 # -- sending, retried -------------------------------------------------------------------------------------
 
 async def test_send_retries_transient_errors_and_gives_up_on_permanent_ones(bot_api: FakeBotApi) -> None:

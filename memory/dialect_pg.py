@@ -1,0 +1,233 @@
+"""The Postgres dialect: `PostgresStore` on Postgres (Supabase or any Postgres 13+), through an asyncpg pool.
+
+Each Store method is one pool checkout and one transaction: READ COMMITTED for writes, REPEATABLE READ READ ONLY
+for reads (so `load_context` sees one snapshot); the turn lease's statements commit on their own. The shared
+logic's SQL is Postgres' own spelling, so it runs as written. What differs from SQLite lives here: the pool and
+its plumbing, the error mapping, transaction-scoped advisory locks (`db.lock`), recall over the tsvector with
+term statistics from the planner (`pg_stats.most_common_elems`), and the bulk insert (INSERT ... unnest).
+
+URL options (removed before connecting; anything else in the query string goes to asyncpg/libpq):
+    statement_cache_size=N   asyncpg's prepared statement cache (default 100). Supabase's pooler in
+                             transaction mode (port 6543) forbids prepared statements: use 0 there (it is the
+                             default when the host ends in pooler.supabase.com and the port is 6543).
+    pool_min_size=N, pool_max_size=N   the pool bounds (default 1 and 10).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import asyncpg
+
+from kernel import log
+from kernel.errors import ConfigError
+from memory import migrate as migrations
+from memory import pg_terms
+from memory.rows import MSG_COLS, Mode, Rollback, aware, utcnow
+from memory.sql_store import Logic, SqlStore
+from memory.store import ContextQuery, ImportResult, ImportRow, StoreError, StoreUnavailable
+
+T = TypeVar("T")
+logger = log.get("hilo.store")
+
+#: Errors that say "the database is not there, or too busy, right now": retry later.
+UNAVAILABLE: tuple[type[BaseException], ...] = (
+    OSError, asyncio.TimeoutError, asyncpg.CannotConnectNowError, asyncpg.TooManyConnectionsError,
+    asyncpg.ConnectionDoesNotExistError, asyncpg.ConnectionFailureError, asyncpg.DeadlockDetectedError,
+    asyncpg.SerializationError, asyncpg.LockNotAvailableError, asyncpg.QueryCanceledError,
+    asyncpg.AdminShutdownError,
+)
+
+RECALL = (
+    f"SELECT {MSG_COLS} FROM messages m, to_tsquery('simple', $1) AS query "
+    # the owner's token ANDed in: the GIN index skips other people's rows (see 0003_messages_fts.sql)
+    "WHERE m.search @@ (query && quote_literal('_u' || $2::bigint::text)::tsquery) "
+    "AND m.user_id = $2 AND m.created_at <= $3 AND m.id <> ALL($4::bigint[]) "
+    "AND ($5::bigint IS NULL OR NOT (m.conversation_id IS NOT DISTINCT FROM $6::bigint "
+    "AND m.role = 'user' AND m.id > $5)) "
+    "ORDER BY ts_rank(m.search, query) DESC, m.id DESC LIMIT $7"
+)
+#: Many messages in one statement (one round trip whatever the count); the status line counts the inserted.
+BULK_INSERT = (
+    "INSERT INTO messages(conversation_id, user_id, surface, role, content, token_count, external_id, created_at) "
+    "SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::int[], $7::text[], "
+    "$8::timestamptz[]) ON CONFLICT (surface, external_id) DO NOTHING"
+)
+
+
+class PgDb:
+    """An asyncpg connection (inside the store's transaction) as the logic sees it (rows.Db)."""
+
+    def __init__(self, conn: Any, counters: dict[str, int], df_cache: dict[str, tuple[float, float]],
+                 clock: Callable[[], datetime] = utcnow) -> None:
+        self.conn, self.counters, self.clock = conn, counters, clock
+        #: term -> (matching messages: estimated, or counted and capped; monotonic expiry): see pg_terms
+        self.df_cache = df_cache
+
+    async def all(self, sql: str, *args: Any) -> list[Any]:
+        self.counters["statements"] += 1
+        return list(await self.conn.fetch(sql, *args))
+
+    async def one(self, sql: str, *args: Any) -> Any:
+        self.counters["statements"] += 1
+        return await self.conn.fetchrow(sql, *args)
+
+    async def value(self, sql: str, *args: Any) -> Any:
+        self.counters["statements"] += 1
+        return await self.conn.fetchval(sql, *args)
+
+    async def run(self, sql: str, *args: Any) -> int:
+        self.counters["statements"] += 1
+        return rowcount(await self.conn.execute(sql, *args))
+
+    async def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        self.counters["statements"] += 1
+        await self.conn.executemany(sql, rows)
+
+    def ts(self, moment: datetime) -> datetime:
+        return aware(moment)
+
+    async def lock(self, key: str | int) -> bool:
+        if isinstance(key, int):
+            await self.run("SELECT pg_advisory_xact_lock($1)", key)
+        else:
+            await self.run("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", key)
+        return True
+
+    async def insert_messages(self, rows: list[tuple[Any, ...]]) -> int:
+        self.counters["statements"] += 1
+        return rowcount(await self.conn.execute(BULK_INSERT, *(list(column) for column in zip(*rows, strict=True))))
+
+    async def recall(self, q: ContextQuery, excluded: list[int]) -> list[Any]:
+        match = pg_terms.tsquery_text(await pg_terms.selective_terms(self, q.search_text))
+        if match is None:
+            return []
+        return await self.all(RECALL, match, q.user_id, aware(q.at), excluded, q.current_message_id,
+                              q.conversation_id, q.search_limit)
+
+
+def rowcount(status: str) -> int:
+    """The row count of a command status ("INSERT 0 3", "UPDATE 2", "DELETE 0"); 0 when there is none."""
+    last = status.rsplit(" ", 1)[-1]
+    return int(last) if last.isdigit() else 0
+
+
+def parse_url(url: str) -> tuple[str, dict[str, int]]:
+    """(the DSN for asyncpg, hilo's own options) of a postgres:// or postgresql:// URL."""
+    parts = urlsplit(url)
+    ours = {"statement_cache_size": 100, "pool_min_size": 1, "pool_max_size": 10}
+    if (parts.hostname or "").endswith("pooler.supabase.com") and parts.port == 6543:
+        ours["statement_cache_size"] = 0  # Supabase's transaction-mode pooler: no prepared statements
+    rest = []
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key in ours:
+            try:
+                ours[key] = int(value)
+            except ValueError:
+                raise ConfigError(f"database URL option {key}={value!r} must be a whole number") from None
+        else:
+            rest.append((key, value))
+    return urlunsplit(parts._replace(query=urlencode(rest))), ours
+
+
+async def keep_session(conn: Any) -> None:
+    """The pool's reset on release, which asyncpg makes one more round trip (advisory unlock all, CLOSE ALL,
+    UNLISTEN *, RESET ALL): nothing to undo, since hilo leaves no state in a session. Its locks are transaction
+    locks (pg_advisory_xact_lock) or rows (the turn lease), it runs no SET, LISTEN or held cursor, and behind a
+    transaction pooler a session is not its own anyway. What asyncpg always does first stays: an open
+    transaction is rolled back and the connection's listeners dropped."""
+
+
+class PostgresStore(SqlStore):
+    """The Store on a Postgres database."""
+
+    dialect = "postgres"
+
+    def __init__(self, url: str, *, statement_cache_size: int | None = None, command_timeout: float = 30.0,
+                 clock: Callable[[], datetime] | None = None) -> None:
+        super().__init__(clock)
+        self.dsn, options = parse_url(url)
+        if statement_cache_size is not None:
+            options["statement_cache_size"] = statement_cache_size
+        self.options = options
+        self.command_timeout = command_timeout
+        self._df_cache: dict[str, tuple[float, float]] = {}
+        self._pool: Any = None
+        #: messages imported since the statistics were last refreshed (see import_rows)
+        self._imported = 0
+
+    async def close(self) -> None:
+        """Close the pool. Safe to call twice."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    async def migrate(self) -> list[str]:
+        """Apply pending migrations (connecting first if needed); return the names applied."""
+        await self._connect()
+        self.counters["round_trips"] += 1
+        try:
+            async with self._pool.acquire() as conn:
+                self.applied = await migrations.apply_postgres(conn)
+        except UNAVAILABLE as exc:
+            raise StoreUnavailable(f"the Postgres database is unavailable: {exc}; retry later") from exc
+        self.counters["transactions"] += 1
+        return self.applied
+
+    async def _connect(self) -> None:
+        if self._pool is not None:
+            return
+        try:
+            self._pool = await asyncpg.create_pool(
+                self.dsn, min_size=self.options["pool_min_size"], max_size=self.options["pool_max_size"],
+                statement_cache_size=self.options["statement_cache_size"], command_timeout=self.command_timeout,
+                reset=keep_session,
+            )
+        except (*UNAVAILABLE, asyncpg.InvalidCatalogNameError, asyncpg.InvalidAuthorizationSpecificationError,
+                asyncpg.InvalidPasswordError) as exc:
+            raise StoreUnavailable(
+                f"cannot connect to the Postgres database ({exc}): check HILO_DATABASE_URL (or --db)"
+            ) from exc
+
+    async def _tx(self, mode: Mode, logic: Logic[T], *args: Any) -> T:
+        """One checkout: logic(db, *args) inside one transaction (a lease's statements: each on its own)."""
+        if self._pool is None:
+            raise StoreError("the store is not open: call open() first")
+        self.counters["round_trips"] += 1
+        try:
+            async with self._pool.acquire() as conn:
+                db = PgDb(conn, self.counters, self._df_cache, self.clock)
+                self.counters["transactions"] += 1
+                try:
+                    if mode == "lease":
+                        return await logic(db, *args)
+                    if mode == "write":
+                        async with conn.transaction():
+                            return await logic(db, *args)
+                    async with conn.transaction(isolation="repeatable_read", readonly=True):
+                        return await logic(db, *args)
+                except Rollback as rollback:
+                    return rollback.value  # type: ignore[no-any-return]
+        except UNAVAILABLE as exc:
+            raise StoreUnavailable(f"the Postgres database is busy or unreachable: {exc}; retry later") from exc
+        except asyncpg.PostgresError as exc:
+            raise StoreError(f"Postgres error: {exc}") from exc
+        except asyncpg.InterfaceError as exc:
+            raise StoreError(f"Postgres client error: {exc}") from exc
+
+    async def import_rows(self, rows: Sequence[ImportRow]) -> ImportResult:
+        """SqlStore.import_rows, then ANALYZE of the tables it filled when pg_terms.stale says so: recall's term
+        statistics come from pg_stats, and autovacuum may not have run yet on a fresh database."""
+        result = await super().import_rows(rows)
+        self._imported += result.inserted
+        if result.inserted and await self._tx("lease", pg_terms.stale, self._imported):
+            self._imported = 0
+            try:
+                await self._tx("lease", lambda db: db.run("ANALYZE messages, conversations, users"))
+            except StoreError as exc:  # e.g. a role that may not ANALYZE: autovacuum still will
+                logger.warning("import.analyze_failed", error=type(exc.__cause__).__name__)
+        return result

@@ -1,0 +1,279 @@
+"""The SQLite dialect: `SqliteStore` on one SQLite file (WAL), for one machine and one process (or a few).
+
+stdlib sqlite3 blocks, so it never runs on the event loop: one worker thread owns the connection and every
+transaction is ONE hop to it (`loop.run_in_executor`). There the logic's coroutine is stepped synchronously:
+`SqliteDb`'s methods are coroutines that never suspend, so `coro.send(None)` runs the whole transaction to
+StopIteration in that one hop. This also serializes writers inside the process (SQLite has one writer anyway);
+`busy_timeout` covers other processes (`hilo import` while `hilo serve` runs).
+
+What differs from Postgres lives here: the plumbing, the error mapping, the spellings (`translate`), FTS5 recall
+with its term statistics (fts5vocab), and the bulk insert (executemany). `db.lock` is a no-op: BEGIN IMMEDIATE
+already serializes every writer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import re
+import sqlite3
+import time
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from typing import Any, TypeVar
+
+from memory import migrate as migrations
+from memory.rows import MSG_COLS, Mode, Rollback, to_ts
+from memory.search_terms import DF_CACHE_MAX, DF_TTL_S, rarest, search_terms
+from memory.sql_store import Logic, SqlStore
+from memory.store import ContextQuery, StoreError, StoreUnavailable
+
+T = TypeVar("T")
+
+#: The shared SQL is spelled as Postgres reads it; these are the SQLite spellings of what differs.
+SPELLINGS = (
+    ("greatest(", "max("), (" IS NOT DISTINCT FROM ", " IS "), (" IS DISTINCT FROM ", " IS NOT "),
+    (" FOR UPDATE", ""), ("WHERE singleton DO", "WHERE singleton = 1 DO"),  # the partial index's own predicate
+    # '+' keeps SQLite's planner on (conversation_id, id), newest first, whatever the statistics say (on Postgres
+    # the same '+' would hide the column from its estimates and sort the whole conversation)
+    ("m.conversation_id = $1 AND m.user_id = $2", "m.conversation_id = $1 AND +m.user_id = $2"),
+)
+_PLACEHOLDER, _CAST = re.compile(r"\$(\d+)"), re.compile(r"::\w+(?:\[\])?")
+
+
+@functools.lru_cache(maxsize=1024)
+def translate(sql: str) -> str:
+    """A statement in SQLite's spelling: SPELLINGS applied, casts dropped, `$n` -> `?n` (cached per text)."""
+    for postgres, sqlite in SPELLINGS:
+        sql = sql.replace(postgres, sqlite)
+    return _PLACEHOLDER.sub(r"?\1", _CAST.sub("", sql))
+
+
+RECALL = (
+    # CROSS JOIN keeps FTS5 as the outer loop: rank the matches, then look each row up by id.
+    f"SELECT {MSG_COLS} FROM messages_fts f CROSS JOIN messages m ON m.id = f.rowid "
+    "WHERE messages_fts MATCH ?1 AND m.user_id = ?2 AND m.created_at <= ?3 "
+    "AND m.id NOT IN (SELECT value FROM json_each(?4)) "
+    "AND (?5 IS NULL OR NOT (m.conversation_id IS ?6 AND m.role = 'user' AND m.id > ?5)) "
+    "ORDER BY bm25(messages_fts, 1.0, 0.0), m.id DESC LIMIT ?7"
+)
+BULK_INSERT = (
+    "INSERT INTO messages(conversation_id, user_id, surface, role, content, token_count, external_id, created_at) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT(surface, external_id) DO NOTHING"
+)
+
+
+class SqliteDb:
+    """The connection as the logic sees it (rows.Db): every statement is fully stepped (RETURNING rows are
+    read before COMMIT) and counted; an executemany counts once (one prepared statement)."""
+
+    def __init__(self, conn: sqlite3.Connection, counters: dict[str, int], df_cache: dict[str, tuple[int, float]],
+                 clock: Callable[[], datetime]) -> None:
+        self.conn, self.counters, self.clock = conn, counters, clock
+        #: term -> (document frequency, monotonic expiry): see selective_terms
+        self.df_cache = df_cache
+
+    async def all(self, sql: str, *args: Any) -> list[Any]:
+        self.counters["statements"] += 1
+        return self.conn.execute(translate(sql), args).fetchall()
+
+    async def one(self, sql: str, *args: Any) -> Any:
+        rows = await self.all(sql, *args)
+        return rows[0] if rows else None
+
+    async def value(self, sql: str, *args: Any) -> Any:
+        rows = await self.all(sql, *args)
+        return rows[0][0] if rows else None
+
+    async def run(self, sql: str, *args: Any) -> int:
+        self.counters["statements"] += 1
+        return self.conn.execute(translate(sql), args).rowcount
+
+    async def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        self.counters["statements"] += 1
+        self.conn.executemany(translate(sql), rows)
+
+    def ts(self, moment: datetime) -> str:
+        return to_ts(moment)
+
+    async def lock(self, key: str | int) -> bool:
+        return False  # BEGIN IMMEDIATE: writers are serialized already
+
+    async def insert_messages(self, rows: list[tuple[Any, ...]]) -> int:
+        self.counters["statements"] += 1
+        return self.conn.executemany(BULK_INSERT, rows).rowcount  # ON CONFLICT DO NOTHING skips count 0
+
+    async def recall(self, q: ContextQuery, excluded: list[int]) -> list[Any]:
+        match = fts_query(q.user_id, await selective_terms(self, q.search_text))
+        if match is None:
+            return []
+        return await self.all(RECALL, match, q.user_id, to_ts(q.at), json.dumps(excluded), q.current_message_id,
+                              q.conversation_id, q.search_limit)
+
+
+def fts_query(user_id: int, words: list[str]) -> str | None:
+    """A safe FTS5 query for search terms, restricted to one owner; None when there is nothing to search.
+
+    Each term (memory.search_terms: letters and digits) becomes a quoted string, so nothing the person typed is
+    read as FTS syntax (no column filters, NEAR, '*', '^'). Terms are OR-ed (BM25 ranks rows matching more and
+    rarer words first). The AND with `owner : "u<id>"` lets FTS5 skip other people's rows instead of scoring them.
+    """
+    if not words:
+        return None
+    terms = " OR ".join(f'"{word}"' for word in words)
+    return f'owner : "u{int(user_id)}" AND content : ({terms})'
+
+
+async def selective_terms(db: SqliteDb, text: str) -> list[str]:
+    """The search terms of `text` worth a lexical search, rarest first.
+
+    Document frequencies come from the FTS5 vocabulary (fts5vocab: a walk of the term's posting list, about
+    0.5 ms for a common word), cached in `db.df_cache` for DF_TTL_S; see memory.search_terms.rarest. Terms the
+    index has never seen are dropped: they cannot match (and are not cached, so a new word is found at once).
+    """
+    words = search_terms(text)
+    if not words:
+        return []
+    now = time.monotonic()
+    cache = db.df_cache
+    freq: dict[str, float] = {w: hit[0] for w in words if (hit := cache.get(w)) is not None and hit[1] > now}
+    missing = [w for w in words if w not in freq]
+    if missing:
+        if len(cache) > DF_CACHE_MAX:
+            cache.clear()
+        for term, doc in await db.all(
+            "SELECT term, doc FROM messages_fts_vocab WHERE term IN (SELECT value FROM json_each(?1))",
+            json.dumps(missing),
+        ):
+            freq[term] = doc
+            cache[term] = (doc, now + DF_TTL_S)
+    return rarest(words, freq, await db.value("SELECT max(id) FROM messages") or 0)
+
+
+def step(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine that never suspends to its end, here and now."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    coro.close()
+    raise StoreError("a SQLite transaction suspended: the store's logic may await only its Db")
+
+
+class SqliteStore(SqlStore):
+    """The Store on a SQLite file (or ":memory:", kept alive by the worker thread's connection)."""
+
+    dialect = "sqlite"
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 5000,
+                 clock: Callable[[], datetime] | None = None) -> None:
+        super().__init__(clock)
+        self.path = os.fspath(path)
+        self.busy_timeout_ms = busy_timeout_ms
+        self._df_cache: dict[str, tuple[int, float]] = {}  # touched on the worker thread only
+        self._executor: ThreadPoolExecutor | None = None
+        self._conn: sqlite3.Connection | None = None
+
+    async def close(self) -> None:
+        """Release the connection and the worker thread. Safe to call twice."""
+        executor, self._executor = self._executor, None
+        if executor is None:
+            return
+        try:
+            await asyncio.get_running_loop().run_in_executor(executor, self._close_sync)
+        finally:
+            executor.shutdown(wait=True)  # the worker is idle now: this returns at once
+
+    async def migrate(self) -> list[str]:
+        """Apply pending migrations (connecting first if needed); return the names applied."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hilo-sqlite")
+            try:
+                await self._call(self._connect_sync)
+            except BaseException:
+                executor, self._executor = self._executor, None
+                executor.shutdown(wait=True)
+                raise
+        self.applied = await self._call(self._migrate_sync)
+        return self.applied
+
+    def _connect_sync(self) -> None:
+        conn: sqlite3.Connection | None = None
+        try:
+            conn = sqlite3.connect(self.path, isolation_level=None, timeout=self.busy_timeout_ms / 1000)
+            conn.execute("PRAGMA journal_mode = WAL")  # the first write: a read-only file or directory fails here
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA synchronous = NORMAL")  # durable across process crashes; WAL keeps it consistent
+        except sqlite3.OperationalError as exc:
+            if conn is not None:
+                conn.close()
+            raise StoreUnavailable(self._cannot_open(exc)) from exc
+        self._conn = conn
+
+    def _cannot_open(self, exc: sqlite3.Error) -> str:
+        """What to tell the operator when the file cannot be opened or written."""
+        path = os.path.abspath(self.path)
+        folder = os.path.dirname(path)
+        if not os.path.isdir(folder):
+            why = f"its directory {folder} does not exist: create it (mkdir -p {folder})"
+        else:
+            why = f"check that {folder} and the file are writable for this user"
+        return f"cannot open the SQLite database {path} ({exc}): {why}, or set HILO_DATABASE_URL"
+
+    def _close_sync(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.execute("PRAGMA optimize")  # refresh planner statistics where they went stale
+            except sqlite3.Error:
+                pass  # best effort: another process may hold the lock
+            finally:
+                conn.close()
+
+    def _migrate_sync(self) -> list[str]:
+        assert self._conn is not None
+        self.counters["transactions"] += 1
+        try:
+            return migrations.apply_sqlite(self._conn)
+        except sqlite3.OperationalError as exc:  # read-only, disk full, locked past the timeout
+            raise StoreUnavailable(self._cannot_open(exc)) from exc
+
+    async def _call(self, fn: Callable[[], T]) -> T:
+        if self._executor is None:
+            raise StoreError("the store is not open: call open() first")
+        self.counters["round_trips"] += 1
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+    async def _tx(self, mode: Mode, logic: Logic[T], *args: Any) -> T:
+        """One hop: logic(db, *args) inside one transaction on the worker thread (BEGIN IMMEDIATE for writes and
+        leases: take the write lock first, so a busy database waits busy_timeout instead of failing on upgrade)."""
+        return await self._call(functools.partial(self._tx_sync, mode, logic, args))
+
+    def _tx_sync(self, mode: Mode, logic: Logic[T], args: tuple[Any, ...]) -> T:
+        conn = self._conn
+        if conn is None:
+            raise StoreError("the store is closed")
+        try:
+            conn.execute("BEGIN" if mode == "read" else "BEGIN IMMEDIATE")
+            self.counters["transactions"] += 1
+            try:
+                result = step(logic(SqliteDb(conn, self.counters, self._df_cache, self.clock), *args))
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            if conn.in_transaction:
+                conn.execute("COMMIT")
+            return result
+        except Rollback as rollback:
+            return rollback.value  # type: ignore[no-any-return]
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise StoreUnavailable(f"the SQLite database {self.path!r} is busy: {exc}; retry later") from exc
+            raise StoreError(f"SQLite error on {self.path!r}: {exc}") from exc
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite error on {self.path!r}: {exc}") from exc

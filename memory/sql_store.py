@@ -1,0 +1,225 @@
+"""`SqlStore`: the `Store` contract written once, over a dialect's `_tx` (memory/dialect_sqlite.py, dialect_pg.py).
+
+Each Store method is ONE call of `_tx(mode, logic, *args)`: one transaction running one coroutine of the logic
+(memory/sql_turns.py, sql_linking.py, sql_people.py) against the dialect's `Db`. SQLite steps the coroutine
+synchronously on its worker thread (one executor hop per transaction); Postgres awaits it inside one pool
+checkout and one transaction. `counters` counts transactions, statements (BEGIN/COMMIT not included; a batched
+call counts once) and round_trips (store calls that reached the database: SQLite's hops, Postgres' checkouts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine, Sequence
+from contextlib import AbstractAsyncContextManager
+from datetime import datetime
+from typing import Any, TypeVar
+
+from kernel.types import InboundMessage, ModelCallRecord
+from memory import jobs, turn_lease
+from memory import sql_linking as linking
+from memory import sql_people as people
+from memory import sql_turns as turns
+from memory.rows import FACT_COLS, Db, Mode, as_dt, to_fact, utcnow
+from memory.store import (
+    ContextQuery,
+    ContextRows,
+    ConversationInfo,
+    Delivery,
+    Fact,
+    ImportResult,
+    ImportRow,
+    Ingested,
+    Inspection,
+    LinkPolicy,
+    Redemption,
+    StoredMessage,
+)
+
+T = TypeVar("T")
+Logic = Callable[..., Coroutine[Any, Any, T]]
+
+
+class SqlStore:
+    """What both dialects share: the Store's methods. A dialect provides `_tx` and the lifecycle."""
+
+    dialect = ""
+
+    def __init__(self, clock: Callable[[], datetime] | None) -> None:
+        #: "now" for everything the store stamps or compares (aware UTC): injectable for tests
+        self.clock: Callable[[], datetime] = clock or utcnow
+        #: transactions, statements (BEGIN/COMMIT not included) and round trips since open.
+        self.counters: dict[str, int] = {"transactions": 0, "statements": 0, "round_trips": 0}
+        #: seconds a turn lease lasts unless renewed (memory/turn_lease.py)
+        self.turn_lease_ttl = turn_lease.TTL
+        #: migrations applied by the last open() or migrate().
+        self.applied: list[str] = []
+
+    async def _tx(self, mode: Mode, logic: Logic[T], *args: Any) -> T:
+        raise NotImplementedError
+
+    async def migrate(self) -> list[str]:
+        raise NotImplementedError
+
+    async def open(self) -> None:
+        """Connect and apply pending migrations."""
+        await self.migrate()
+
+    # -- background job leases (memory/jobs.py; bot/jobs.py schedules) ----------------------------------------
+
+    async def register_job(self, name: str, scheduled: bool) -> None:
+        await self._tx("write", jobs.register, name, scheduled)
+
+    async def claim_job(self, name: str, owner: str, ttl: float, *, force: bool = False) -> jobs.JobClaim:
+        return await self._tx("write", jobs.claim, self.dialect, name, owner, ttl, force)
+
+    async def renew_job(self, name: str, owner: str, ttl: float) -> bool:
+        return await self._tx("write", jobs.renew, name, owner, ttl)
+
+    async def finish_job(self, name: str, owner: str, end: jobs.JobEnd) -> bool:
+        return await self._tx("write", jobs.finish, name, owner, end)
+
+    async def job_states(self) -> list[jobs.JobState]:
+        return await self._tx("read", jobs.states)
+
+    async def purge_link_codes(self) -> int:
+        return await self._tx("write", jobs.purge_link_codes)
+
+    # -- the turn ----------------------------------------------------------------------------------------
+
+    async def ingest(self, msg: InboundMessage, token_count: int) -> Ingested | None:
+        return await self._tx("write", turns.ingest, msg, token_count)
+
+    def turn_lock(self, conversation_id: int, message_id: int) -> AbstractAsyncContextManager[bool]:
+        """The conversation's turn lease (memory/turn_lease.py): taking it and checking the message is one short
+        transaction (SQLite: one hop; Postgres: each statement on its own, nothing in the server session)."""
+        return turn_lease.hold(self._take_lease, self._renew_lease, self._release_lease, conversation_id,
+                               message_id, ttl=self.turn_lease_ttl, counters=self.counters)
+
+    async def _take_lease(self, conversation_id: int, message_id: int, owner: str, ttl: float) -> tuple[bool, bool]:
+        return await self._tx("lease", turn_lease.take, conversation_id, message_id, owner, ttl)
+
+    async def _renew_lease(self, conversation_id: int, owner: str, ttl: float) -> bool:
+        return await self._tx("lease", turn_lease.renew, conversation_id, owner, ttl)
+
+    async def _release_lease(self, conversation_id: int, owner: str) -> None:
+        await self._tx("lease", turn_lease.release, conversation_id, owner)
+
+    async def load_context(self, query: ContextQuery) -> ContextRows:
+        return await self._tx("read", turns.load_context, query)
+
+    async def finish_turn(
+        self, turn: Ingested, reply: str | None, reply_tokens: int, calls: Sequence[ModelCallRecord],
+        metadata: dict[str, Any] | None = None,
+    ) -> StoredMessage | None:
+        return await self._tx("write", turns.finish_turn, turn, reply, reply_tokens, calls, metadata)
+
+    async def import_rows(self, rows: Sequence[ImportRow]) -> ImportResult:
+        return await self._tx("write", turns.import_rows, rows)
+
+    # -- people and conversations -----------------------------------------------------------------------
+
+    async def user_id(self, handle: str, *, create: bool = False) -> int | None:
+        async def find(db: Db) -> int | None:
+            return (await turns.user_by_handle(db, handle, db.ts(db.clock()), create))[0]
+
+        return await self._tx("write" if create else "read", find)
+
+    async def find_conversation(self, user_id: int, surface: str) -> int | None:
+        return await self._tx("read", lambda db: db.value(
+            "SELECT id FROM conversations WHERE user_id = $1 AND surface = $2 "
+            "ORDER BY singleton DESC, updated_at DESC, id DESC LIMIT 1", user_id, surface,
+        ))
+
+    async def create_conversation(self, user_id: int, surface: str, title: str | None = None) -> int:
+        return int(await self._tx("write", lambda db: db.value(
+            "INSERT INTO conversations(user_id, surface, singleton, title, created_at, updated_at) "
+            "VALUES ($1, $2, false, $3, $4, $4) RETURNING id", user_id, surface, title, db.ts(db.clock()),
+        )))
+
+    async def conversations(self, user_id: int) -> list[ConversationInfo]:
+        rows = await self._tx("read", lambda db: db.all(
+            "SELECT c.id, c.surface, c.title, c.created_at, c.updated_at, "
+            "(SELECT count(*) FROM messages m WHERE m.conversation_id = c.id) "
+            "FROM conversations c WHERE c.user_id = $1 ORDER BY c.updated_at DESC, c.id DESC", user_id,
+        ))
+        return [ConversationInfo(id=r[0], surface=r[1], title=r[2], created_at=as_dt(r[3]),
+                                 updated_at=as_dt(r[4]), message_count=r[5]) for r in rows]
+
+    async def messages(self, user_id: int, conversation_id: int, limit: int = 200) -> list[StoredMessage]:
+        return await self._tx("read", people.messages, user_id, conversation_id, limit)
+
+    async def remember(self, user_id: int, content: str, token_count: int) -> Fact:
+        return to_fact(await self._tx("write", lambda db: db.one(
+            f"INSERT INTO facts(user_id, content, token_count, created_at) VALUES ($1, $2, $3, $4) "
+            f"RETURNING {FACT_COLS}", user_id, content, token_count, db.ts(db.clock()),
+        )))
+
+    async def model_calls(self, user_id: int) -> list[dict[str, Any]]:
+        return await self._tx("read", people.calls_json, user_id)
+
+    async def inspect(self, handle: str) -> Inspection | None:
+        return await self._tx("read", people.inspect_json, handle)
+
+    async def forget(self, handle: str) -> bool:
+        # ON DELETE CASCADE takes identities, conversations, messages (and their search rows: SQLite's FTS by
+        # trigger, Postgres' a column), model_calls, facts, deliveries, link codes and audit rows with the user
+        # row. link_failures rows stay: they are keyed by identity, not person, and expire with their window (at
+        # most half an hour); deleting them would let /forget reset a guesser's lockout.
+        gone = await self._tx("write", lambda db: db.value("DELETE FROM users WHERE handle = $1 RETURNING id", handle))
+        return gone is not None
+
+    # -- identities, linking, deliveries ------------------------------------------------------------------
+
+    async def identity_user(self, surface: str, external_user_id: str) -> int | None:
+        return await self._tx("read", lambda db: db.value(
+            "SELECT user_id FROM identities WHERE surface = $1 AND external_user_id = $2", surface, external_user_id,
+        ))
+
+    async def identity_handle(self, surface: str, external_user_id: str) -> str | None:
+        return await self._tx("read", lambda db: db.value(
+            "SELECT u.handle FROM identities i JOIN users u ON u.id = i.user_id "
+            "WHERE i.surface = $1 AND i.external_user_id = $2", surface, external_user_id,
+        ))
+
+    async def set_opt_out(self, surface: str, external_user_id: str, opted_out: bool) -> int:
+        return await self._tx("write", people.set_opt_out, surface, external_user_id, opted_out)
+
+    async def is_opted_out(self, surface: str, external_user_id: str) -> bool:
+        return bool(await self._tx("read", lambda db: db.value(
+            "SELECT opted_out_at IS NOT NULL FROM identities WHERE surface = $1 AND external_user_id = $2",
+            surface, external_user_id,
+        )))
+
+    async def issue_link_code(
+        self, surface: str, external_user_id: str, code_hash: str, expires_at: datetime, *,
+        owner_name: str | None = None, language: str | None = None, conversation_ref: str | None = None,
+    ) -> int:
+        return await self._tx("write", linking.issue_code, surface, external_user_id, code_hash, expires_at,
+                              (owner_name, language, conversation_ref))
+
+    async def redeem_link_code(
+        self, surface: str, external_user_id: str, code_hash: str, policy: LinkPolicy,
+        also: tuple[str, str] | None = None, *, confirm: bool = False,
+    ) -> Redemption:
+        return await self._tx("write", linking.redeem_code, surface, external_user_id, code_hash, policy, also,
+                              confirm)
+
+    async def post_notice(
+        self, user_id: int, surface: str, conversation_ref: str | None, text: str, token_count: int,
+    ) -> StoredMessage:
+        return await self._tx("write", linking.post_notice, user_id, surface, conversation_ref, text, token_count)
+
+    async def link_identity(self, handle: str, surface: str, external_user_id: str, actor: str) -> int | None:
+        return await self._tx("write", linking.link_identity, handle, surface, external_user_id, actor)
+
+    async def unlink_identity(self, surface: str, external_user_id: str, actor: str) -> tuple[str, int | None]:
+        return await self._tx("write", linking.unlink_identity, surface, external_user_id, actor)
+
+    async def record_delivery(self, delivery: Delivery) -> int:
+        return await self._tx("write", people.record_delivery, delivery)
+
+    async def update_delivery(self, surface: str, provider_ref: str, status: str, error: str | None = None) -> bool:
+        return await self._tx("write", people.update_delivery, surface, provider_ref, status, error)
+
+    async def deliveries(self, user_id: int) -> list[dict[str, Any]]:
+        return await self._tx("read", people.deliveries_json, user_id)

@@ -1,0 +1,265 @@
+"""The turn's statements, written once: ingest, load_context, finish_turn, and the bulk import.
+
+Each coroutine runs inside ONE transaction the store opened (SQLite: BEGIN IMMEDIATE for writes, BEGIN for reads,
+stepped synchronously on its worker thread; Postgres: READ COMMITTED writes, REPEATABLE READ READ ONLY reads) and
+uses as few statements as it can: the common turn is three statements to take a message in, four to read its
+context, three to keep the reply. SQLite serializes writers; Postgres does not, so the first contact of an
+identity takes a transaction-scoped lock (`db.lock`): two deliveries of a new person's first message must not
+make two users.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from kernel.errors import NotFound
+from kernel.types import SINGLETON_SURFACES, InboundMessage, ModelCallRecord
+from memory.rows import FACT_COLS, MSG_COLS, Db, Rollback, as_dt, dump_metadata, to_fact, to_message
+from memory.store import ContextQuery, ContextRows, ImportResult, ImportRow, Ingested, StoredMessage
+
+#: A redelivered message whose turn never ran is answered if it arrived this recently; older ones (imported
+#: history, a redelivery days later) are only dropped.
+RESUME_WINDOW = timedelta(hours=1)
+
+INSERT_USER = "INSERT INTO users(handle, created_at) VALUES ($1, $2) ON CONFLICT (handle) DO NOTHING RETURNING id"
+UPSERT_SINGLETON = (
+    "INSERT INTO conversations(user_id, surface, singleton, created_at, updated_at) VALUES ($1, $2, true, $3, $4) "
+    "ON CONFLICT (user_id, surface) WHERE singleton "
+    "DO UPDATE SET updated_at = greatest(conversations.updated_at, excluded.updated_at) RETURNING id"
+)
+UPSERT_BY_REF = (
+    "INSERT INTO conversations(user_id, surface, singleton, title, external_ref, created_at, updated_at) "
+    "VALUES ($1, $2, false, $3, $4, $5, $6) "
+    "ON CONFLICT (user_id, surface, external_ref) WHERE external_ref IS NOT NULL "
+    "DO UPDATE SET updated_at = greatest(conversations.updated_at, excluded.updated_at) RETURNING id"
+)
+INSERT_MESSAGE = (
+    "INSERT INTO messages(conversation_id, user_id, surface, role, content, token_count, external_id, "
+    "created_at, metadata, reply_to) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) "
+    "ON CONFLICT (surface, external_id) DO NOTHING RETURNING id"
+)
+INSERT_CALL = (
+    "INSERT INTO model_calls(message_id, user_id, model, provider, tokens_in, tokens_out, latency_ms, outcome, "
+    "fallback_from, error, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+)
+SELECT_IDENTITY = (
+    "SELECT u.id, u.handle FROM identities i JOIN users u ON u.id = i.user_id "
+    "WHERE i.surface = $1 AND i.external_user_id = $2"
+)
+TOUCH = "UPDATE conversations SET updated_at = greatest(updated_at, $1) WHERE id = $2"
+
+
+async def user_by_handle(db: Db, handle: str, created_at: Any, create: bool = True) -> tuple[int | None, bool]:
+    """(user id, created now). The common case (a known person) is one statement."""
+    row = await db.one("SELECT id FROM users WHERE handle = $1", handle)
+    if row is not None or not create:
+        return (row[0] if row else None), False
+    row = await db.one(INSERT_USER, handle, created_at)
+    if row is not None:
+        return row[0], True
+    # another transaction created it meanwhile (Postgres, READ COMMITTED: a new statement sees it)
+    return (await db.one("SELECT id FROM users WHERE handle = $1", handle))[0], False
+
+
+async def ingest(db: Db, msg: InboundMessage, token_count: int) -> Ingested:
+    """Take one message in. A redelivery raises Rollback(None), or Rollback(turn to resume) when its turn never
+    ran; a foreign conversation raises NotFound."""
+    at = db.ts(msg.received_at)
+    created = False
+    if msg.handle:
+        handle = msg.handle
+        user_id, created = await user_by_handle(db, handle, at)
+    else:
+        row = await _identity(db, SELECT_IDENTITY, msg.surface, msg.sender)
+        if row is not None:
+            user_id, handle = row
+        else:
+            user_id, handle = await _first_contact(db, msg.surface, msg.sender, at)
+            created = True
+    assert user_id is not None
+    conversation_id = await _conversation(db, msg, user_id, at)
+    metadata = dump_metadata(msg.metadata)
+    row = await db.one(INSERT_MESSAGE, conversation_id, user_id, msg.surface, "user", msg.text, token_count,
+                       msg.external_id, at, metadata, None)
+    if row is None:  # (surface, external_id) already stored: undo the user/conversation work
+        raise Rollback(await _unanswered(db, msg, user_id))
+    stored = StoredMessage(
+        id=row[0], conversation_id=conversation_id, user_id=user_id, surface=msg.surface, role="user",
+        content=msg.text, token_count=token_count, external_id=msg.external_id, created_at=as_dt(at),
+        metadata=json.loads(metadata),
+    )
+    return Ingested(user_id=user_id, handle=handle, conversation_id=conversation_id, message=stored,
+                    created_user=created)
+
+
+async def _identity(db: Db, sql: str, surface: str, sender: str) -> Any:
+    """The identity's row; when there is none, serialize first contacts of the identity (until commit) and look
+    again: a concurrent transaction may have created it while this one waited."""
+    row = await db.one(sql, surface, sender)
+    if row is None and await db.lock(f"identity\x1f{surface}\x1f{sender}"):
+        row = await db.one(sql, surface, sender)
+    return row
+
+
+async def _unanswered(db: Db, msg: InboundMessage, user_id: int) -> Ingested | None:
+    """A redelivered message: None (drop it) if its turn ran, or the stored turn to resume if it never did
+    (the process died between storing the message and calling the model: the person still deserves an answer)."""
+    row = await db.one(
+        f"SELECT {MSG_COLS}, u.handle FROM messages m JOIN users u ON u.id = m.user_id "
+        # only the sender's own message: an id collision must never hand one person's turn to another
+        "WHERE m.surface = $1 AND m.external_id = $2 AND m.user_id = $3 AND m.role = 'user' AND m.created_at >= $4 "
+        "AND NOT EXISTS (SELECT 1 FROM model_calls c WHERE c.message_id = m.id) "
+        "AND NOT EXISTS (SELECT 1 FROM messages r WHERE r.reply_to = m.id)",
+        msg.surface, msg.external_id, user_id, db.ts(db.clock() - RESUME_WINDOW),
+    )
+    if row is None:
+        return None
+    stored = to_message(row)
+    return Ingested(user_id=stored.user_id, handle=row[-1], conversation_id=stored.conversation_id,
+                    message=stored, resumed=True)
+
+
+async def _first_contact(db: Db, surface: str, sender: str, at: Any) -> tuple[int, str]:
+    """A NEW user named after the surface, and the identity that finds it next time. The handle may be taken
+    (the identity was unlinked, or linked and forgotten): then it gets a suffix, never the existing user."""
+    user_id, handle = await new_user(db, f"{surface}:{sender}", at)
+    await db.run("INSERT INTO identities(surface, external_user_id, user_id, created_at) VALUES ($1, $2, $3, $4)",
+                 surface, sender, user_id, at)
+    return user_id, handle
+
+
+async def new_user(db: Db, base_handle: str, at: Any) -> tuple[int, str]:
+    """A new user named `base_handle`, or `base_handle~2`, `~3`... when taken. Returns (id, handle)."""
+    handle, n = base_handle, 1
+    while (row := await db.one(INSERT_USER, handle, at)) is None:
+        n += 1
+        handle = f"{base_handle}~{n}"
+    return int(row[0]), handle
+
+
+async def identity_user(db: Db, surface: str, sender: str, at: Any) -> int:
+    """The user of an identity, created on first contact."""
+    row = await _identity(db, "SELECT user_id FROM identities WHERE surface = $1 AND external_user_id = $2",
+                          surface, sender)
+    return int(row[0]) if row is not None else (await _first_contact(db, surface, sender, at))[0]
+
+
+async def _conversation(db: Db, msg: InboundMessage, user_id: int, at: Any) -> int:
+    if msg.surface in SINGLETON_SURFACES:
+        if msg.conversation_ref is None:
+            return int(await db.value(UPSERT_SINGLETON, user_id, msg.surface, at, at))
+        # A named place on a singleton surface (a Telegram group): the person's own conversation there.
+        return int(await db.value(UPSERT_BY_REF, user_id, msg.surface, None, msg.conversation_ref, at, at))
+    if msg.conversation_ref is None:
+        title = msg.text.strip().split("\n", 1)[0][:60] or None
+        return int(await db.value(
+            "INSERT INTO conversations(user_id, surface, singleton, title, created_at, updated_at) "
+            "VALUES ($1, $2, false, $3, $4, $5) RETURNING id", user_id, msg.surface, title, at, at,
+        ))
+    try:
+        ref = int(msg.conversation_ref)
+    except ValueError:
+        raise NotFound(f"conversation {msg.conversation_ref!r}") from None
+    found = None
+    if -(2**63) <= ref < 2**63:
+        found = await db.value(TOUCH + " AND user_id = $3 AND surface = $4 RETURNING id", at, ref, user_id,
+                               msg.surface)
+    if found is None:  # not theirs, or gone: never say which
+        raise NotFound(f"conversation {msg.conversation_ref!r}")
+    return int(found)
+
+
+async def load_context(db: Db, q: ContextQuery) -> ContextRows:
+    """Facts, the current conversation, cross-surface turns and lexical recall: four SELECTs (plus the
+    dialect's term statistics when there is something to search), in one snapshot."""
+    at, cur = db.ts(q.at), q.current_message_id
+    facts = [to_fact(r) for r in reversed(await db.all(
+        f"SELECT {FACT_COLS} FROM facts WHERE user_id = $1 ORDER BY id DESC LIMIT $2", q.user_id, q.facts_limit,
+    ))]
+    conversation: list[StoredMessage] = []
+    if q.conversation_id is not None and q.recent_limit > 0:
+        # Queued turns (user messages stored after the current one) are excluded; assistant messages stay.
+        conversation = [to_message(r) for r in await db.all(  # on (conversation_id, id): see dialect_sqlite
+            f"SELECT {MSG_COLS} FROM messages m WHERE m.conversation_id = $1 AND m.user_id = $2 "
+            "AND m.created_at <= $3 AND ($4::bigint IS NULL OR (m.id <> $4 AND (m.role <> 'user' OR m.id < $4))) "
+            "ORDER BY m.id DESC LIMIT $5", q.conversation_id, q.user_id, at, cur, q.recent_limit,
+        )]
+        # A reply sorts right after the message it answers, even when a queued turn was stored in between.
+        conversation.sort(key=lambda m: (m.reply_to if m.reply_to is not None else m.id, m.id))
+    cross: list[StoredMessage] = []
+    if q.cross_limit > 0:
+        cross = [to_message(r) for r in reversed(await db.all(
+            f"SELECT {MSG_COLS} FROM messages m WHERE m.user_id = $1 AND m.created_at >= $2 "
+            "AND m.created_at <= $3 AND m.surface <> $4 AND m.conversation_id IS DISTINCT FROM $5::bigint "
+            "ORDER BY m.created_at DESC, m.id DESC LIMIT $6",
+            q.user_id, db.ts(q.cross_since), at, q.surface, q.conversation_id, q.cross_limit,
+        ))]
+    recalled: list[StoredMessage] = []
+    if q.search_limit > 0:
+        excluded = [m.id for m in conversation] + [m.id for m in cross] + ([cur] if cur is not None else [])
+        recalled = [to_message(r) for r in await db.recall(q, excluded)]
+    return ContextRows(facts=facts, conversation=conversation, cross_surface=cross, recalled=recalled)
+
+
+async def finish_turn(
+    db: Db, turn: Ingested, reply: str | None, reply_tokens: int, calls: Sequence[ModelCallRecord],
+    metadata: dict[str, Any] | None,
+) -> StoredMessage | None:
+    """The reply, the usage rows and the conversation's updated_at, together."""
+    moment = max(db.clock(), turn.message.created_at)  # a reply never sorts before what it answers
+    at, msg = db.ts(moment), turn.message
+    stored: StoredMessage | None = None
+    if reply is not None:
+        meta = dump_metadata(metadata)
+        message_id = await db.value(INSERT_MESSAGE, turn.conversation_id, turn.user_id, msg.surface, "assistant",
+                                    reply, reply_tokens, None, at, meta, msg.id)
+        stored = StoredMessage(
+            id=message_id, conversation_id=turn.conversation_id, user_id=turn.user_id, surface=msg.surface,
+            role="assistant", content=reply, token_count=reply_tokens, external_id=None, created_at=moment,
+            metadata=json.loads(meta), reply_to=msg.id,
+        )
+    if calls:
+        await db.many(INSERT_CALL, [
+            (msg.id, turn.user_id, c.model, c.provider, c.tokens_in, c.tokens_out, c.latency_ms, c.outcome,
+             c.fallback_from, c.error, at) for c in calls
+        ])
+    await db.run(TOUCH + " AND user_id = $3", at, turn.conversation_id, turn.user_id)
+    return stored
+
+
+async def import_rows(db: Db, rows: Sequence[ImportRow]) -> ImportResult:
+    """Many messages at once: a few statements per (user, conversation), one bulk insert for the rows."""
+    if not rows:
+        return ImportResult(inserted=0, skipped=0)
+    stamps = [db.ts(r.created_at) for r in rows]
+    keys = [(r.user, r.surface, _import_ref(r)) for r in rows]
+    users: dict[str, int] = {}
+    span: dict[tuple[str, str, str | None], tuple[Any, Any]] = {}  # conversation key -> (first, last)
+    for row, key, at in zip(rows, keys, stamps, strict=True):
+        if row.user not in users:
+            uid, _ = await user_by_handle(db, row.user, at)
+            assert uid is not None
+            users[row.user] = uid
+        first, last = span.get(key, (at, at))
+        span[key] = (min(first, at), max(last, at))
+    conversations: dict[tuple[str, str, str | None], int] = {}
+    for key, (first, last) in span.items():
+        handle, surface, ref = key
+        if ref is None:
+            found = await db.value(UPSERT_SINGLETON, users[handle], surface, first, last)
+        else:
+            found = await db.value(UPSERT_BY_REF, users[handle], surface, ref, ref, first, last)
+        conversations[key] = int(found)
+    inserted = await db.insert_messages([
+        (conversations[k], users[r.user], r.surface, r.role, r.content, r.token_count, r.external_id, at)
+        for r, k, at in zip(rows, keys, stamps, strict=True)
+    ])
+    return ImportResult(inserted=inserted, skipped=len(rows) - inserted)
+
+
+def _import_ref(row: ImportRow) -> str | None:
+    """None for a singleton surface; else the conversation key of the line ("imported" when absent)."""
+    return None if row.surface in SINGLETON_SURFACES else (row.conversation or "imported")

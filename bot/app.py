@@ -96,6 +96,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        from bot.embedders.factory import announce, build_embedder
         from bot.models.factory import build_chain
 
         st = store if store is not None else open_store(settings.database_url)
@@ -103,6 +104,10 @@ def create_app(
         started: list[Surface] = []
         runtime: Runtime | None = None
         scheduler: Scheduler | None = None
+        # Built and announced at start (one line: which embedder, or lexical only and why); a local model loads on
+        # first use, on its own thread. Nothing embeds yet: retrieval over vectors comes with the vector store.
+        embedder = build_embedder(settings)
+        announce(settings, embedder)
 
         async def stop() -> None:
             # every phase gets at most what is left of ONE budget from SIGTERM (bot/shutdown.py)
@@ -116,6 +121,7 @@ def create_app(
                 await ch.aclose()
             if store is None:
                 await st.close()
+            await embedder.aclose()
 
         # The tokenizer loads on a thread while the store opens and the surfaces start: no turn waits for it.
         loader = tokens.preload()
@@ -130,6 +136,7 @@ def create_app(
             scheduler = Scheduler(st, jobs if jobs is not None else job_list.registry(settings, st))
             await scheduler.start()
             state["jobs"] = scheduler
+            state["embedder"] = embedder
             if loader is not None:
                 await asyncio.to_thread(loader.join)
         except BaseException:

@@ -86,7 +86,8 @@ def create_app(
     """The app. Tests may pass their own store, chain, surfaces or jobs; otherwise they come from settings
     (the jobs: bot/job_list.py); `stop_budget` is the shutdown budget the daemon begins at SIGTERM (default: a
     new one of HILO_STOP_TIMEOUT s, begun when the stop begins). `app.state.hilo` holds the Runtime
-    (`runtime`), the names of the started surfaces (`surfaces`) and the job Scheduler (`jobs`) while it runs.
+    (`runtime`), the names of the started surfaces (`surfaces`), the job Scheduler (`jobs`) and the embedder
+    (`embedder`, bot/embedders) while it runs.
     A start that fails undoes what it started and raises: nothing is logged here, the caller says why
     (`hilo serve`: one `daemon.failed` line)."""
     settings = with_secret_key(settings)
@@ -104,10 +105,10 @@ def create_app(
         started: list[Surface] = []
         runtime: Runtime | None = None
         scheduler: Scheduler | None = None
-        # Built and announced at start (one line: which embedder, or lexical only and why); a local model loads on
-        # first use, on its own thread. Nothing embeds yet: retrieval over vectors comes with the vector store.
+        # A local model loads on first use, on its own thread. Nothing embeds yet: retrieval over vectors comes with
+        # the vector store. Which embedder runs is said once everything has started (a start that fails says only
+        # why, in one line).
         embedder = build_embedder(settings)
-        announce(settings, embedder)
 
         async def stop() -> None:
             # every phase gets at most what is left of ONE budget from SIGTERM (bot/shutdown.py)
@@ -143,6 +144,7 @@ def create_app(
             await stop()
             raise
         state["surfaces"] = [s.name for s in started]
+        announce(settings, embedder)
         try:
             yield
         finally:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import structlog.testing
 
 from bot.config import Settings
 from bot.embedders import local
-from bot.embedders.base import Embedder, EmbeddingError, unit
+from bot.embedders.base import Embedder, EmbeddingError, Kind, unit
 from bot.embedders.factory import announce, build_embedder
 from bot.embedders.local import LocalEmbedder, LocalModel
 from bot.embedders.none import NoEmbedder
@@ -176,6 +177,29 @@ async def test_a_spanish_question_is_closer_to_its_answer_than_to_distractors(lo
         return math.fsum(a * b for a, b in zip(question, v, strict=True))
 
     assert all(cosine(answer) > cosine(d) for d in distractors), [cosine(v) for v in (answer, *distractors)]
+
+
+async def test_a_local_model_loads_once_and_runs_only_on_its_one_worker_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[str, str]] = []
+
+    def load(threads: int) -> Callable[[list[str], Kind], list[list[float]]]:
+        seen.append(("load", threading.current_thread().name))
+
+        def embed(texts: list[str], kind: Kind) -> list[list[float]]:
+            seen.append((kind, threading.current_thread().name))
+            return [[3.0, 4.0] for _ in texts]
+
+        return embed
+
+    monkeypatch.setitem(local.MODELS, "two-floats", LocalModel("two-floats", "json", "json", 2, load))
+    embedder = LocalEmbedder("two-floats")
+    try:
+        one, two = await asyncio.gather(embedder.embed(["a"], kind="query"), embedder.embed(["b", "c"], kind="passage"))
+    finally:
+        await embedder.aclose()
+    assert all(close(v, [0.6, 0.8]) for v in [*one, *two]) and len(two) == 2  # unit length
+    assert sorted(kind for kind, _ in seen) == ["load", "passage", "query"]
+    assert {name for _, name in seen} == {"hilo-embed_0"}
 
 
 # -- the factory and the start-up line --------------------------------------------------------------------------

@@ -86,7 +86,8 @@ def create_app(
     """The app. Tests may pass their own store, chain, surfaces or jobs; otherwise they come from settings
     (the jobs: bot/job_list.py); `stop_budget` is the shutdown budget the daemon begins at SIGTERM (default: a
     new one of HILO_STOP_TIMEOUT s, begun when the stop begins). `app.state.hilo` holds the Runtime
-    (`runtime`), the names of the started surfaces (`surfaces`) and the job Scheduler (`jobs`) while it runs.
+    (`runtime`), the names of the started surfaces (`surfaces`), the job Scheduler (`jobs`) and the embedder
+    (`embedder`, bot/embedders) while it runs.
     A start that fails undoes what it started and raises: nothing is logged here, the caller says why
     (`hilo serve`: one `daemon.failed` line)."""
     settings = with_secret_key(settings)
@@ -96,6 +97,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        from bot.embedders.factory import announce, build_embedder
         from bot.models.factory import build_chain
 
         st = store if store is not None else open_store(settings.database_url)
@@ -103,6 +105,10 @@ def create_app(
         started: list[Surface] = []
         runtime: Runtime | None = None
         scheduler: Scheduler | None = None
+        # A local model loads on first use, on its own thread. Nothing embeds yet: retrieval over vectors comes with
+        # the vector store. Which embedder runs is said once everything has started (a start that fails says only
+        # why, in one line).
+        embedder = build_embedder(settings)
 
         async def stop() -> None:
             # every phase gets at most what is left of ONE budget from SIGTERM (bot/shutdown.py)
@@ -116,6 +122,7 @@ def create_app(
                 await ch.aclose()
             if store is None:
                 await st.close()
+            await embedder.aclose()
 
         # The tokenizer loads on a thread while the store opens and the surfaces start: no turn waits for it.
         loader = tokens.preload()
@@ -130,12 +137,14 @@ def create_app(
             scheduler = Scheduler(st, jobs if jobs is not None else job_list.registry(settings, st))
             await scheduler.start()
             state["jobs"] = scheduler
+            state["embedder"] = embedder
             if loader is not None:
                 await asyncio.to_thread(loader.join)
         except BaseException:
             await stop()
             raise
         state["surfaces"] = [s.name for s in started]
+        announce(settings, embedder)
         try:
             yield
         finally:

@@ -21,6 +21,8 @@ DEFAULT_SYSTEM_PROMPT = (
     "you remember them across all of these. Answer in the person's language, briefly and kindly."
 )
 PROVIDERS = ("echo", "openai", "anthropic")
+#: HILO_EMBEDDER values; "auto" (unset) is `local` where its package is installed, else `none` (bot.embedders.factory).
+EMBEDDERS = ("auto", "none", "local", "openai")
 
 
 def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
@@ -164,6 +166,15 @@ class Settings:
     #: HILO_STOP_TIMEOUT: seconds from SIGTERM that the whole stop may take (bot/shutdown.py); what still runs
     #: then is cancelled. It must stay below the supervisor's kill timeout (40 s in deploy/), with a margin.
     stop_timeout: float = 36.0
+    #: HILO_EMBEDDER: none | local | openai; unset ("auto") is local where its package is installed, else none.
+    embedder: str = "auto"
+    #: HILO_EMBEDDING_MODEL: the embedder's model; empty is its default (bot.embedders.factory).
+    embedding_model: str = ""
+    #: HILO_EMBEDDING_URL (an OpenAI-compatible server for embeddings only), else OPENAI_BASE_URL; empty: OpenAI.
+    embedding_url: str = ""
+    #: HILO_EMBEDDING_API_KEY: its key. OPENAI_API_KEY is used only when HILO_EMBEDDING_URL is not set, so the
+    #: OpenAI key is never sent to another server.
+    embedding_api_key: str = ""
 
     @property
     def models(self) -> tuple[ModelSpec, ...]:
@@ -215,6 +226,14 @@ class Settings:
         if log_format not in ("console", "json"):
             raise ConfigError(f"HILO_LOG_FORMAT={log_format!r}: set it to console or json")
         language = env.get("HILO_LANGUAGE", "en").strip() or "en"
+        embedder = env.get("HILO_EMBEDDER", "").strip().lower() or "auto"
+        if embedder not in EMBEDDERS:
+            raise ConfigError(f"HILO_EMBEDDER={embedder!r}: set it to none, local or openai (or leave it unset)")
+        embedding_url = _url(env, "HILO_EMBEDDING_URL", "http://127.0.0.1:11434/v1")
+        embedding_key = env.get("HILO_EMBEDDING_API_KEY", "").strip() or ("" if embedding_url else openai_key)
+        if embedder == "openai" and not (embedding_key or embedding_url or openai_base):
+            raise ConfigError("HILO_EMBEDDER=openai needs OPENAI_API_KEY (or HILO_EMBEDDING_URL / OPENAI_BASE_URL "
+                              "for an OpenAI-compatible server); or set HILO_EMBEDDER=local or none")
         return cls(
             database_url=database_url,
             model=model,
@@ -259,6 +278,10 @@ class Settings:
             trusted_proxies=_proxies(env.get("HILO_TRUSTED_PROXIES", "")),
             cleanup_seconds=_int(env, "HILO_CLEANUP_SECONDS", 3600),
             stop_timeout=_float(env, "HILO_STOP_TIMEOUT", 36.0),
+            embedder=embedder,
+            embedding_model=env.get("HILO_EMBEDDING_MODEL", "").strip(),
+            embedding_url=embedding_url or openai_base,
+            embedding_api_key=embedding_key,
         )
 
     @classmethod

@@ -1,8 +1,8 @@
 """A loopback fake of the OpenAI and Anthropic HTTP APIs, scriptable per request, for the real SDKs to talk to.
 
-Routes: POST /v1/chat/completions (JSON, or SSE ending in `data: [DONE]` with a usage chunk) and POST /v1/messages
-(JSON, or SSE events message_start .. message_stop with usage). It listens on 127.0.0.1 only, on a free port,
-served by uvicorn in a background thread.
+Routes: POST /v1/chat/completions (JSON, or SSE ending in `data: [DONE]` with a usage chunk), POST /v1/messages
+(JSON, or SSE events message_start .. message_stop with usage) and POST /v1/embeddings (tests/fakes/embeddings_api.py).
+It listens on 127.0.0.1 only, on a free port, served by uvicorn in a background thread.
 
 Scripting: each request takes the next behaviour from its model's queue (`script(model=...)`), else from the
 shared queue (`enqueue(...)`), else the model's default, else `ok()`, which answers
@@ -34,6 +34,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from tests.fakes import embeddings_api
 from tests.fakes.loopback import ThreadedServer
 from tests.fakes.model_behaviours import (
     BREAKS,
@@ -109,6 +110,7 @@ class FakeModelServer:
         self.app = Starlette(routes=[
             Route("/v1/chat/completions", self._openai, methods=["POST"]),
             Route("/v1/messages", self._anthropic, methods=["POST"]),
+            Route("/v1/embeddings", self._embeddings, methods=["POST"]),
         ])
         self._loopback = ThreadedServer(self.app, name="fake-model-server")
 
@@ -225,6 +227,10 @@ class FakeModelServer:
             yield _sse("[DONE]")
 
         return StreamingResponse(events(), media_type="text/event-stream")
+
+    async def _embeddings(self, request: Request) -> Response:
+        record, b = await self._receive(request, "/v1/embeddings")
+        return embeddings_api.answer(record.body, b)
 
     async def _anthropic(self, request: Request) -> Response:
         record, b = await self._receive(request, "/v1/messages")

@@ -25,9 +25,10 @@ import asyncpg
 
 from kernel import log
 from kernel.errors import ConfigError
+from kernel.types import utcnow
 from memory import migrate as migrations
 from memory import pg_terms
-from memory.rows import MSG_COLS, Mode, Rollback, aware, utcnow
+from memory.rows import MSG_COLS, Db, Mode, Rollback, aware
 from memory.sql_store import Logic, SqlStore
 from memory.store import ContextQuery, ImportResult, ImportRow, StoreError, StoreUnavailable
 
@@ -59,7 +60,7 @@ BULK_INSERT = (
 )
 
 
-class PgDb:
+class PgDb(Db):
     """An asyncpg connection (inside the store's transaction) as the logic sees it (rows.Db)."""
 
     def __init__(self, conn: Any, counters: dict[str, int], df_cache: dict[str, tuple[float, float]],
@@ -71,14 +72,6 @@ class PgDb:
     async def all(self, sql: str, *args: Any) -> list[Any]:
         self.counters["statements"] += 1
         return list(await self.conn.fetch(sql, *args))
-
-    async def one(self, sql: str, *args: Any) -> Any:
-        self.counters["statements"] += 1
-        return await self.conn.fetchrow(sql, *args)
-
-    async def value(self, sql: str, *args: Any) -> Any:
-        self.counters["statements"] += 1
-        return await self.conn.fetchval(sql, *args)
 
     async def run(self, sql: str, *args: Any) -> int:
         self.counters["statements"] += 1

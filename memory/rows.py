@@ -23,18 +23,26 @@ Mode = Literal["read", "write", "lease"]
 
 
 class Db(Protocol):
-    """One transaction as the logic sees it. Every statement counts in the store's `counters["statements"]`:
-    run() returns the rows a statement changed, many() is one statement with many parameter rows (counted
-    once), ts() a datetime as the database takes it, lock() serializes writers on a key until commit (False when
-    they are serialized anyway), recall() is lexical recall of q.search_text (MSG_COLS rows, best first), and
-    insert_messages() a bulk insert of (conversation_id, user_id, surface, role, content, token_count,
-    external_id, created_at) skipping stored (surface, external_id), returning the number inserted."""
+    """One transaction as the logic sees it; a dialect subclasses it (one() and value() are written over all()).
+    Every statement counts in the store's `counters["statements"]`: run() returns the rows a statement changed,
+    many() is one statement with many parameter rows (counted once), ts() a datetime as the database takes it,
+    lock() serializes writers on a key until commit (False when they are serialized anyway), recall() is
+    lexical recall of q.search_text (MSG_COLS rows, best first), and insert_messages() a bulk insert of
+    (conversation_id, user_id, surface, role, content, token_count, external_id, created_at) skipping stored
+    (surface, external_id), returning the number inserted."""
 
     clock: Callable[[], datetime]
 
     async def all(self, sql: str, *args: Any) -> list[Any]: ...
-    async def one(self, sql: str, *args: Any) -> Any: ...
-    async def value(self, sql: str, *args: Any) -> Any: ...
+
+    async def one(self, sql: str, *args: Any) -> Any:
+        rows = await self.all(sql, *args)
+        return rows[0] if rows else None
+
+    async def value(self, sql: str, *args: Any) -> Any:
+        rows = await self.all(sql, *args)
+        return rows[0][0] if rows else None
+
     async def run(self, sql: str, *args: Any) -> int: ...
     async def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
     def ts(self, moment: datetime) -> Any: ...
@@ -62,10 +70,6 @@ CALL_KEYS = ("id", "message_id", "model", "provider", "tokens_in", "tokens_out",
 DELIVERY_KEYS = ("id", "message_id", "surface", "recipient", "part", "parts", "status", "provider_ref", "error",
                  "attempts", "created_at", "updated_at")
 AUDIT_KEYS = ("action", "surface", "external_user_id", "actor", "detail", "created_at")
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def aware(moment: datetime) -> datetime:

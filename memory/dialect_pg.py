@@ -162,13 +162,7 @@ class PostgresStore(SqlStore):
     async def migrate(self) -> list[str]:
         """Apply pending migrations (connecting first if needed); return the names applied."""
         await self._connect()
-        self.counters["round_trips"] += 1
-        try:
-            async with self._pool.acquire() as conn:
-                self.applied = await migrations.apply_postgres(conn)
-        except UNAVAILABLE as exc:
-            raise StoreUnavailable(f"the Postgres database is unavailable: {exc}; retry later") from exc
-        self.counters["transactions"] += 1
+        self.applied = await self._tx("lease", lambda db: migrations.apply_postgres(db.conn))
         return self.applied
 
     async def _connect(self) -> None:

@@ -43,6 +43,11 @@ UNAVAILABLE: tuple[type[BaseException], ...] = (
     asyncpg.AdminShutdownError,
 )
 
+#: Transaction-scoped advisory locks on an integer key, or on a text key hashed.
+LOCK_INT, LOCK_TEXT = "SELECT pg_advisory_xact_lock($1)", "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
+#: Reads see one snapshot; writes are READ COMMITTED (a lease's statements run outside a transaction).
+TRANSACTION: dict[str, dict[str, Any]] = {"read": {"isolation": "repeatable_read", "readonly": True}, "write": {}}
+
 RECALL = (
     f"SELECT {MSG_COLS} FROM messages m, to_tsquery('simple', $1) AS query "
     # the owner's token ANDed in: the GIN index skips other people's rows (see 0003_messages_fts.sql)
@@ -85,10 +90,7 @@ class PgDb(Db):
         return aware(moment)
 
     async def lock(self, key: str | int) -> bool:
-        if isinstance(key, int):
-            await self.run("SELECT pg_advisory_xact_lock($1)", key)
-        else:
-            await self.run("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", key)
+        await self.run(LOCK_INT if isinstance(key, int) else LOCK_TEXT, key)
         return True
 
     async def insert_messages(self, rows: list[tuple[Any, ...]]) -> int:
@@ -192,10 +194,7 @@ class PostgresStore(SqlStore):
                 try:
                     if mode == "lease":
                         return await logic(db, *args)
-                    if mode == "write":
-                        async with conn.transaction():
-                            return await logic(db, *args)
-                    async with conn.transaction(isolation="repeatable_read", readonly=True):
+                    async with conn.transaction(**TRANSACTION[mode]):
                         return await logic(db, *args)
                 except Rollback as rollback:
                     return rollback.value  # type: ignore[no-any-return]

@@ -175,8 +175,7 @@ class SqliteStore(SqlStore):
             try:
                 await self._call(self._connect_sync)
             except BaseException:
-                executor, self._executor = self._executor, None
-                executor.shutdown(wait=True)
+                await self.close()  # no connection to close: this stops the worker thread
                 raise
         self.applied = await self._call(self._migrate_sync)
         return self.applied

@@ -25,9 +25,10 @@ import asyncpg
 
 from kernel import log
 from kernel.errors import ConfigError
+from kernel.types import utcnow
 from memory import migrate as migrations
 from memory import pg_terms
-from memory.rows import MSG_COLS, Mode, Rollback, aware, utcnow
+from memory.rows import MSG_COLS, Db, Mode, Rollback, aware
 from memory.sql_store import Logic, SqlStore
 from memory.store import ContextQuery, ImportResult, ImportRow, StoreError, StoreUnavailable
 
@@ -41,6 +42,11 @@ UNAVAILABLE: tuple[type[BaseException], ...] = (
     asyncpg.SerializationError, asyncpg.LockNotAvailableError, asyncpg.QueryCanceledError,
     asyncpg.AdminShutdownError,
 )
+
+#: Transaction-scoped advisory locks on an integer key, or on a text key hashed.
+LOCK_INT, LOCK_TEXT = "SELECT pg_advisory_xact_lock($1)", "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
+#: Reads see one snapshot; writes are READ COMMITTED (a lease's statements run outside a transaction).
+TRANSACTION: dict[str, dict[str, Any]] = {"read": {"isolation": "repeatable_read", "readonly": True}, "write": {}}
 
 RECALL = (
     f"SELECT {MSG_COLS} FROM messages m, to_tsquery('simple', $1) AS query "
@@ -59,7 +65,7 @@ BULK_INSERT = (
 )
 
 
-class PgDb:
+class PgDb(Db):
     """An asyncpg connection (inside the store's transaction) as the logic sees it (rows.Db)."""
 
     def __init__(self, conn: Any, counters: dict[str, int], df_cache: dict[str, tuple[float, float]],
@@ -71,14 +77,6 @@ class PgDb:
     async def all(self, sql: str, *args: Any) -> list[Any]:
         self.counters["statements"] += 1
         return list(await self.conn.fetch(sql, *args))
-
-    async def one(self, sql: str, *args: Any) -> Any:
-        self.counters["statements"] += 1
-        return await self.conn.fetchrow(sql, *args)
-
-    async def value(self, sql: str, *args: Any) -> Any:
-        self.counters["statements"] += 1
-        return await self.conn.fetchval(sql, *args)
 
     async def run(self, sql: str, *args: Any) -> int:
         self.counters["statements"] += 1
@@ -92,10 +90,7 @@ class PgDb:
         return aware(moment)
 
     async def lock(self, key: str | int) -> bool:
-        if isinstance(key, int):
-            await self.run("SELECT pg_advisory_xact_lock($1)", key)
-        else:
-            await self.run("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", key)
+        await self.run(LOCK_INT if isinstance(key, int) else LOCK_TEXT, key)
         return True
 
     async def insert_messages(self, rows: list[tuple[Any, ...]]) -> int:
@@ -169,13 +164,7 @@ class PostgresStore(SqlStore):
     async def migrate(self) -> list[str]:
         """Apply pending migrations (connecting first if needed); return the names applied."""
         await self._connect()
-        self.counters["round_trips"] += 1
-        try:
-            async with self._pool.acquire() as conn:
-                self.applied = await migrations.apply_postgres(conn)
-        except UNAVAILABLE as exc:
-            raise StoreUnavailable(f"the Postgres database is unavailable: {exc}; retry later") from exc
-        self.counters["transactions"] += 1
+        self.applied = await self._tx("lease", lambda db: migrations.apply_postgres(db.conn))
         return self.applied
 
     async def _connect(self) -> None:
@@ -205,10 +194,7 @@ class PostgresStore(SqlStore):
                 try:
                     if mode == "lease":
                         return await logic(db, *args)
-                    if mode == "write":
-                        async with conn.transaction():
-                            return await logic(db, *args)
-                    async with conn.transaction(isolation="repeatable_read", readonly=True):
+                    async with conn.transaction(**TRANSACTION[mode]):
                         return await logic(db, *args)
                 except Rollback as rollback:
                     return rollback.value  # type: ignore[no-any-return]

@@ -19,15 +19,14 @@ import json
 import os
 import re
 import sqlite3
-import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, TypeVar
 
 from memory import migrate as migrations
-from memory.rows import MSG_COLS, Mode, Rollback, to_ts
-from memory.search_terms import DF_CACHE_MAX, DF_TTL_S, rarest, search_terms
+from memory.rows import MSG_COLS, Db, Mode, Rollback, to_ts
+from memory.search_terms import selective
 from memory.sql_store import Logic, SqlStore
 from memory.store import ContextQuery, StoreError, StoreUnavailable
 
@@ -66,11 +65,11 @@ BULK_INSERT = (
 )
 
 
-class SqliteDb:
+class SqliteDb(Db):
     """The connection as the logic sees it (rows.Db): every statement is fully stepped (RETURNING rows are
     read before COMMIT) and counted; an executemany counts once (one prepared statement)."""
 
-    def __init__(self, conn: sqlite3.Connection, counters: dict[str, int], df_cache: dict[str, tuple[int, float]],
+    def __init__(self, conn: sqlite3.Connection, counters: dict[str, int], df_cache: dict[str, tuple[float, float]],
                  clock: Callable[[], datetime]) -> None:
         self.conn, self.counters, self.clock = conn, counters, clock
         #: term -> (document frequency, monotonic expiry): see selective_terms
@@ -79,14 +78,6 @@ class SqliteDb:
     async def all(self, sql: str, *args: Any) -> list[Any]:
         self.counters["statements"] += 1
         return self.conn.execute(translate(sql), args).fetchall()
-
-    async def one(self, sql: str, *args: Any) -> Any:
-        rows = await self.all(sql, *args)
-        return rows[0] if rows else None
-
-    async def value(self, sql: str, *args: Any) -> Any:
-        rows = await self.all(sql, *args)
-        return rows[0][0] if rows else None
 
     async def run(self, sql: str, *args: Any) -> int:
         self.counters["statements"] += 1
@@ -128,29 +119,19 @@ def fts_query(user_id: int, words: list[str]) -> str | None:
 
 
 async def selective_terms(db: SqliteDb, text: str) -> list[str]:
-    """The search terms of `text` worth a lexical search, rarest first.
+    """memory.search_terms.selective over the FTS5 vocabulary (fts5vocab: a walk of the term's posting list,
+    about 0.5 ms for a common word): terms the index has never seen are not in it."""
 
-    Document frequencies come from the FTS5 vocabulary (fts5vocab: a walk of the term's posting list, about
-    0.5 ms for a common word), cached in `db.df_cache` for DF_TTL_S; see memory.search_terms.rarest. Terms the
-    index has never seen are dropped: they cannot match (and are not cached, so a new word is found at once).
-    """
-    words = search_terms(text)
-    if not words:
-        return []
-    now = time.monotonic()
-    cache = db.df_cache
-    freq: dict[str, float] = {w: hit[0] for w in words if (hit := cache.get(w)) is not None and hit[1] > now}
-    missing = [w for w in words if w not in freq]
-    if missing:
-        if len(cache) > DF_CACHE_MAX:
-            cache.clear()
-        for term, doc in await db.all(
-            "SELECT term, doc FROM messages_fts_vocab WHERE term IN (SELECT value FROM json_each(?1))",
-            json.dumps(missing),
-        ):
-            freq[term] = doc
-            cache[term] = (doc, now + DF_TTL_S)
-    return rarest(words, freq, await db.value("SELECT max(id) FROM messages") or 0)
+    async def lookup(missing: list[str]) -> tuple[dict[str, float], float]:
+        found: dict[str, float] = {}
+        if missing:
+            found = dict(await db.all(
+                "SELECT term, doc FROM messages_fts_vocab WHERE term IN (SELECT value FROM json_each(?1))",
+                json.dumps(missing),
+            ))
+        return found, await db.value("SELECT max(id) FROM messages") or 0
+
+    return await selective(text, db.df_cache, lookup)
 
 
 def step(coro: Coroutine[Any, Any, T]) -> T:
@@ -173,7 +154,7 @@ class SqliteStore(SqlStore):
         super().__init__(clock)
         self.path = os.fspath(path)
         self.busy_timeout_ms = busy_timeout_ms
-        self._df_cache: dict[str, tuple[int, float]] = {}  # touched on the worker thread only
+        self._df_cache: dict[str, tuple[float, float]] = {}  # touched on the worker thread only
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
 
@@ -194,8 +175,7 @@ class SqliteStore(SqlStore):
             try:
                 await self._call(self._connect_sync)
             except BaseException:
-                executor, self._executor = self._executor, None
-                executor.shutdown(wait=True)
+                await self.close()  # no connection to close: this stops the worker thread
                 raise
         self.applied = await self._call(self._migrate_sync)
         return self.applied

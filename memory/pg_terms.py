@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
-from memory.search_terms import DF_CACHE_MAX, DF_TTL_S, rarest, search_terms
+from memory.search_terms import selective
 
 #: The planner's statistics of the messages' tsvector (pg_stats, refreshed by ANALYZE: autovacuum in production,
 #: `hilo import`, the benchmark after seeding): the table's row estimate, the smallest listed lexeme frequency (a
@@ -48,38 +47,20 @@ def tsquery_text(words: Sequence[str]) -> str | None:
 
 
 async def selective_terms(db: Any, text: str) -> list[str]:
-    """The search terms of `text` worth a lexical search, rarest first (memory.search_terms.rarest).
+    """memory.search_terms.selective over the planner's estimates (STATS_SQL: no scan); a word the statistics
+    do not list counts as the smallest listed frequency (at least one message), so it is kept. Until the table
+    is first analyzed they are counted (COUNT_SQL), and then a term no message holds is dropped."""
 
-    Frequencies are the planner's estimates (STATS_SQL: no scan), cached in `db.df_cache` for DF_TTL_S; a word
-    the statistics do not list counts as the smallest listed frequency (at least one message), so it is kept.
-    Until the table is first analyzed they are counted (COUNT_SQL), and then a term no message holds is dropped
-    (and not cached, so a new word is found at once)."""
-    words = search_terms(text)
-    if not words:
-        return []
-    now = time.monotonic()
-    cache = db.df_cache
-    freq = {w: hit[0] for w in words if (hit := cache.get(w)) is not None and hit[1] > now}
-    missing = [w for w in words if w not in freq]
-    if len(cache) > DF_CACHE_MAX:
-        cache.clear()
-    rows = await db.all(STATS_SQL, missing)
-    analyzed, total = bool(rows[0][0]), float(rows[0][1])
-    if analyzed:
-        floor = float(rows[0][2]) * total
-        for *_, term, share in rows:
-            if term is not None:
-                freq[term] = max(1.0, float(share) * total if share is not None else floor)
-                cache[term] = (freq[term], now + DF_TTL_S)
-    else:
+    async def lookup(missing: list[str]) -> tuple[dict[str, float], float]:
+        rows = await db.all(STATS_SQL, missing)
+        if rows[0][0]:  # analyzed
+            total, floor = float(rows[0][1]), float(rows[0][2]) * float(rows[0][1])
+            return {term: max(1.0, float(share) * total if share is not None else floor)
+                    for *_, term, share in rows if term is not None}, total
         rows = await db.all(COUNT_SQL, missing)
-        total = float(rows[0][0]) if rows else 0.0
-        for _, term, doc in rows:
-            if term is not None:
-                freq[term] = float(doc)
-                if doc:
-                    cache[term] = (float(doc), now + DF_TTL_S)
-    return rarest(words, freq, total)
+        return {term: float(doc) for _, term, doc in rows if term is not None and doc}, float(rows[0][0])
+
+    return await selective(text, db.df_cache, lookup)
 
 
 async def stale(db: Any, imported: int) -> bool:

@@ -1,10 +1,11 @@
-"""What the store's logic stands on, whatever the dialect: the `Db` it talks to, row conversion, JSON read-outs.
+"""What the store's logic stands on, whatever the dialect: the `Db` it talks to, and row conversion.
 
 The logic (memory/sql_*.py) is written once as coroutines over `Db`, with one SQL text per statement in Postgres'
 spelling (`$n` placeholders); each dialect (memory/dialect_sqlite.py, memory/dialect_pg.py) implements `Db`.
 Timestamps: parameters go through `db.ts(moment)` (SQLite: fixed-width UTC ISO text, so comparing the text
 compares the moments; Postgres: an aware datetime); what comes back is read with `as_dt`, and JSON read-outs
-render timestamps as SQLite stores them (`to_ts`), so `hilo inspect --json` prints the same text on both.
+(memory/sql_people.py) render timestamps as SQLite stores them (`to_ts`), so `hilo inspect --json` prints the
+same text on both.
 """
 
 from __future__ import annotations
@@ -23,18 +24,26 @@ Mode = Literal["read", "write", "lease"]
 
 
 class Db(Protocol):
-    """One transaction as the logic sees it. Every statement counts in the store's `counters["statements"]`:
-    run() returns the rows a statement changed, many() is one statement with many parameter rows (counted
-    once), ts() a datetime as the database takes it, lock() serializes writers on a key until commit (False when
-    they are serialized anyway), recall() is lexical recall of q.search_text (MSG_COLS rows, best first), and
-    insert_messages() a bulk insert of (conversation_id, user_id, surface, role, content, token_count,
-    external_id, created_at) skipping stored (surface, external_id), returning the number inserted."""
+    """One transaction as the logic sees it; a dialect subclasses it (one() and value() are written over all()).
+    Every statement counts in the store's `counters["statements"]`: run() returns the rows a statement changed,
+    many() is one statement with many parameter rows (counted once), ts() a datetime as the database takes it,
+    lock() serializes writers on a key until commit (False when they are serialized anyway), recall() is
+    lexical recall of q.search_text (MSG_COLS rows, best first), and insert_messages() a bulk insert of
+    (conversation_id, user_id, surface, role, content, token_count, external_id, created_at) skipping stored
+    (surface, external_id), returning the number inserted."""
 
     clock: Callable[[], datetime]
 
     async def all(self, sql: str, *args: Any) -> list[Any]: ...
-    async def one(self, sql: str, *args: Any) -> Any: ...
-    async def value(self, sql: str, *args: Any) -> Any: ...
+
+    async def one(self, sql: str, *args: Any) -> Any:
+        rows = await self.all(sql, *args)
+        return rows[0] if rows else None
+
+    async def value(self, sql: str, *args: Any) -> Any:
+        rows = await self.all(sql, *args)
+        return rows[0][0] if rows else None
+
     async def run(self, sql: str, *args: Any) -> int: ...
     async def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
     def ts(self, moment: datetime) -> Any: ...
@@ -57,15 +66,6 @@ MSG_COLS = (
     "m.created_at, m.metadata, m.reply_to"
 )
 FACT_COLS = "id, user_id, content, token_count, created_at"
-CALL_KEYS = ("id", "message_id", "model", "provider", "tokens_in", "tokens_out", "latency_ms", "outcome",
-             "fallback_from", "error", "created_at")
-DELIVERY_KEYS = ("id", "message_id", "surface", "recipient", "part", "parts", "status", "provider_ref", "error",
-                 "attempts", "created_at", "updated_at")
-AUDIT_KEYS = ("action", "surface", "external_user_id", "actor", "detail", "created_at")
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def aware(moment: datetime) -> datetime:
@@ -81,14 +81,6 @@ def to_ts(moment: datetime) -> str:
 def as_dt(value: str | datetime) -> datetime:
     """A timestamp column as an aware datetime (SQLite hands back text, Postgres a datetime)."""
     return datetime.fromisoformat(value) if isinstance(value, str) else value
-
-
-def jsonable(value: Any) -> Any:
-    return to_ts(value) if isinstance(value, datetime) else value
-
-
-def record_json(keys: Sequence[str], row: Sequence[Any]) -> dict[str, Any]:
-    return {k: jsonable(v) for k, v in zip(keys, row, strict=True)}
 
 
 def dump_metadata(metadata: dict[str, Any] | None) -> str:
@@ -115,12 +107,3 @@ def to_message(row: Sequence[Any]) -> StoredMessage:
 def to_fact(row: Sequence[Any]) -> Fact:
     """A row selected with FACT_COLS."""
     return Fact(id=row[0], user_id=row[1], content=row[2], token_count=row[3], created_at=as_dt(row[4]))
-
-
-def message_json(message: StoredMessage) -> dict[str, Any]:
-    """A message as `inspect` shows it."""
-    return {
-        "id": message.id, "role": message.role, "content": message.content, "surface": message.surface,
-        "external_id": message.external_id, "token_count": message.token_count,
-        "created_at": to_ts(message.created_at), "reply_to": message.reply_to, "metadata": message.metadata,
-    }

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import heapq
 import re
+import time
+from collections.abc import Awaitable, Callable
 
 #: Word tokens as FTS5's unicode61 tokenizer sees them: letters and digits; '_' and punctuation separate.
 WORD = re.compile(r"[^\W_]+")
@@ -67,3 +69,27 @@ def rarest(words: list[str], freq: dict[str, float], total: float) -> list[str]:
     """The words worth searching, rarest first: in at least one message (`freq`) and not too common."""
     limit = max(50.0, total * COMMON_TERM_SHARE)
     return sorted((w for w in words if 0 < freq.get(w, 0) <= limit), key=lambda w: freq[w])[:MAX_SEARCHED_TERMS]
+
+
+#: lookup(terms) -> (the frequency of each term that some message holds, the number of messages)
+Lookup = Callable[[list[str]], Awaitable[tuple[dict[str, float], float]]]
+
+
+async def selective(text: str, cache: dict[str, tuple[float, float]], lookup: Lookup) -> list[str]:
+    """The search terms of `text` worth a lexical search, rarest first (see rarest).
+
+    Frequencies are cached in `cache` (term -> (frequency, monotonic expiry)) for DF_TTL_S; the dialect's
+    `lookup` reads the others. A term it does not return matches nothing: it is dropped and not cached, so a new
+    word is found at once."""
+    words = search_terms(text)
+    if not words:
+        return []
+    now = time.monotonic()
+    freq = {w: hit[0] for w in words if (hit := cache.get(w)) is not None and hit[1] > now}
+    if len(cache) > DF_CACHE_MAX:
+        cache.clear()
+    found, total = await lookup([w for w in words if w not in freq])
+    for term, n in found.items():
+        freq[term] = n
+        cache[term] = (n, now + DF_TTL_S)
+    return rarest(words, freq, total)

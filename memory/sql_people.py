@@ -3,25 +3,23 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from kernel.errors import NotFound
 from memory.inspection import Inspection
-from memory.rows import (
-    AUDIT_KEYS,
-    CALL_KEYS,
-    DELIVERY_KEYS,
-    FACT_COLS,
-    MSG_COLS,
-    Db,
-    jsonable,
-    message_json,
-    record_json,
-    to_message,
-)
+from memory.rows import MSG_COLS, Db, to_message, to_ts
 from memory.sql_turns import identity_user
 from memory.store import Delivery, StoredMessage
 
+CALL_KEYS = ("id", "message_id", "model", "provider", "tokens_in", "tokens_out", "latency_ms", "outcome",
+             "fallback_from", "error", "created_at")
+DELIVERY_KEYS = ("id", "message_id", "surface", "recipient", "part", "parts", "status", "provider_ref", "error",
+                 "attempts", "created_at", "updated_at")
+AUDIT_KEYS = ("action", "surface", "external_user_id", "actor", "detail", "created_at")
+IDENTITY_KEYS = ("surface", "external_user_id", "created_at")
+CONVERSATION_KEYS = ("id", "surface", "title", "singleton", "external_ref", "created_at", "updated_at")
+FACT_KEYS = ("id", "content", "token_count", "created_at")
 #: How far along a sent part is; provider statuses that end badly rank last (nothing comes after them).
 _DELIVERY_RANK = {"queued": 0, "accepted": 0, "scheduled": 0, "sending": 1, "sent": 2, "delivered": 3, "read": 4,
                   "undelivered": 5, "failed": 5}
@@ -71,14 +69,22 @@ async def messages(db: Db, user_id: int, conversation_id: int, limit: int) -> li
     return [to_message(r) for r in reversed(rows)]
 
 
+def jsonable(value: Any) -> Any:
+    return to_ts(value) if isinstance(value, datetime) else value
+
+
+async def records(db: Db, keys: tuple[str, ...], table: str, user_id: int) -> list[Any]:
+    """The user's rows of `table`, oldest first, as {key: value} (timestamps as text)."""
+    rows = await db.all(f"SELECT {', '.join(keys)} FROM {table} WHERE user_id = $1 ORDER BY id", user_id)
+    return [{k: jsonable(v) for k, v in zip(keys, r, strict=True)} for r in rows]
+
+
 async def calls_json(db: Db, user_id: int) -> list[dict[str, Any]]:
-    rows = await db.all(f"SELECT {', '.join(CALL_KEYS)} FROM model_calls WHERE user_id = $1 ORDER BY id", user_id)
-    return [record_json(CALL_KEYS, r) for r in rows]
+    return await records(db, CALL_KEYS, "model_calls", user_id)
 
 
 async def deliveries_json(db: Db, user_id: int) -> list[dict[str, Any]]:
-    rows = await db.all(f"SELECT {', '.join(DELIVERY_KEYS)} FROM deliveries WHERE user_id = $1 ORDER BY id", user_id)
-    return [record_json(DELIVERY_KEYS, r) for r in rows]
+    return await records(db, DELIVERY_KEYS, "deliveries", user_id)
 
 
 async def inspect_json(db: Db, handle: str) -> Inspection | None:
@@ -86,28 +92,24 @@ async def inspect_json(db: Db, handle: str) -> Inspection | None:
     if user is None:
         return None
     uid = user[0]
-    identities = await db.all(
-        "SELECT surface, external_user_id, created_at FROM identities WHERE user_id = $1 ORDER BY id", uid,
-    )
-    conversations = await db.all(
-        "SELECT id, surface, title, singleton, external_ref, created_at, updated_at FROM conversations "
-        "WHERE user_id = $1 ORDER BY id", uid,
-    )
-    by_conversation: dict[int, list[dict[str, Any]]] = {c[0]: [] for c in conversations}
-    for row in await db.all(f"SELECT {MSG_COLS} FROM messages m WHERE m.user_id = $1 ORDER BY m.id", uid):
-        by_conversation.setdefault(row[1], []).append(message_json(to_message(row)))
-    facts = await db.all(f"SELECT {FACT_COLS} FROM facts WHERE user_id = $1 ORDER BY id", uid)
-    audit = await db.all(f"SELECT {', '.join(AUDIT_KEYS)} FROM identity_audit WHERE user_id = $1 ORDER BY id", uid)
+    identities = await records(db, IDENTITY_KEYS, "identities", uid)
+    conversations = await records(db, CONVERSATION_KEYS, "conversations", uid)
+    by_conversation: dict[int, list[dict[str, Any]]] = {}
+    for c in conversations:
+        c["singleton"], c["messages"] = bool(c["singleton"]), by_conversation.setdefault(c["id"], [])
+    rows = await db.all(f"SELECT {MSG_COLS} FROM messages m WHERE m.user_id = $1 ORDER BY m.id", uid)
+    for m in map(to_message, rows):
+        by_conversation.setdefault(m.conversation_id, []).append({
+            "id": m.id, "role": m.role, "content": m.content, "surface": m.surface, "external_id": m.external_id,
+            "token_count": m.token_count, "created_at": to_ts(m.created_at), "reply_to": m.reply_to,
+            "metadata": m.metadata,
+        })
     return {
         "user": {"id": uid, "handle": user[1], "created_at": jsonable(user[2])},
-        "identities": [{"surface": s, "external_user_id": e, "created_at": jsonable(t)} for s, e, t in identities],
-        "conversations": [
-            {"id": c[0], "surface": c[1], "title": c[2], "singleton": bool(c[3]), "external_ref": c[4],
-             "created_at": jsonable(c[5]), "updated_at": jsonable(c[6]), "messages": by_conversation[c[0]]}
-            for c in conversations
-        ],
-        "facts": [{"id": f[0], "content": f[2], "token_count": f[3], "created_at": jsonable(f[4])} for f in facts],
+        "identities": identities,
+        "conversations": conversations,
+        "facts": await records(db, FACT_KEYS, "facts", uid),
         "model_calls": await calls_json(db, uid),
         "deliveries": await deliveries_json(db, uid),
-        "identity_audit": [record_json(AUDIT_KEYS, r) for r in audit],
+        "identity_audit": await records(db, AUDIT_KEYS, "identity_audit", uid),
     }

@@ -14,12 +14,12 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any, TypeVar
 
-from kernel.types import InboundMessage, ModelCallRecord
+from kernel.types import InboundMessage, ModelCallRecord, utcnow
 from memory import jobs, turn_lease
 from memory import sql_linking as linking
 from memory import sql_people as people
 from memory import sql_turns as turns
-from memory.rows import FACT_COLS, Db, Mode, as_dt, to_fact, utcnow
+from memory.rows import FACT_COLS, Db, Mode, as_dt, to_fact
 from memory.store import (
     ContextQuery,
     ContextRows,
@@ -92,17 +92,7 @@ class SqlStore:
     def turn_lock(self, conversation_id: int, message_id: int) -> AbstractAsyncContextManager[bool]:
         """The conversation's turn lease (memory/turn_lease.py): taking it and checking the message is one short
         transaction (SQLite: one hop; Postgres: each statement on its own, nothing in the server session)."""
-        return turn_lease.hold(self._take_lease, self._renew_lease, self._release_lease, conversation_id,
-                               message_id, ttl=self.turn_lease_ttl, counters=self.counters)
-
-    async def _take_lease(self, conversation_id: int, message_id: int, owner: str, ttl: float) -> tuple[bool, bool]:
-        return await self._tx("lease", turn_lease.take, conversation_id, message_id, owner, ttl)
-
-    async def _renew_lease(self, conversation_id: int, owner: str, ttl: float) -> bool:
-        return await self._tx("lease", turn_lease.renew, conversation_id, owner, ttl)
-
-    async def _release_lease(self, conversation_id: int, owner: str) -> None:
-        await self._tx("lease", turn_lease.release, conversation_id, owner)
+        return turn_lease.hold(self._tx, conversation_id, message_id, self.turn_lease_ttl, self.counters)
 
     async def load_context(self, query: ContextQuery) -> ContextRows:
         return await self._tx("read", turns.load_context, query)

@@ -26,6 +26,7 @@ import secrets
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
+from typing import Any
 
 from kernel import log
 from memory.rows import Db
@@ -78,19 +79,13 @@ def new_owner() -> str:
     return f"{_HOST}:{next(_turns)}"
 
 
-#: take(conversation_id, message_id, owner, ttl) -> (taken, answered)
-Take = Callable[[int, int, str, float], Awaitable[tuple[bool, bool]]]
-#: renew(conversation_id, owner, ttl) -> still ours
-Renew = Callable[[int, str, float], Awaitable[bool]]
-#: release(conversation_id, owner)
-Release = Callable[[int, str], Awaitable[None]]
+#: The store's transaction call: tx("lease", logic, *args) (memory/sql_store.py)
+Tx = Callable[..., Awaitable[Any]]
 
 
 @contextlib.asynccontextmanager
-async def hold(
-    take: Take, renew: Renew, release: Release, conversation_id: int, message_id: int, *,
-    ttl: float = TTL, counters: dict[str, int] | None = None,
-) -> AsyncIterator[bool]:
+async def hold(tx: Tx, conversation_id: int, message_id: int, ttl: float, counters: dict[str, int],
+               ) -> AsyncIterator[bool]:
     """Hold the conversation's lease while the body runs; yields True when message `message_id` was answered
     already (the caller returns a duplicate without calling the model). A waiter retries with backoff, and stops
     waiting as soon as it sees the message answered. `counters` counts failed attempts ("turn_lease_waits") and
@@ -98,17 +93,16 @@ async def hold(
     owner = new_owner()
     wait = FIRST_WAIT
     while True:
-        taken, answered = await take(conversation_id, message_id, owner, ttl)
+        taken, answered = await tx("lease", take, conversation_id, message_id, owner, ttl)
         if taken or answered:
             break
-        if counters is not None:
-            counters["turn_lease_waits"] = counters.get("turn_lease_waits", 0) + 1
+        counters["turn_lease_waits"] = counters.get("turn_lease_waits", 0) + 1
         await asyncio.sleep(wait)
         wait = min(wait * 2, MAX_WAIT)
     if not taken:
         yield True
         return
-    renewer = asyncio.create_task(_renew_until_cancelled(renew, conversation_id, owner, ttl, counters))
+    renewer = asyncio.create_task(_renew_until_cancelled(tx, conversation_id, owner, ttl, counters))
     try:
         yield answered
     finally:
@@ -116,20 +110,18 @@ async def hold(
         with contextlib.suppress(asyncio.CancelledError):
             await renewer
         try:
-            await release(conversation_id, owner)
+            await tx("lease", release, conversation_id, owner)
         except Exception as exc:  # the lease lapses after ttl: the next turn takes it over then
             logger.warning("turn.lease_not_released", conversation_id=conversation_id, error=type(exc).__name__)
 
 
-async def _renew_until_cancelled(
-    renew: Renew, conversation_id: int, owner: str, ttl: float, counters: dict[str, int] | None,
-) -> None:
+async def _renew_until_cancelled(tx: Tx, conversation_id: int, owner: str, ttl: float, counters: dict[str, int],
+                                 ) -> None:
     while True:
         await asyncio.sleep(ttl / 3)
         try:
-            renewed = await renew(conversation_id, owner, ttl)
-            if counters is not None:
-                counters["turn_lease_renewals"] = counters.get("turn_lease_renewals", 0) + 1
+            renewed = await tx("lease", renew, conversation_id, owner, ttl)
+            counters["turn_lease_renewals"] = counters.get("turn_lease_renewals", 0) + 1
             if not renewed:
                 # Another process took it over (this one stalled past the ttl): this turn still ends, but the
                 # conversation is no longer serialized; say so loudly.

@@ -4,6 +4,7 @@ A test moves the clock instead of editing rows by hand: stamps, turn leases and 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from kernel.types import InboundMessage
+from memory import turn_lease
 from memory.open import open_store
 from memory.store import LinkPolicy, Store
 from tests.fakes.postgres import SERVER, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
@@ -58,7 +60,7 @@ async def test_a_turn_lease_expires_when_the_clock_passes_its_ttl(store: tuple[S
     turn = await s.ingest(InboundMessage(surface="cli", sender="ana", external_id="m1", text="hi",
                                          received_at=START, handle="ana"), 1)
     assert turn is not None
-    take = s._take_lease  # type: ignore[attr-defined]
+    take = functools.partial(s._tx, "lease", turn_lease.take)  # type: ignore[attr-defined]
     assert (await take(turn.conversation_id, turn.message.id, "first", 30.0))[0]
     clock.now = START + timedelta(seconds=29)
     assert not (await take(turn.conversation_id, turn.message.id, "second", 30.0))[0], "taken before expiry"

@@ -20,6 +20,7 @@ from bot.models.factory import build_chain
 from bot.pipeline import Pipeline
 from bot.retry import RetryPolicy
 from kernel.types import ChatMessage, InboundMessage
+from memory import turn_lease
 from memory.open import open_store
 from memory.store import Ingested, Store
 from tests.fakes.model_server import FakeModelServer
@@ -183,7 +184,8 @@ async def test_a_lease_left_by_a_dead_process_is_taken_over_once_expired(
     out = await processes.second.handle(InboundMessage(surface="telegram", sender="7", external_id="d0", text="hi"))
     assert out.conversation_id is not None and out.message_id is not None
     dead = processes.stores[0]
-    taken, _ = await dead._take_lease(out.conversation_id, out.message_id, "a-dead-process", 0.0)  # type: ignore[attr-defined]
+    taken, _ = await dead._tx(  # type: ignore[attr-defined]
+        "lease", turn_lease.take, out.conversation_id, out.message_id, "a-dead-process", 0.0)
     assert taken  # and never renewed nor released: that process died
     processes.held.release.set()
     again = await processes.second.handle(

@@ -147,6 +147,7 @@ class Timeline(Generic[T]):
         self._keys: list[tuple[datetime, int]] = []
         self._rows: list[tuple[StoredMessage, T]] = []
         self._header_cost: dict[int, tuple[str, int]] = {}
+        self._last: tuple[int, int, int] | None = None  # (message id, position, delta) of the last header_delta
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -156,37 +157,41 @@ class Timeline(Generic[T]):
             self._header_cost[m.id] = episode_header(m.created_at, m.surface, self.now)
         return self._header_cost[m.id]
 
-    def _starts(self, prev: StoredMessage | None, m: StoredMessage) -> bool:
-        return prev is None or prev.conversation_id != m.conversation_id or (
-            _utc(m.created_at) - _utc(prev.created_at) > EPISODE_GAP)
-
-    def _neighbours(self, m: StoredMessage) -> tuple[int, StoredMessage | None, StoredMessage | None]:
-        i = bisect.bisect(self._keys, (_utc(m.created_at), m.id))
-        prev = self._rows[i - 1][0] if i > 0 else None
-        nxt = self._rows[i][0] if i < len(self._rows) else None
-        return i, prev, nxt
+    def _starts(self, prev: int, m: StoredMessage, when: datetime) -> bool:
+        """Whether `m` (at `when`) opens an episode after the row at position `prev` (-1: none)."""
+        if prev < 0:
+            return True
+        before = self._rows[prev][0]
+        return before.conversation_id != m.conversation_id or when - self._keys[prev][0] > EPISODE_GAP
 
     def header_delta(self, m: StoredMessage) -> int:
-        _, prev, nxt = self._neighbours(m)
-        delta = self._header(m)[1] if self._starts(prev, m) else 0
-        if nxt is not None:
-            delta += (self._header(nxt)[1] if self._starts(m, nxt) else 0) - (
-                self._header(nxt)[1] if self._starts(prev, nxt) else 0)
+        when = _utc(m.created_at)
+        i = bisect.bisect(self._keys, (when, m.id))
+        delta = self._header(m)[1] if self._starts(i - 1, m, when) else 0
+        if i < len(self._rows):
+            nxt, nxt_when = self._rows[i][0], self._keys[i][0]
+            # As if `m` were at position i (self._rows[i - 1] is its previous row): compare both cases.
+            opens_after_m = nxt.conversation_id != m.conversation_id or nxt_when - when > EPISODE_GAP
+            opened_before = self._starts(i - 1, nxt, nxt_when)
+            if opens_after_m != opened_before:
+                delta += self._header(nxt)[1] if opens_after_m else -self._header(nxt)[1]
+        self._last = (m.id, i, delta)
         return delta
 
     def add(self, m: StoredMessage, payload: T) -> None:
-        delta = self.header_delta(m)
-        i = self._neighbours(m)[0]
+        if self._last is None or self._last[0] != m.id:
+            self.header_delta(m)
+        assert self._last is not None
+        _, i, delta = self._last
+        self._last = None
         self._keys.insert(i, (_utc(m.created_at), m.id))
         self._rows.insert(i, (m, payload))
         self.headers += delta
 
     def rendered(self) -> Iterator[tuple[str | None, T]]:
         """Oldest first: (the episode header line when this message opens one, else None; its payload)."""
-        prev: StoredMessage | None = None
-        for m, payload in self._rows:
-            yield (self._header(m)[0] if self._starts(prev, m) else None), payload
-            prev = m
+        for i, (m, payload) in enumerate(self._rows):
+            yield (self._header(m)[0] if self._starts(i - 1, m, self._keys[i][0]) else None), payload
 
 
 def render_block(header: str, lines: list[str]) -> str:

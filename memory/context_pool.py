@@ -116,6 +116,8 @@ def fill(facts: Sequence[Fact], recalled: Sequence[StoredMessage], older: Sequen
                 pool.spent += opening + cost
             continue
         m = recalled[i]
+        if m.token_count + _MIN_COST > room:  # cannot fit whatever its line: skip it before rendering it
+            continue
         line, cost = turn_line(m.role, m.content, m.token_count)
         headers = pool.recalled.header_delta(m)
         if opening + cost + headers <= room:

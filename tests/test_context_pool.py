@@ -11,7 +11,7 @@ import json
 from datetime import timedelta
 
 from kernel.tokens import MESSAGE_OVERHEAD, count
-from memory.context import AssembledContext, BlockShares, assemble
+from memory.context import AssembledContext, BlockShares, assemble, render_text
 from memory.context_render import MEMORY_HEADER, header_tokens
 from memory.store import ContextRows, StoredMessage
 from tests.test_context import NEW, SYSTEM, T0, block_message, conversation, cost, fact, fixed_cost, ids, items, msg
@@ -63,6 +63,8 @@ def test_memory_has_no_fixed_share_and_older_turns_compete_with_it() -> None:
     assert scores and all(0 < s <= 1 for s in scores)
     assert all(not i.scores for i in ctx.items if i.block in ("system", "new_message"))
     assert all(not i.scores for i in items(ctx, "conversation")[-4:]), "the last two exchanges are not pool items"
+    printed = render_text(ctx).splitlines()
+    assert any("pool=1.000" in line and "#3000 ext=web-3000" in line for line in printed)
 
 
 def test_always_kept_parts_survive_a_tiny_budget() -> None:

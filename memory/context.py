@@ -172,7 +172,8 @@ def assemble(
                            min(int(avail * shares.cross_surface), rest), now)
     rest -= cross.tokens
 
-    seen = conversation_ids | {m.id for m in rows.cross_surface}
+    # A cross-surface message the window had no room for may still be recalled: it competes in the pool.
+    seen = conversation_ids | {i.message_id for i in cross.items if i.message_id is not None}
     recalled: list[StoredMessage] = []
     for m in rows.recalled:
         if m.id not in seen:

@@ -148,3 +148,12 @@ def test_the_reported_tokens_bound_what_is_sent_with_many_episodes() -> None:
         assert count(block_message(ctx, block)) + MESSAGE_OVERHEAD <= ctx.tokens[block]
     assert sum(count(m.content) + MESSAGE_OVERHEAD for m in ctx.messages) <= ctx.tokens["total"] <= 1500
     assert ctx.tokens["total"] == sum(i.tokens for i in ctx.items) + sum(ctx.header_tokens().values())
+
+
+def test_a_cross_surface_message_beyond_the_cap_can_still_be_recalled() -> None:
+    cross = [msg(300 + i, "user", f"WhatsApp message number {i} about the groceries", surface="whatsapp", conv=2,
+                 minutes=-300 + 5 * i) for i in range(40)]
+    ctx = run(ContextRows([], [], cross, [cross[0]]), 1000, shares=BlockShares(cross_surface=0.1))
+    assert 300 not in ids(ctx, "cross_surface") and ids(ctx, "memory") == [300]
+    shown = [i.message_id for i in ctx.items if i.message_id is not None]
+    assert len(shown) == len(set(shown))

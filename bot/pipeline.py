@@ -26,7 +26,7 @@ from kernel import catalog, log, tokens
 from kernel.errors import InputError
 from kernel.text import blank
 from kernel.types import InboundMessage, ModelCallRecord, OutboundMessage, utcnow
-from memory.context import AssembledContext, assemble
+from memory.context import AssembledContext, assemble, recall_limit
 from memory.store import ContextQuery, ContextRows, Ingested, Store, StoreError
 
 logger = log.get("hilo.pipeline")
@@ -167,7 +167,8 @@ class Pipeline:
                 current_message_id=current_message_id, at=at,
                 cross_since=at - timedelta(hours=s.cross_surface_hours),
                 cross_limit=s.cross_surface_limit if private else 0,
-                search_text=text, search_limit=20 if private else 0, facts_limit=50 if private else 0,
+                search_text=text, search_limit=recall_limit(s.context_budget) if private else 0,
+                facts_limit=50 if private else 0,
             ))
         return assemble(
             rows or ContextRows([], [], [], []), system_prompt=s.system_prompt, new_text=text,

@@ -5,9 +5,9 @@ re-tokenized (their cached `token_count` is used; only fixed header and label te
 
 Blocks, in the order the model reads them:
 1. system         the system prompt, always;
-2. memory         facts, then recalled messages (data, not instructions), one system message;
+2. memory         facts, then recalled messages as episodes (data, not instructions), one system message;
 3. cross_surface  the person's latest messages on other surfaces, oldest first, one system message;
-4. conversation   the current conversation: last 2 exchanges always, older exchanges newest first;
+4. conversation   the current conversation: the last 2 exchanges always, then older exchanges the pool chose;
 5. new_message    the message being answered, always, last.
 
 Budget, in the order it is spent:
@@ -15,36 +15,41 @@ Budget, in the order it is spent:
   budget and every other block is empty: the system prompt and the new message are never dropped.
 - The last two exchanges of the conversation are reserved first (when even they do not fit, the newest
   of their messages that fit, contiguous).
-- Memory gets at most `shares.memory * avail`, cross-surface at most `shares.cross_surface * avail`,
-  both capped by what the reservation left.
-- What remains (including any unused share) goes to older exchanges, newest first, whole exchanges only,
-  stopping at the first that does not fit (the conversation never has a gap).
-So tokens["total"] == sum of item tokens + block headers <= budget, unless over_budget.
+- The cross-surface window: its newest messages, contiguous, up to its cap (`shares.cross_surface * avail`,
+  and what the reservation left).
+- Everything else is ONE ranked pool (memory/context_pool.py): facts, recalled messages and older exchanges
+  of the conversation compete for the rest, greedy in score order, skipping what does not fit; older exchanges
+  only behind a complete reservation, whole and contiguous. No fixed share: the pool spends the whole rest
+  while a candidate that fits remains.
+So tokens["total"] == sum of item tokens + block and episode headers <= budget, unless over_budget.
+Rendering (memory/context_render.py): one header line per episode (date, how long ago, surface), then
+`- me: "..."` / `- you: "..."` per turn, every content quoted on its own line.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from kernel.tokens import MESSAGE_OVERHEAD
 from kernel.types import ChatMessage, Role
+from memory import context_pool
+from memory.context_pool import Pool, message_cost, recall_limit
 from memory.context_render import (
     CROSS_SURFACE_HEADER,
     MEMORY_HEADER,
-    data_line,
-    fact_label,
+    Timeline,
     fixed_tokens,
     header_tokens,
-    message_label,
     render_block,
     render_text,
+    turn_line,
 )
-from memory.store import ContextRows, Fact, StoredMessage
+from memory.store import ContextRows, StoredMessage
 
-__all__ = ["AssembledContext", "BlockShares", "ContextItem", "assemble", "render_text"]
+__all__ = ["AssembledContext", "BlockShares", "ContextItem", "assemble", "recall_limit", "render_text"]
 
 BLOCKS = ("system", "memory", "cross_surface", "conversation", "new_message")
 _ROLES: dict[str, Role] = {"user": "user", "assistant": "assistant", "tool": "tool", "system": "system"}
@@ -52,20 +57,20 @@ _ROLES: dict[str, Role] = {"user": "user", "assistant": "assistant", "tool": "to
 
 @dataclass(frozen=True, slots=True)
 class BlockShares:
-    """The most each optional block may take, as a fraction of the budget left after system + new message."""
+    """The cap of the cross-surface window, as a fraction of the budget left after system + new message.
+    Memory has no share: it competes in the pool for whatever the always-kept parts and this window left."""
 
-    memory: float = 0.25
     cross_surface: float = 0.20
 
     def __post_init__(self) -> None:
-        in_range = 0 <= self.memory <= 1 and 0 <= self.cross_surface <= 1
-        if not (in_range and self.memory + self.cross_surface <= 1):
-            raise ValueError(f"block shares must be in [0, 1] and sum to at most 1, got {self}")
+        if not 0 <= self.cross_surface <= 1:
+            raise ValueError(f"the cross-surface share must be in [0, 1], got {self}")
 
 
 @dataclass(frozen=True, slots=True)
 class ContextItem:
-    """One item of the window. `preview` is for the printout only and is not part of the JSON."""
+    """One item of the window. `preview` is for the printout only and is not part of the JSON.
+    `scores`: how the pool ranked it ({"pool": s}); empty for what is always kept and the cross-surface window."""
 
     block: str
     kind: str
@@ -76,6 +81,7 @@ class ContextItem:
     created_at: datetime | None = None
     source_external_ids: tuple[str, ...] = ()
     preview: str = ""
+    scores: Mapping[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -87,6 +93,7 @@ class ContextItem:
             "surface": self.surface,
             "created_at": self.created_at.isoformat() if self.created_at else None,
             "source_external_ids": list(self.source_external_ids),
+            "scores": dict(self.scores),
         }
 
 
@@ -158,25 +165,25 @@ def assemble(
     exchanges = _exchanges(rows.conversation)
     reserved = [m for exchange in exchanges[-2:] for m in exchange]
     kept = _newest_that_fit(reserved, avail)
-    rest = avail - _cost(kept)
+    rest = avail - message_cost(kept)
 
     conversation_ids = {m.id for m in rows.conversation}
-    cross_ids = {m.id for m in rows.cross_surface}
-    memory = _memory(rows.facts, rows.recalled, conversation_ids | cross_ids,
-                     min(int(avail * shares.memory), rest), now)
-    rest -= memory.tokens
     cross = _cross_surface(rows.cross_surface, conversation_ids, surface,
                            min(int(avail * shares.cross_surface), rest), now)
     rest -= cross.tokens
 
-    if len(kept) == len(reserved):  # older exchanges only behind a complete reservation: no gaps
-        for exchange in reversed(exchanges[:-2]):
-            cost = _cost(exchange)
-            if cost > rest:
-                break
-            kept = [*exchange, *kept]
-            rest -= cost
-    return _build(budget, system, memory, cross, _conversation(kept), new, over_budget=False)
+    # A cross-surface message the window had no room for may still be recalled: it competes in the pool.
+    seen = conversation_ids | {i.message_id for i in cross.items if i.message_id is not None}
+    recalled: list[StoredMessage] = []
+    for m in rows.recalled:
+        if m.id not in seen:
+            seen.add(m.id)
+            recalled.append(m)
+    # Older exchanges only behind a complete reservation: the conversation never has a gap.
+    older = list(reversed(exchanges[:-2])) if len(kept) == len(reserved) else []
+    pool = context_pool.fill(rows.facts, recalled, older, rest, now)
+    conversation = _conversation([m for exchange, _ in pool.older for m in exchange], kept, pool)
+    return _build(budget, system, _memory(pool), cross, conversation, new, over_budget=False)
 
 
 def _exchanges(messages: Sequence[StoredMessage]) -> list[list[StoredMessage]]:
@@ -189,10 +196,6 @@ def _exchanges(messages: Sequence[StoredMessage]) -> list[list[StoredMessage]]:
         else:
             groups[-1].append(m)
     return groups
-
-
-def _cost(messages: Iterable[StoredMessage]) -> int:
-    return sum(m.token_count + MESSAGE_OVERHEAD for m in messages)
 
 
 def _newest_that_fit(messages: list[StoredMessage], limit: int) -> list[StoredMessage]:
@@ -210,72 +213,63 @@ def _sources(m: StoredMessage) -> tuple[str, ...]:
     return tuple(str(s) for s in sources) if isinstance(sources, (list, tuple)) else ()
 
 
-def _message_item(block: str, kind: str, m: StoredMessage, cost: int) -> ContextItem:
+def _message_item(block: str, kind: str, m: StoredMessage, cost: int, score: float | None = None) -> ContextItem:
     return ContextItem(block, kind, cost, m.id, m.external_id, m.surface, m.created_at, _sources(m),
-                       m.content)
+                       m.content, {"pool": score} if score is not None else {})
 
 
-def _memory(facts: Sequence[Fact], recalled: Sequence[StoredMessage], exclude: set[int], cap: int,
-            now: datetime | None) -> _Block:
-    """Facts first (in order), then recalled messages (best first), each taken if it still fits."""
-    header = header_tokens(MEMORY_HEADER)
-    spent = header
-    fact_lines: list[tuple[str, ContextItem]] = []
-    for fact in facts:
-        line, cost = data_line(fact_label(fact.created_at), fact.content, fact.token_count)
-        if spent + cost <= cap:
-            spent += cost
-            fact_lines.append((line, ContextItem("memory", "fact", cost, created_at=fact.created_at,
-                                                 preview=fact.content)))
-    seen = set(exclude)
-    picked: list[tuple[StoredMessage, str, int]] = []
-    for m in recalled:
-        if m.id in seen:
-            continue
-        seen.add(m.id)
-        line, cost = data_line(message_label(m.created_at, m.surface, m.role, now), m.content, m.token_count)
-        if spent + cost <= cap:
-            spent += cost
-            picked.append((m, line, cost))
-    # Chosen by relevance, shown as a timeline: a question and its answer end up next to each other.
-    picked.sort(key=lambda p: (p[0].created_at, p[0].id))
-    entries = fact_lines + [
-        (line, _message_item("memory", "recalled_message", m, cost)) for m, line, cost in picked
-    ]
-    return _data_block("memory", MEMORY_HEADER, header, entries)
+def _memory(pool: Pool) -> _Block:
+    """Facts (as stored), then the recalled messages as a timeline of episodes: chosen by rank, shown by date,
+    so a question and its answer end up next to each other."""
+    if not pool.memory_tokens:
+        return _Block()
+    entries: list[tuple[str, ContextItem]] = []
+    for p in pool.facts:
+        assert p.fact is not None
+        entries.append((p.line, ContextItem("memory", "fact", p.cost, created_at=p.fact.created_at,
+                                            preview=p.fact.content, scores={"pool": p.score})))
+    lines = [p.line for p in pool.facts]
+    for header, p in pool.recalled.rendered():
+        assert p.message is not None
+        lines += [header, p.line] if header else [p.line]
+        entries.append((p.line, _message_item("memory", "recalled_message", p.message, p.cost, p.score)))
+    items = [item for _, item in entries]
+    return _Block(items, [ChatMessage("system", render_block(MEMORY_HEADER, lines), block="memory")],
+                  pool.memory_tokens)
 
 
 def _cross_surface(messages: Sequence[StoredMessage], exclude: set[int], surface: str, cap: int,
                    now: datetime | None) -> _Block:
     """The newest messages of other surfaces that fit (contiguous: a window, not a sample), oldest first."""
-    header = header_tokens(CROSS_SURFACE_HEADER)
-    spent = header
+    spent = header_tokens(CROSS_SURFACE_HEADER)
     seen = set(exclude)
-    entries: list[tuple[str, ContextItem]] = []
+    timeline: Timeline[tuple[str, ContextItem]] = Timeline(now)
     for m in sorted(messages, key=lambda m: (m.created_at, m.id), reverse=True):
         if m.id in seen or m.surface == surface:
             continue
         seen.add(m.id)
-        line, cost = data_line(message_label(m.created_at, m.surface, m.role, now), m.content, m.token_count)
-        if spent + cost > cap:
+        line, cost = turn_line(m.role, m.content, m.token_count)
+        headers = timeline.header_delta(m)
+        if spent + cost + headers > cap:
             break
-        spent += cost
-        entries.append((line, _message_item("cross_surface", "cross_surface_message", m, cost)))
-    entries.reverse()
-    return _data_block("cross_surface", CROSS_SURFACE_HEADER, header, entries)
-
-
-def _data_block(block: str, header: str, header_cost: int, entries: list[tuple[str, ContextItem]]) -> _Block:
-    if not entries:
+        spent += cost + headers
+        timeline.add(m, (line, _message_item("cross_surface", "cross_surface_message", m, cost)))
+    if not len(timeline):
         return _Block()
-    items = [item for _, item in entries]
-    content = render_block(header, [line for line, _ in entries])
-    total = header_cost + sum(i.tokens for i in items)
-    return _Block(items, [ChatMessage("system", content, block=block)], total)
+    lines: list[str] = []
+    items: list[ContextItem] = []
+    for header, (line, item) in timeline.rendered():
+        lines += [header, line] if header else [line]
+        items.append(item)
+    return _Block(items, [ChatMessage("system", render_block(CROSS_SURFACE_HEADER, lines),
+                                      block="cross_surface")], spent)
 
 
-def _conversation(messages: list[StoredMessage]) -> _Block:
-    items = [_message_item("conversation", "message", m, m.token_count + MESSAGE_OVERHEAD) for m in messages]
+def _conversation(older: list[StoredMessage], kept: list[StoredMessage], pool: Pool) -> _Block:
+    scores = {m.id: score for exchange, score in pool.older for m in exchange}
+    messages = [*older, *kept]
+    items = [_message_item("conversation", "message", m, m.token_count + MESSAGE_OVERHEAD, scores.get(m.id))
+             for m in messages]
     chat = [ChatMessage(_ROLES.get(m.role, "user"), m.content, block="conversation") for m in messages]
     return _Block(items, chat, sum(i.tokens for i in items))
 

@@ -1,0 +1,129 @@
+"""The ranked pool of context assembly: what competes for the budget left after the always-kept parts.
+
+Candidates: the person's facts, the recalled messages (retrieval over their whole history) and the older
+exchanges of the current conversation. Each has a score in (0, 1]; the pool is filled greedily in score order,
+each candidate taken if it still fits, skipped if not, until nothing more fits, so no part of the budget is left
+unused while a candidate that fits remains. Older exchanges are whole and contiguous: the conversation keeps a
+newest suffix, so the first older exchange that does not fit closes the conversation for the rest of the pool.
+
+Scores. The store gives an order, not a scale: recalled messages best match first, facts newest first (of the
+newest `facts_limit`), older exchanges newest first. Each candidate scores the reciprocal of its rank within its
+kind, 1 / (1 + rank): the best recalled message, the newest fact and the newest older exchange score 1.0, the
+next ones 0.5, and so on, so the kinds interleave (ties: fact, then recalled, then exchange). A retrieval that
+scores its rows on a common scale replaces `rank_score` with its own.
+
+Costs are exact (memory/context_render.py): the memory block's header is paid by its first item, a recalled
+message pays its line plus what it changes in its episode headers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from kernel.tokens import MESSAGE_OVERHEAD
+from memory.context_render import MEMORY_HEADER, Timeline, data_line, fact_label, header_tokens, turn_line
+from memory.store import Fact, StoredMessage
+
+_FACT, _RECALLED, _EXCHANGE = 0, 1, 2
+#: Recalled messages asked of the store per budget token, and the bounds: enough hits that the pool can fill
+#: the budget (a recalled line with its episode header costs about 20-40 tokens), few enough to stay cheap.
+RECALL_PER_TOKEN = 1 / 16
+RECALL_MIN, RECALL_MAX = 20, 250
+#: Nothing in the pool costs less (a conversation message costs its overhead, a data line more): below it the
+#: pool is full.
+_MIN_COST = MESSAGE_OVERHEAD
+
+
+def recall_limit(budget: int) -> int:
+    """How many recalled messages to ask the store for (`ContextQuery.search_limit`) at this budget."""
+    return max(RECALL_MIN, min(RECALL_MAX, int(budget * RECALL_PER_TOKEN)))
+
+
+def rank_score(rank: int) -> float:
+    """The score of the candidate at `rank` (0 = best) of its kind."""
+    return 1.0 / (1 + rank)
+
+
+def message_cost(messages: Sequence[StoredMessage]) -> int:
+    """What messages cost as chat messages of the conversation block."""
+    return sum(m.token_count + MESSAGE_OVERHEAD for m in messages)
+
+
+@dataclass(frozen=True, slots=True)
+class Pick:
+    """A chosen fact or recalled message: its score, its data line and what the line costs."""
+
+    score: float
+    line: str
+    cost: int
+    fact: Fact | None = None
+    message: StoredMessage | None = None
+
+
+@dataclass(slots=True)
+class Pool:
+    """What the pool chose. `memory_tokens` is the whole memory block (header, lines, episode headers)."""
+
+    facts: list[Pick] = field(default_factory=list)
+    recalled: Timeline[Pick] = field(default_factory=lambda: Timeline(None))
+    older: list[tuple[list[StoredMessage], float]] = field(default_factory=list)
+    memory_tokens: int = 0
+    spent: int = 0
+
+
+def fill(facts: Sequence[Fact], recalled: Sequence[StoredMessage], older: Sequence[list[StoredMessage]],
+         limit: int, now: datetime | None) -> Pool:
+    """Fill `limit` tokens from the pool (see the module docstring).
+
+    facts: oldest first, as stored. recalled: best first, already de-duplicated. older: the older exchanges of
+    the conversation, newest first. The chosen facts keep their stored order; recalled messages are a timeline;
+    older exchanges come out oldest first.
+    """
+    n_facts = len(facts)
+    candidates = sorted(
+        [(rank_score(n_facts - 1 - i), _FACT, i) for i in range(n_facts)]
+        + [(rank_score(r), _RECALLED, r) for r in range(len(recalled))]
+        + [(rank_score(k), _EXCHANGE, k) for k in range(len(older))],
+        key=lambda c: (-c[0], c[1], c[2]),
+    )
+    pool = Pool(recalled=Timeline(now))
+    memory_header = header_tokens(MEMORY_HEADER)
+    conversation_open = True
+    fact_picks: dict[int, Pick] = {}
+    for score, kind, i in candidates:
+        room = limit - pool.spent
+        if room < _MIN_COST:
+            break
+        if kind == _EXCHANGE:
+            if not conversation_open:
+                continue
+            cost = message_cost(older[i])
+            if cost > room:
+                conversation_open = False  # never a gap: no older exchange behind this one
+                continue
+            pool.older.append((older[i], score))
+            pool.spent += cost
+            continue
+        opening = 0 if pool.memory_tokens else memory_header
+        if kind == _FACT:
+            f = facts[i]
+            line, cost = data_line(fact_label(f.created_at), f.content, f.token_count)
+            if opening + cost <= room:
+                fact_picks[i] = Pick(score, line, cost, fact=f)
+                pool.memory_tokens += opening + cost
+                pool.spent += opening + cost
+            continue
+        m = recalled[i]
+        if m.token_count + _MIN_COST > room:  # cannot fit whatever its line: skip it before rendering it
+            continue
+        line, cost = turn_line(m.role, m.content, m.token_count)
+        headers = pool.recalled.header_delta(m)
+        if opening + cost + headers <= room:
+            pool.recalled.add(m, Pick(score, line, cost, message=m))
+            pool.memory_tokens += opening + cost + headers
+            pool.spent += opening + cost + headers
+    pool.facts = [fact_picks[i] for i in sorted(fact_picks)]
+    pool.older.reverse()
+    return pool

@@ -1,0 +1,49 @@
+"""The pool fed by a real store (both backends): the pipeline asks for enough recalled messages to fill the budget,
+and `hilo context --json`'s items carry the pool's scores (issue 11 item 2)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from bot.config import Settings
+from bot.pipeline import Pipeline
+from kernel.tokens import count
+from memory.store import ImportRow
+
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+RELEVANT = 45  # under the store's "common term" cut (a term in at most 50 messages is always searched)
+
+
+def rows() -> list[ImportRow]:
+    out = []
+    for i in range(RELEVANT):  # one web session every two days, each its own episode
+        text = f"Day {i}: took the kayak out on the river again, session {i} went well."
+        out.append(ImportRow("kim", "web", "user", text, T0 + timedelta(days=2 * i), count(text), f"k{i}",
+                             f"trip-{i}"))
+    return out
+
+
+async def test_a_new_conversation_fills_its_budget_with_recalled_memory(store: Any) -> None:
+    await store.import_rows(rows())
+    uid = await store.user_id("kim")
+    at = T0 + timedelta(days=100)
+    wide = Pipeline(Settings(context_budget=4000), store, chain=None)  # type: ignore[arg-type]
+    ctx = await wide.assemble_context(user_id=uid, surface="web", conversation_id=None, current_message_id=None,
+                                      text="How was the kayak?", at=at)
+    recalled = [i for i in ctx.items if i.kind == "recalled_message"]
+    assert len(recalled) == RELEVANT, f"{len(recalled)} recalled at 4,000 tokens: the store was asked for too few"
+    assert {i.external_id for i in recalled} == {f"k{i}" for i in range(RELEVANT)}
+    data = ctx.to_json()
+    scored = [i for i in data["items"] if i["kind"] == "recalled_message"]
+    assert all(0 < i["scores"]["pool"] <= 1 and i["external_id"] for i in scored)
+    assert json.loads(json.dumps(data)) == data
+    memory = next(m.content for m in ctx.messages if m.block == "memory").splitlines()
+    assert sum(line.startswith("[2026-") for line in memory) == RELEVANT  # one header per episode, dated
+
+    tight = Pipeline(Settings(context_budget=1000), store, chain=None)  # type: ignore[arg-type]
+    ctx = await tight.assemble_context(user_id=uid, surface="web", conversation_id=None,
+                                       current_message_id=None, text="How was the kayak?", at=at)
+    line = max(i.tokens for i in ctx.items if i.kind == "recalled_message")
+    assert 1000 - ctx.tokens["total"] < 2 * line + 20, ctx.tokens  # one more line and its episode header

@@ -42,3 +42,11 @@ def test_every_apt_get_install_skips_recommends() -> None:
             found += 1
             assert "--no-install-recommends" in command, f"{path.relative_to(REPO)}: {command}"
     assert found >= 1  # scripts/test.sh installs chromium with apt-get
+
+
+def test_the_dockerfile_copies_every_package_pip_installs() -> None:
+    """`pip install .` in the image builds from the folders COPY put there: one left out fails the build."""
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    top = {p.split(".")[0] for p in pyproject["tool"]["setuptools"]["packages"]}
+    copied = set(re.findall(r"^COPY\s+(\S+)\s+\./\1$", (REPO / "deploy" / "Dockerfile").read_text(), re.M))
+    assert top <= copied, f"deploy/Dockerfile does not COPY {sorted(top - copied)}"

@@ -46,6 +46,16 @@ def test_the_stop_budget_fits_the_stop_timeouts_pm2_and_systemd_give() -> None:
     assert budget > daemon.GRACEFUL_SECONDS + DRAIN_SECONDS
 
 
+def test_the_docker_image_stops_within_the_10_s_docker_stop_gives() -> None:
+    """`docker stop` sends SIGTERM, then SIGKILL after 10 s unless told otherwise (--stop-timeout / -t): the image
+    sets a budget that fits those 10 s with the same margin."""
+    dockerfile = (REPO / "deploy" / "Dockerfile").read_text()
+    found = re.search(r"^ENV\b.*\bHILO_STOP_TIMEOUT=(\d+(?:\.\d+)?)\b", dockerfile, re.M)
+    assert found, "deploy/Dockerfile leaves HILO_STOP_TIMEOUT at its default (36 s): docker stop kills at 10 s"
+    budget = Settings.from_mapping({"HILO_STOP_TIMEOUT": found[1]}).stop_timeout
+    assert budget + MARGIN <= 10, budget
+
+
 def test_the_budget_is_measured_from_the_signal_and_shared_by_the_phases() -> None:
     now = [100.0]
     budget = StopBudget(10.0, clock=lambda: now[0])

@@ -51,16 +51,13 @@ class OpenAIEmbedder:
 
     def __init__(self, *, model: str = DEFAULT_MODEL, api_key: str = "", base_url: str = "", timeout: float = 60.0,
                  policy: RetryPolicy | None = None, batch_size: int = DEFAULT_BATCH, client: Any = None) -> None:
-        from bot.models.openai_provider import PLACEHOLDER_KEY
+        from bot.models.openai_provider import new_client
 
         if client is None:
             if not (api_key or base_url):
                 raise EmbeddingError("HILO_EMBEDDER=openai needs OPENAI_API_KEY (or HILO_EMBEDDING_URL / "
                                      "OPENAI_BASE_URL for an OpenAI-compatible server); or set HILO_EMBEDDER=none")
-            import openai
-
-            client = openai.AsyncOpenAI(api_key=api_key or PLACEHOLDER_KEY, base_url=base_url or None,
-                                        timeout=timeout, max_retries=0)
+            client = new_client(api_key=api_key, base_url=base_url, timeout=timeout)
         self._client = client
         self._model = model
         self._timeout = timeout

@@ -76,8 +76,9 @@ class OpenAIEmbedder:
         return vectors
 
     async def _embed_batch(self, batch: list[str]) -> list[Vector]:
-        from bot.models.base import ModelError, TransientError
+        from bot.models.base import ModelError
         from bot.models.openai_provider import classify
+        from bot.models.retry import pause, transient
 
         async def call() -> Any:
             try:
@@ -88,9 +89,8 @@ class OpenAIEmbedder:
 
         try:
             response, _attempts = await call_with_retry(
-                call, self._policy, transient=lambda e: isinstance(e, TransientError),
-                retry_after=lambda e: e.retry_after if isinstance(e, ModelError) else None,
-                on_retry=self._log_retry, errors=(ModelError,))
+                call, self._policy, transient=transient, retry_after=pause, on_retry=self._log_retry,
+                errors=(ModelError,))
         except GaveUp as exc:
             status = getattr(exc.error, "status", None)
             logger.warning("embedding.failed", embedder=self.name, texts=len(batch), attempts=exc.attempts,

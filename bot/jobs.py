@@ -93,9 +93,6 @@ class JobRegistry:
     def __iter__(self) -> Iterator[Job]:
         return iter(self._jobs.values())
 
-    def __len__(self) -> int:
-        return len(self._jobs)
-
 
 class Scheduler:
     """Runs a registry's jobs on one store: scheduled ones when due, any on demand. `counters` counts claims

@@ -93,9 +93,6 @@ class JobRegistry:
     def __iter__(self) -> Iterator[Job]:
         return iter(self._jobs.values())
 
-    def __len__(self) -> int:
-        return len(self._jobs)
-
 
 class Scheduler:
     """Runs a registry's jobs on one store: scheduled ones when due, any on demand. `counters` counts claims
@@ -140,17 +137,18 @@ class Scheduler:
         return "cancelled" if task.cancelled() else task.result()
 
     async def stop(self, timeout: float | None = None) -> None:
-        """Take no new runs; wait up to `timeout` s (DRAIN_SECONDS) for running ones, then cancel them (each
-        cancelled run is logged, its lease released)."""
+        """Take no new runs; wait up to `timeout` s (DRAIN_SECONDS) in all for the loop's claim in progress and
+        the running runs, then cancel them (each cancelled run is logged, its lease released)."""
         self._stopping = True
         self._wake.set()
-        limit = self.drain_timeout if timeout is None else timeout
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (self.drain_timeout if timeout is None else timeout)  # ONE limit for both waits
         if self._loop is not None:  # it ends at once, or after the claim it is making
-            _, pending = await asyncio.wait({self._loop}, timeout=limit)
+            _, pending = await asyncio.wait({self._loop}, timeout=deadline - loop.time())
             for task in pending:
                 task.cancel()
             await asyncio.gather(self._loop, return_exceptions=True)
-        await self.tasks.drain(timeout=limit)
+        await self.tasks.drain(timeout=max(0.0, deadline - loop.time()))
 
     # -- the loop: claim what is due, sleep until the next due time or a wake-up ------------------------------
 

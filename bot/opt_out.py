@@ -17,20 +17,16 @@ from memory.store import Store
 # Whole-message keywords, compared case- and accent-insensitively, surrounding punctuation ignored.
 # English ones follow Twilio's default opt-out / opt-in lists (without YES and INFO/HELP, which are
 # ordinary words in a conversation with an assistant).
-OPT_OUT_KEYWORDS = frozenset({
-    "stop", "stopall", "unsubscribe", "cancel", "end", "quit",
+_OPT_OUT_ES = frozenset({
     "baja", "darme de baja", "dar de baja", "parar", "cancelar", "detener", "desuscribir", "desuscribirme",
     "no mas mensajes",
 })
-OPT_IN_KEYWORDS = frozenset({
-    "start", "unstop", "subscribe", "resume",
+_OPT_IN_ES = frozenset({
     "alta", "darme de alta", "dar de alta", "empezar", "comenzar", "reanudar", "suscribir", "suscribirme",
 })
-_SPANISH_KEYWORDS = frozenset({
-    "baja", "darme de baja", "dar de baja", "parar", "cancelar", "detener", "desuscribir", "desuscribirme",
-    "no mas mensajes", "alta", "darme de alta", "dar de alta", "empezar", "comenzar",
-    "reanudar", "suscribir", "suscribirme",
-})
+OPT_OUT_KEYWORDS = frozenset({"stop", "stopall", "unsubscribe", "cancel", "end", "quit"}) | _OPT_OUT_ES
+OPT_IN_KEYWORDS = frozenset({"start", "unstop", "subscribe", "resume"}) | _OPT_IN_ES
+_SPANISH_KEYWORDS = _OPT_OUT_ES | _OPT_IN_ES
 
 Keyword = Literal["stop", "start"]
 

@@ -9,8 +9,9 @@ Models (HILO_EMBEDDING_MODEL with HILO_EMBEDDER=local), chosen by bench/embed_be
 
 The model runs on ONE worker thread of its own (numpy and the C engine release the GIL), so embedding never blocks
 the event loop and two embeddings never compete for the model; it loads there, lazily on first use or at
-`start()` (the daemon calls it at start, as it preloads the tokenizer). BLAS / OpenMP threads are capped at
-`threads` (default 2) so a batch of messages leaves the other cores to the turns.
+`start()` (nothing calls it yet: bot/app.py builds the embedder, and nothing embeds before the vector store).
+BLAS / OpenMP threads are capped at `threads` (default 2) so a batch of messages leaves the other cores to the
+turns.
 """
 
 from __future__ import annotations

@@ -51,16 +51,13 @@ class OpenAIEmbedder:
 
     def __init__(self, *, model: str = DEFAULT_MODEL, api_key: str = "", base_url: str = "", timeout: float = 60.0,
                  policy: RetryPolicy | None = None, batch_size: int = DEFAULT_BATCH, client: Any = None) -> None:
-        from bot.models.openai_provider import PLACEHOLDER_KEY
+        from bot.models.openai_provider import new_client
 
         if client is None:
             if not (api_key or base_url):
                 raise EmbeddingError("HILO_EMBEDDER=openai needs OPENAI_API_KEY (or HILO_EMBEDDING_URL / "
                                      "OPENAI_BASE_URL for an OpenAI-compatible server); or set HILO_EMBEDDER=none")
-            import openai
-
-            client = openai.AsyncOpenAI(api_key=api_key or PLACEHOLDER_KEY, base_url=base_url or None,
-                                        timeout=timeout, max_retries=0)
+            client = new_client(api_key=api_key, base_url=base_url, timeout=timeout)
         self._client = client
         self._model = model
         self._timeout = timeout
@@ -79,8 +76,9 @@ class OpenAIEmbedder:
         return vectors
 
     async def _embed_batch(self, batch: list[str]) -> list[Vector]:
-        from bot.models.base import ModelError, TransientError
+        from bot.models.base import ModelError
         from bot.models.openai_provider import classify
+        from bot.models.retry import pause, transient
 
         async def call() -> Any:
             try:
@@ -91,9 +89,8 @@ class OpenAIEmbedder:
 
         try:
             response, _attempts = await call_with_retry(
-                call, self._policy, transient=lambda e: isinstance(e, TransientError),
-                retry_after=lambda e: e.retry_after if isinstance(e, ModelError) else None,
-                on_retry=self._log_retry, errors=(ModelError,))
+                call, self._policy, transient=transient, retry_after=pause, on_retry=self._log_retry,
+                errors=(ModelError,))
         except GaveUp as exc:
             status = getattr(exc.error, "status", None)
             logger.warning("embedding.failed", embedder=self.name, texts=len(batch), attempts=exc.attempts,

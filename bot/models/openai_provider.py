@@ -46,6 +46,15 @@ def to_openai_messages(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
     return out
 
 
+def new_client(*, api_key: str, base_url: str, timeout: float) -> Any:
+    """The one `openai.AsyncOpenAI` setup (chat models and embeddings): SDK retries off (hilo retries), the
+    placeholder key when only a base URL is configured."""
+    import openai
+
+    return openai.AsyncOpenAI(api_key=api_key or PLACEHOLDER_KEY, base_url=base_url or None, timeout=timeout,
+                              max_retries=0)
+
+
 def classify(label: str, exc: BaseException) -> ModelError:
     """Map an openai (or transport) exception to the ModelError tree."""
     import openai
@@ -73,11 +82,7 @@ class OpenAIProvider:
             if not (api_key or base_url):
                 raise ConfigError("openai models need OPENAI_API_KEY (or OPENAI_BASE_URL for a local "
                                   "OpenAI-compatible server); or set HILO_MODEL=echo to run offline.")
-            import openai
-
-            client = openai.AsyncOpenAI(
-                api_key=api_key or PLACEHOLDER_KEY, base_url=base_url or None, timeout=timeout, max_retries=0,
-            )
+            client = new_client(api_key=api_key, base_url=base_url, timeout=timeout)
         self._client = client
 
     async def complete(self, model: str, messages: Sequence[ChatMessage], *, timeout: float) -> Completion:

@@ -28,13 +28,19 @@ from kernel.types import ChatMessage, ModelCallRecord
 logger = log.get(__name__)
 
 
+def transient(error: BaseException) -> bool:
+    """What bot.retry retries of the ModelError tree (chat models and embeddings alike): TransientError."""
+    return isinstance(error, TransientError)
+
+
+def pause(error: BaseException) -> float | None:
+    """The pause a ModelError's server asked for (its `retry_after`), or None."""
+    return error.retry_after if isinstance(error, ModelError) else None
+
+
 def retrying(policy: RetryPolicy) -> AsyncRetrying:
     """bot.retry's loop for one model: TransientError retried, its `retry_after` honoured."""
-    return policy.retrying(
-        transient=lambda e: isinstance(e, TransientError),
-        retry_after=lambda e: e.retry_after if isinstance(e, ModelError) else None,
-        on_retry=_log_retry,
-    )
+    return policy.retrying(transient=transient, retry_after=pause, on_retry=_log_retry)
 
 
 def _log_retry(attempt: int, error: BaseException, wait: float) -> None:

@@ -35,7 +35,8 @@ T = TypeVar("T")
 #: The shared SQL is spelled as Postgres reads it; these are the SQLite spellings of what differs.
 SPELLINGS = (
     ("greatest(", "max("), (" IS NOT DISTINCT FROM ", " IS "), (" IS DISTINCT FROM ", " IS NOT "),
-    (" FOR UPDATE", ""), ("WHERE singleton DO", "WHERE singleton = 1 DO"),  # the partial index's own predicate
+    (" FOR UPDATE SKIP LOCKED", ""), (" FOR UPDATE", ""),  # BEGIN IMMEDIATE: writers are serialized already
+    ("WHERE singleton DO", "WHERE singleton = 1 DO"),  # the partial index's own predicate
     # '+' keeps SQLite's planner on (conversation_id, id), newest first, whatever the statistics say (on Postgres
     # the same '+' would hide the column from its estimates and sort the whole conversation)
     ("m.conversation_id = $1 AND m.user_id = $2", "m.conversation_id = $1 AND +m.user_id = $2"),

@@ -70,7 +70,7 @@ class SqlStore:
         await self._tx("write", jobs.register, name, scheduled)
 
     async def claim_job(self, name: str, owner: str, ttl: float, *, force: bool = False) -> jobs.JobClaim:
-        return await self._tx("write", jobs.claim, self.dialect, name, owner, ttl, force)
+        return await self._tx("write", jobs.claim, name, owner, ttl, force)
 
     async def renew_job(self, name: str, owner: str, ttl: float) -> bool:
         return await self._tx("write", jobs.renew, name, owner, ttl)

@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from memory import migrate as migrations
-from memory.rows import MSG_COLS, Db, Mode, Rollback, to_ts
+from memory.rows import INSERT_COLS, MSG_COLS, Db, Mode, Rollback, to_ts
 from memory.search_terms import selective
 from memory.sql_store import Logic, SqlStore
 from memory.store import ContextQuery, StoreError, StoreUnavailable
@@ -61,8 +61,8 @@ RECALL = (
     "ORDER BY bm25(messages_fts, 1.0, 0.0), m.id DESC LIMIT ?7"
 )
 BULK_INSERT = (
-    "INSERT INTO messages(conversation_id, user_id, surface, role, content, token_count, external_id, created_at) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT(surface, external_id) DO NOTHING"
+    f"INSERT INTO messages({INSERT_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "
+    "ON CONFLICT(surface, external_id) DO NOTHING"
 )
 
 

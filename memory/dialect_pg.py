@@ -139,8 +139,6 @@ async def keep_session(conn: Any) -> None:
 class PostgresStore(SqlStore):
     """The Store on a Postgres database."""
 
-    dialect = "postgres"
-
     def __init__(self, url: str, *, statement_cache_size: int | None = None, command_timeout: float = 30.0,
                  clock: Callable[[], datetime] | None = None) -> None:
         super().__init__(clock)

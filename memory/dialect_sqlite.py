@@ -148,8 +148,6 @@ def step(coro: Coroutine[Any, Any, T]) -> T:
 class SqliteStore(SqlStore):
     """The Store on a SQLite file (or ":memory:", kept alive by the worker thread's connection)."""
 
-    dialect = "sqlite"
-
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 5000,
                  clock: Callable[[], datetime] | None = None) -> None:
         super().__init__(clock)

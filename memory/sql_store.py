@@ -42,8 +42,6 @@ Logic = Callable[..., Coroutine[Any, Any, T]]
 class SqlStore:
     """What both dialects share: the Store's methods. A dialect provides `_tx` and the lifecycle."""
 
-    dialect = ""
-
     def __init__(self, clock: Callable[[], datetime] | None) -> None:
         #: "now" for everything the store stamps or compares (aware UTC): injectable for tests
         self.clock: Callable[[], datetime] = clock or utcnow

@@ -7,8 +7,8 @@ the database, owned by the app's lifespan.
     await scheduler.run_now("cleanup")                  # "ok" | "failed" | "cancelled" | "lost" | None (busy)
     await scheduler.stop()                              # at shutdown: no new runs, running ones drained
 
-Each run is claimed with a lease on the job's row (memory/jobs.py: FOR UPDATE SKIP LOCKED on Postgres, one
-conditional UPDATE on SQLite), renewed every lease/3 while it runs and released when it ends, with the outcome
+Each run is claimed with a lease on the job's row (memory/jobs.py: SELECT ... FOR UPDATE SKIP LOCKED on Postgres,
+BEGIN IMMEDIATE on SQLite), renewed every lease/3 while it runs and released when it ends, with the outcome
 and the next due time (`every` s after the run started, never before it ended). A process that died leaves a
 lease that another process takes over once it expired, and runs the job again (at least once, so a job must be
 safe to repeat). A run whose lease was taken over (this process stalled past the lease) is cancelled: ONE

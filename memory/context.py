@@ -223,17 +223,16 @@ def _memory(pool: Pool) -> _Block:
     so a question and its answer end up next to each other."""
     if not pool.memory_tokens:
         return _Block()
-    entries: list[tuple[str, ContextItem]] = []
+    items: list[ContextItem] = []
     for p in pool.facts:
         assert p.fact is not None
-        entries.append((p.line, ContextItem("memory", "fact", p.cost, created_at=p.fact.created_at,
-                                            preview=p.fact.content, scores={"pool": p.score})))
+        items.append(ContextItem("memory", "fact", p.cost, created_at=p.fact.created_at, preview=p.fact.content,
+                                 scores={"pool": p.score}))
     lines = [p.line for p in pool.facts]
     for header, p in pool.recalled.rendered():
         assert p.message is not None
         lines += [header, p.line] if header else [p.line]
-        entries.append((p.line, _message_item("memory", "recalled_message", p.message, p.cost, p.score)))
-    items = [item for _, item in entries]
+        items.append(_message_item("memory", "recalled_message", p.message, p.cost, p.score))
     return _Block(items, [ChatMessage("system", render_block(MEMORY_HEADER, lines), block="memory")],
                   pool.memory_tokens)
 

@@ -112,6 +112,8 @@ def fill(facts: Sequence[Fact], recalled: Sequence[StoredMessage], older: Sequen
         opening = 0 if pool.memory_tokens else memory_header
         if kind == _FACT:
             f = facts[i]
+            if f.token_count + _MIN_COST > room:  # cannot fit whatever its line: skip it before rendering it
+                continue
             line, cost = data_line(fact_label(f.created_at), f.content, f.token_count)
             if opening + cost <= room:
                 fact_picks[i] = Pick(score, line, cost, fact=f)

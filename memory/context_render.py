@@ -121,12 +121,16 @@ def fact_label(created_at: datetime) -> str:
     return f"fact, noted {_utc(created_at):%Y-%m-%d}"
 
 
+@functools.lru_cache(maxsize=8192)
+def _label_tokens(label: str) -> int:
+    # A label holds its fact's date: the same text turn after turn (and for the facts noted on one day).
+    return tokens.count(f'- [{label}] ""\n')
+
+
 def data_line(label: str, content: str, token_count: int) -> tuple[str, int]:
     """One labelled data line (a fact) and its token cost (see the module docstring)."""
     quoted, escaped = quote(content)
-    # Labels are fixed text but unique per line (they hold a date), so they are counted uncached.
-    cost = tokens.count(f'- [{label}] ""\n') + token_count + escaped + LINE_SLACK
-    return f"- [{label}] {quoted}", cost
+    return f"- [{label}] {quoted}", _label_tokens(label) + token_count + escaped + LINE_SLACK
 
 
 def turn_line(role: str, content: str, token_count: int) -> tuple[str, int]:

@@ -28,7 +28,7 @@ from kernel.errors import ConfigError
 from kernel.types import utcnow
 from memory import migrate as migrations
 from memory import pg_terms
-from memory.rows import MSG_COLS, Db, Mode, Rollback, aware
+from memory.rows import INSERT_COLS, MSG_COLS, Db, Mode, Rollback, aware
 from memory.sql_store import Logic, SqlStore
 from memory.store import ContextQuery, ImportResult, ImportRow, StoreError, StoreUnavailable
 
@@ -59,9 +59,8 @@ RECALL = (
 )
 #: Many messages in one statement (one round trip whatever the count); the status line counts the inserted.
 BULK_INSERT = (
-    "INSERT INTO messages(conversation_id, user_id, surface, role, content, token_count, external_id, created_at) "
-    "SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::int[], $7::text[], "
-    "$8::timestamptz[]) ON CONFLICT (surface, external_id) DO NOTHING"
+    f"INSERT INTO messages({INSERT_COLS}) SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], "
+    "$4::text[], $5::text[], $6::int[], $7::text[], $8::timestamptz[]) ON CONFLICT (surface, external_id) DO NOTHING"
 )
 
 
@@ -139,8 +138,6 @@ async def keep_session(conn: Any) -> None:
 
 class PostgresStore(SqlStore):
     """The Store on a Postgres database."""
-
-    dialect = "postgres"
 
     def __init__(self, url: str, *, statement_cache_size: int | None = None, command_timeout: float = 30.0,
                  clock: Callable[[], datetime] | None = None) -> None:

@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from memory import migrate as migrations
-from memory.rows import MSG_COLS, Db, Mode, Rollback, to_ts
+from memory.rows import INSERT_COLS, MSG_COLS, Db, Mode, Rollback, to_ts
 from memory.search_terms import selective
 from memory.sql_store import Logic, SqlStore
 from memory.store import ContextQuery, StoreError, StoreUnavailable
@@ -35,7 +35,8 @@ T = TypeVar("T")
 #: The shared SQL is spelled as Postgres reads it; these are the SQLite spellings of what differs.
 SPELLINGS = (
     ("greatest(", "max("), (" IS NOT DISTINCT FROM ", " IS "), (" IS DISTINCT FROM ", " IS NOT "),
-    (" FOR UPDATE", ""), ("WHERE singleton DO", "WHERE singleton = 1 DO"),  # the partial index's own predicate
+    (" FOR UPDATE SKIP LOCKED", ""), (" FOR UPDATE", ""),  # BEGIN IMMEDIATE: writers are serialized already
+    ("WHERE singleton DO", "WHERE singleton = 1 DO"),  # the partial index's own predicate
     # '+' keeps SQLite's planner on (conversation_id, id), newest first, whatever the statistics say (on Postgres
     # the same '+' would hide the column from its estimates and sort the whole conversation)
     ("m.conversation_id = $1 AND m.user_id = $2", "m.conversation_id = $1 AND +m.user_id = $2"),
@@ -60,8 +61,8 @@ RECALL = (
     "ORDER BY bm25(messages_fts, 1.0, 0.0), m.id DESC LIMIT ?7"
 )
 BULK_INSERT = (
-    "INSERT INTO messages(conversation_id, user_id, surface, role, content, token_count, external_id, created_at) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT(surface, external_id) DO NOTHING"
+    f"INSERT INTO messages({INSERT_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "
+    "ON CONFLICT(surface, external_id) DO NOTHING"
 )
 
 
@@ -146,8 +147,6 @@ def step(coro: Coroutine[Any, Any, T]) -> T:
 
 class SqliteStore(SqlStore):
     """The Store on a SQLite file (or ":memory:", kept alive by the worker thread's connection)."""
-
-    dialect = "sqlite"
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 5000,
                  clock: Callable[[], datetime] | None = None) -> None:

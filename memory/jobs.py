@@ -4,11 +4,12 @@ A job is a row of `jobs` (migration 0012) named after it: its lease (`owner`, `e
 (`due_at`; NULL: on demand only), an on-demand request that came while it ran (`requested_at`), and its last run
 (`started_at`, `finished_at`, `outcome`, `error`: an exception's type name, never its text, `duration_ms`, `runs`).
 
-- claim: a run is taken when the job is due (or asked for: `force`) and its lease is free or expired. Postgres:
-  SELECT ... FOR UPDATE SKIP LOCKED on the row, then the UPDATE that sets owner and expiry, in one READ
-  COMMITTED transaction: a second claimer skips the locked row instead of waiting for it, and a claimer that
-  finds it unlocked reads the committed row (held). SQLite: one conditional UPDATE inside BEGIN IMMEDIATE. No
-  server-session state (advisory locks, SET, prepared names): it holds behind pgbouncer in transaction mode.
+- claim: a run is taken when the job is due (or asked for: `force`) and its lease is free or expired: SELECT
+  ... FOR UPDATE SKIP LOCKED on the row, then the UPDATE that sets owner and expiry, in one transaction. Postgres
+  (READ COMMITTED): a second claimer skips the locked row instead of waiting for it, and a claimer that finds it
+  unlocked reads the committed row (held). SQLite spells the lock away (dialect_sqlite.SPELLINGS): BEGIN
+  IMMEDIATE already serializes its writers. No server-session state (advisory locks, SET, prepared names): it
+  holds behind pgbouncer in transaction mode.
   A forced claim that finds the job running records the request: that run's end makes the job due at once.
 - renew: extends the expiry while the run still holds the lease (every ttl/3, by the scheduler).
 - finish: releases the lease and records the outcome and the next due time, in one statement. A process that
@@ -17,8 +18,7 @@ A job is a row of `jobs` (migration 0012) named after it: its lease (`owner`, `e
 "Now" is the store's clock (`db.clock()`), so the machines of one database compare their clocks: keep them in
 sync (NTP); a lease's ttl is the margin.
 
-The logic is written once, as coroutines over the store's `Db` (memory/rows.py) like the rest of the store; only
-the claim differs by dialect (SKIP LOCKED is Postgres', BEGIN IMMEDIATE already serializes SQLite's writers).
+The logic is written once, as coroutines over the store's `Db` (memory/rows.py) like the rest of the store.
 """
 
 from __future__ import annotations
@@ -73,15 +73,11 @@ class JobState:
 
 _REGISTER = ("INSERT INTO jobs(name, due_at) VALUES ($1, $2) "
              "ON CONFLICT (name) DO UPDATE SET due_at = coalesce(jobs.due_at, excluded.due_at)")
-#: SQLite: the claim is one conditional UPDATE ($1 name, $2 owner, $3 expiry, $4 now, $5 force).
-_CLAIM_SQLITE = ("UPDATE jobs SET owner = $2, expires_at = $3, started_at = $4, requested_at = NULL "
-                 "WHERE name = $1 AND (owner IS NULL OR expires_at < $4) AND (due_at <= $4 OR $5)")
-#: Postgres: lock the row if it is claimable and nobody else is claiming it ($1 name, $2 now, $3 force) ...
-_LOCK_POSTGRES = ("SELECT 1 FROM jobs WHERE name = $1 AND (owner IS NULL OR expires_at < $2) "
-                  "AND (due_at <= $2 OR $3::boolean) FOR UPDATE SKIP LOCKED")
+#: The claim: lock the row if it is claimable and nobody else is claiming it ($1 name, $2 now, $3 force) ...
+_LOCK = ("SELECT 1 FROM jobs WHERE name = $1 AND (owner IS NULL OR expires_at < $2) "
+         "AND (due_at <= $2 OR $3::boolean) FOR UPDATE SKIP LOCKED")
 #: ... then take it ($1 name, $2 owner, $3 expiry, $4 now).
-_TAKE_POSTGRES = ("UPDATE jobs SET owner = $2, expires_at = $3, started_at = $4, requested_at = NULL "
-                  "WHERE name = $1")
+_TAKE = "UPDATE jobs SET owner = $2, expires_at = $3, started_at = $4, requested_at = NULL WHERE name = $1"
 _SEEN = "SELECT owner, expires_at, due_at FROM jobs WHERE name = $1"
 _REQUEST = "UPDATE jobs SET requested_at = $2 WHERE name = $1"
 _RENEW = "UPDATE jobs SET expires_at = $3 WHERE name = $1 AND owner = $2"
@@ -106,17 +102,12 @@ async def register(db: Db, name: str, scheduled: bool) -> None:
     await db.run(_REGISTER, name, db.ts(db.clock()) if scheduled else None)
 
 
-async def claim(db: Db, dialect: str, name: str, owner: str, ttl: float, force: bool = False) -> JobClaim:
+async def claim(db: Db, name: str, owner: str, ttl: float, force: bool = False) -> JobClaim:
     """Take a run of `name` for `owner` (a lease of `ttl` s) if it is due (or `force`) and free or expired."""
     now = db.clock()
     at, expires = db.ts(now), db.ts(now + timedelta(seconds=ttl))
-    if dialect == "postgres":
-        taken = await db.one(_LOCK_POSTGRES, name, at, force) is not None
-        if taken:
-            await db.run(_TAKE_POSTGRES, name, owner, expires, at)
-    else:
-        taken = bool(await db.run(_CLAIM_SQLITE, name, owner, expires, at, force))
-    if taken:
+    if await db.one(_LOCK, name, at, force) is not None:
+        await db.run(_TAKE, name, owner, expires, at)
         return JobClaim(True, now)
     row = await db.one(_SEEN, name)
     if row is None:

@@ -29,8 +29,7 @@ class Db(Protocol):
     many() is one statement with many parameter rows (counted once), ts() a datetime as the database takes it,
     lock() serializes writers on a key until commit (False when they are serialized anyway), recall() is
     lexical recall of q.search_text (MSG_COLS rows, best first), and insert_messages() a bulk insert of
-    (conversation_id, user_id, surface, role, content, token_count, external_id, created_at) skipping stored
-    (surface, external_id), returning the number inserted."""
+    rows of INSERT_COLS skipping stored (surface, external_id), returning the number inserted."""
 
     clock: Callable[[], datetime]
 
@@ -66,6 +65,8 @@ MSG_COLS = (
     "m.created_at, m.metadata, m.reply_to"
 )
 FACT_COLS = "id, user_id, content, token_count, created_at"
+#: The columns of a row of `Db.insert_messages`, in order (each dialect's bulk INSERT names them).
+INSERT_COLS = "conversation_id, user_id, surface, role, content, token_count, external_id, created_at"
 
 
 def aware(moment: datetime) -> datetime:

@@ -42,8 +42,6 @@ Logic = Callable[..., Coroutine[Any, Any, T]]
 class SqlStore:
     """What both dialects share: the Store's methods. A dialect provides `_tx` and the lifecycle."""
 
-    dialect = ""
-
     def __init__(self, clock: Callable[[], datetime] | None) -> None:
         #: "now" for everything the store stamps or compares (aware UTC): injectable for tests
         self.clock: Callable[[], datetime] = clock or utcnow
@@ -70,7 +68,7 @@ class SqlStore:
         await self._tx("write", jobs.register, name, scheduled)
 
     async def claim_job(self, name: str, owner: str, ttl: float, *, force: bool = False) -> jobs.JobClaim:
-        return await self._tx("write", jobs.claim, self.dialect, name, owner, ttl, force)
+        return await self._tx("write", jobs.claim, name, owner, ttl, force)
 
     async def renew_job(self, name: str, owner: str, ttl: float) -> bool:
         return await self._tx("write", jobs.renew, name, owner, ttl)

@@ -6,7 +6,7 @@
 --   elsewhere), so it owns every table, and a table's owner is not subject to its row-level security unless
 --   FORCE ROW LEVEL SECURITY is set. It is NOT set, on purpose: FORCE would make a plain owner without BYPASSRLS
 --   (an operator's own Postgres; tests/test_rls.py's owner) read no row and write none, and pg_stats would hide
---   the term statistics recall reads (memory/pg_db.py STATS_SQL). FORCE only guards against the owner's own
+--   the term statistics recall reads (memory/pg_terms.py STATS_SQL). FORCE only guards against the owner's own
 --   queries, and those are the daemon's. Superusers, and Supabase's service_role (BYPASSRLS), bypass RLS anyway.
 -- * anon and authenticated: no policy, so they read no row of these tables and write none (an INSERT is refused,
 --   an UPDATE or DELETE touches nothing). "Their own rows" has no safe meaning here: hilo's people are not Supabase

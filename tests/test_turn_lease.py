@@ -24,7 +24,7 @@ from memory import turn_lease
 from memory.open import open_store
 from memory.store import Ingested, Store
 from tests.fakes.model_server import FakeModelServer
-from tests.fakes.pgbouncer import BOUNCER, pgbouncer_session  # noqa: F401  (autouse fixture)
+from tests.fakes.pgbouncer import BOUNCER, database_url, pgbouncer_session  # noqa: F401  (autouse fixture)
 from tests.fakes.postgres import SERVER, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
 
 T = TypeVar("T")
@@ -113,13 +113,7 @@ def lease_waits(store: Store) -> int:
 
 @pytest.fixture(params=["sqlite", "postgres", "pgbouncer"])
 async def processes(request: Any, tmp_path: Path, model_server: FakeModelServer) -> AsyncIterator[Processes]:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'hilo.db'}"
-    else:
-        url = SERVER.create_database()
-        if request.param == "pgbouncer":
-            url = BOUNCER.url(url)
-    procs = Processes(url, model_server)
+    procs = Processes(database_url(request.param, tmp_path), model_server)
     await procs.open()
     yield procs
     await procs.close()

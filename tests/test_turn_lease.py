@@ -8,7 +8,7 @@ second pipeline has stored the redelivery; nothing here sleeps to order events."
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,6 +26,7 @@ from memory.store import Ingested, Store
 from tests.fakes.model_server import FakeModelServer
 from tests.fakes.pgbouncer import BOUNCER, database_url, pgbouncer_session  # noqa: F401  (autouse fixture)
 from tests.fakes.postgres import SERVER, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
+from tests.waiting import wait_until
 
 T = TypeVar("T")
 
@@ -96,15 +97,6 @@ class Processes:
         await self.free.aclose()
         for store in self.stores:
             await store.close()
-
-
-async def wait_until(condition: Callable[[], bool], what: str) -> None:
-    """Wait for something another task or process does (polled: it is not an asyncio event of this loop)."""
-    for _ in range(2000):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"never happened: {what}")
 
 
 def lease_waits(store: Store) -> int:

@@ -14,7 +14,7 @@ import pytest
 
 from tests.fakes.model_server import FakeModelServer, slow
 from tests.fakes.pgbouncer import BOUNCER, pgbouncer_session  # noqa: F401  (autouse fixture)
-from tests.fakes.postgres import SERVER, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
+from tests.fakes.postgres import SERVER, db_name, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
 from tests.fakes.serve_process import serving
 
 
@@ -23,7 +23,7 @@ async def test_two_serve_processes_answer_a_redelivered_web_message_once(
     pooled: bool, tmp_path: Path, model_server: FakeModelServer,
 ) -> None:
     url = SERVER.create_database()
-    database = url.split("?", 1)[0].rsplit("/", 1)[1]
+    database = db_name(url)
     env = {"HILO_DATABASE_URL": BOUNCER.url(url) if pooled else url, "HILO_SECRET_KEY": "k" * 43,
            "HILO_MODEL": "openai:m1", "OPENAI_API_KEY": "x", "OPENAI_BASE_URL": model_server.base_url + "/v1"}
     (tmp_path / "a").mkdir()

@@ -16,6 +16,7 @@ from tests.fakes.model_server import FakeModelServer, slow
 from tests.fakes.pgbouncer import BOUNCER, pgbouncer_session  # noqa: F401  (autouse fixture)
 from tests.fakes.postgres import SERVER, db_name, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
 from tests.fakes.serve_process import serving
+from tests.waiting import wait_until
 
 
 @pytest.mark.parametrize("pooled", [False, True], ids=["postgres", "pgbouncer"])
@@ -35,10 +36,7 @@ async def test_two_serve_processes_answer_a_redelivered_web_message_once(
             auth = {"Authorization": f"Bearer {token}"}
             body = {"text": "what is on today", "client_message_id": "c-1"}
             first = asyncio.create_task(client.post(one.url + "/api/messages", json=body, headers=auth))
-            for _ in range(3000):  # the first process's model call arrived (another process: polled)
-                if model_server.requests or first.done():
-                    break
-                await asyncio.sleep(0.01)
+            await wait_until(lambda: model_server.requests or first.done(), "the first process's model call")
             assert len(model_server.requests) == 1, "the first process never called the model"
             again = await client.post(two.url + "/api/messages", json=body, headers=auth)
             answered = await first

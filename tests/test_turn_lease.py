@@ -26,13 +26,9 @@ from memory.store import Ingested, Store
 from tests.fakes.model_server import FakeModelServer
 from tests.fakes.pgbouncer import BOUNCER, database_url, pgbouncer_session  # noqa: F401  (autouse fixture)
 from tests.fakes.postgres import SERVER, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
-from tests.waiting import wait_until
+from tests.waiting import no_sleep, wait_until
 
 T = TypeVar("T")
-
-
-async def no_sleep(_: float) -> None:
-    return None
 
 
 class HeldChain:

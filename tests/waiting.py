@@ -1,7 +1,7 @@
 """Waiting for what another task, store or process does: a row, a counter, a request a fake received.
 
 Those are not events of this loop, so they are polled (every 10 ms, for up to 20 s); nothing is slept on to
-order events."""
+order events. `no_sleep` is a retry policy's sleep that waits for nothing."""
 
 from __future__ import annotations
 
@@ -22,3 +22,8 @@ async def wait_until(condition: Callable[[], Any], what: str) -> None:
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"never happened: {what}")
+
+
+async def no_sleep(_: float) -> None:
+    """RetryPolicy(sleep=no_sleep): retries at once, the test waits for no backoff."""
+    return None

@@ -41,7 +41,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.baselines import Conn, PgConn, Sentence, SqliteConn, run_fts, run_seed
-from bench.corpus import seed_rows, sentence
+from bench.corpus import import_all, seed_rows, sentence
 from bench.web_turn import bare_endpoint, hilo_web, pg_insert, sqlite_insert
 from bench.wire import counting_proxy
 from bot.config import Settings
@@ -97,8 +97,7 @@ async def seed(stores: dict[str, Any], sizes: list[tuple[str, int]], now: dateti
         rows = seed_rows(handle, n, now, random.Random(k))
         for name, store in stores.items():
             t = time.perf_counter()
-            for i in range(0, len(rows), 5000):
-                await store.import_rows(rows[i:i + 5000])
+            await import_all(store, rows)
             took[name] += time.perf_counter() - t
     return took
 

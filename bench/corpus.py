@@ -1,9 +1,12 @@
-"""The text bench/context_bench.py seeds and sends: Zipf-like sentences, and one person's history as ImportRows."""
+"""The text bench/context_bench.py seeds and sends: Zipf-like sentences, and one person's history as ImportRows;
+and `import_all`, how every bench imports rows (through the store's public API, as `hilo import` does)."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from kernel import tokens
 from memory.store import ImportRow
@@ -33,3 +36,9 @@ def seed_rows(handle: str, n: int, now: datetime, rng: random.Random) -> list[Im
             conversation=f"web-{i // 200}" if surface == "web" else None,
         ))
     return rows
+
+
+async def import_all(store: Any, rows: Sequence[ImportRow]) -> None:
+    """Import `rows` through the store's public API in batches of 5,000, as `hilo import` does."""
+    for i in range(0, len(rows), 5000):
+        await store.import_rows(rows[i:i + 5000])

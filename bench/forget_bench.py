@@ -36,6 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.corpus import import_all
 from memory.migrate import discover
 from memory.open import open_store
 from memory.store import ImportRow
@@ -61,9 +62,7 @@ async def build(path: Path, turns: int, parts: int, others: int) -> dict[str, in
     try:
         people = {"ana": turns, **{f"person{k}": max(1, turns // 10) for k in range(others)}}
         for handle, count in people.items():
-            rows = history(handle, count)
-            for start in range(0, len(rows), 5000):
-                await store.import_rows(rows[start:start + 5000])
+            await import_all(store, history(handle, count))
     finally:
         await store.close()
     with closing(sqlite3.connect(path, isolation_level=None)) as conn:

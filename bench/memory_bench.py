@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.baselines import PgConn, SqliteConn
 from bench.context_bench import pct
+from bench.corpus import import_all
 from bench.memory_corpus import KINDS, Corpus, Question, generate
 from bench.memory_recall import Baselines, Method, evaluate, mean
 from bot.config import Settings
@@ -59,9 +60,7 @@ LANGS = ("en", "es")
 async def load(store: Any, corpus: Corpus) -> float:
     """Import the corpus through the store's public API, as `hilo import` does; seconds taken."""
     t = time.perf_counter()
-    rows = [m.import_row() for m in corpus.messages]
-    for i in range(0, len(rows), 5000):
-        await store.import_rows(rows[i:i + 5000])
+    await import_all(store, [m.import_row() for m in corpus.messages])
     return time.perf_counter() - t
 
 

@@ -113,11 +113,11 @@ class PostgresBackend:
     name = "postgres"
 
     def __init__(self, tmp_path: Path, clock: Callable[[], datetime]) -> None:
-        from tests.fakes.postgres import SERVER
+        from tests.fakes.postgres import SERVER, db_name
 
         self.server = SERVER
         self.url = SERVER.create_database()
-        self.database = self.url.split("?", 1)[0].rsplit("/", 1)[-1]
+        self.database = db_name(self.url)
         self.clock = clock
 
     def make(self) -> Store:

@@ -22,13 +22,9 @@ from bot.embedders.none import NoEmbedder
 from bot.embedders.openai_compat import OpenAIEmbedder
 from bot.retry import RetryPolicy
 from kernel.errors import ConfigError
-from tests.fakes import model_server as fake
 from tests.fakes.embeddings_api import floats_only, out_of_order, vector_of
 from tests.fakes.model_server import FakeModelServer, rate_limited, status
 from tests.fakes.serve_process import serving
-
-model_server_session = fake.model_server_session
-model_server = fake.model_server
 
 
 @pytest.fixture

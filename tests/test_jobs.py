@@ -9,7 +9,6 @@ slept on. Expiry is shown by moving a store's clock (tests/backends.py TestClock
 from __future__ import annotations
 
 import asyncio
-import inspect
 import re
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
@@ -28,6 +27,7 @@ from memory.store import LinkPolicy, Store
 from tests.backends import TestClock
 from tests.fakes.pgbouncer import database_url, pgbouncer_session  # noqa: F401  (autouse fixture)
 from tests.fakes.postgres import postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
+from tests.waiting import wait_until
 
 
 class Held:
@@ -74,19 +74,6 @@ async def two(request: Any, tmp_path: Path) -> AsyncIterator[Two]:
         await scheduler.stop(timeout=5)
     for store in made.stores:
         await store.close()
-
-
-async def wait_until(condition: Callable[[], Any], what: str) -> None:
-    """Wait for what another task or store does (polled: a row or a counter is not an event of this loop).
-    `condition` may return an awaitable (a store read)."""
-    for _ in range(2000):
-        found = condition()
-        if inspect.isawaitable(found):
-            found = await found
-        if found:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"never happened: {what}")
 
 
 def registry(name: str, body: Callable[[JobContext], Any], *, every: float | None = 3600.0,

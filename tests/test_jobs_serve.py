@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from tests.fakes.pgbouncer import pgbouncer_session  # noqa: F401  (autouse fixture)
-from tests.fakes.postgres import SERVER, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
+from tests.fakes.postgres import SERVER, db_name, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
 from tests.fakes.serve_process import ServeProcess, serving
 
 PERIOD = 1
@@ -41,7 +41,7 @@ def runs_of(*daemons: ServeProcess) -> list[dict[str, str]]:
 
 async def test_two_serve_processes_run_a_scheduled_job_once_per_period(tmp_path: Path) -> None:
     url = SERVER.create_database()
-    database = url.split("?", 1)[0].rsplit("/", 1)[1]
+    database = db_name(url)
     env = {"HILO_DATABASE_URL": url, "HILO_SECRET_KEY": "k" * 43, "HILO_LOG_FORMAT": "json",
            "HILO_CLEANUP_SECONDS": str(PERIOD), "HILO_LOG_LEVEL": "debug"}
     (tmp_path / "a").mkdir()

@@ -17,14 +17,10 @@ from memory.dialect_pg import PgDb, PostgresStore
 from memory.open import open_store
 from memory.pg_terms import selective_terms
 from memory.store import ContextQuery, ImportRow, Ingested
-from tests.fakes.postgres import SERVER, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
+from tests.fakes.postgres import SERVER, db_name, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
 
 T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(days=1)
 SCANS = "SELECT seq_scan, idx_scan FROM pg_stat_xact_user_tables WHERE relname = 'messages'"
-
-
-def db_name(url: str) -> str:
-    return url.split("?", 1)[0].rsplit("/", 1)[-1]
 
 
 async def put(store: PostgresStore, ext: str, text: str) -> Ingested:

@@ -22,14 +22,11 @@ from kernel.types import InboundMessage
 from tests.backends import Backend, TestClock
 from tests.fakes import recorded_shapes as rec
 from tests.fakes.model_server import FakeModelServer, in_stream, ok, replay, slow, status
+from tests.waiting import no_sleep
 
 
 def msg(surface: str, sender: str, ext: str, text: str, **kw: Any) -> InboundMessage:
     return InboundMessage(surface=surface, sender=sender, external_id=ext, text=text, **kw)
-
-
-async def no_sleep(_: float) -> None:
-    return None
 
 
 def echo_pipeline(store: Any, **settings: Any) -> Pipeline:

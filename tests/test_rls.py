@@ -23,7 +23,7 @@ from kernel.types import InboundMessage, ModelCallRecord
 from memory.migrate import discover
 from memory.open import open_store
 from memory.store import ContextQuery, Delivery, LinkPolicy, Store
-from tests.fakes.postgres import SERVER, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
+from tests.fakes.postgres import SERVER, db_name, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
 
 OWNER = "hilo_rls_owner"
 SUPABASE = ("anon", "authenticated", "service_role")
@@ -49,10 +49,6 @@ UNGATED_SQL = (
 #: anything.
 FILLED = {"schema_migrations", "users", "identities", "conversations", "messages", "model_calls", "facts",
           "deliveries", "link_codes", "link_failures", "identity_audit"}
-
-
-def db_name(url: str) -> str:
-    return url.split("?", 1)[0].rsplit("/", 1)[-1]
 
 
 def as_login(url: str, role: str) -> str:

@@ -15,7 +15,8 @@ from kernel.types import InboundMessage
 from memory import turn_lease
 from memory.open import open_store
 from memory.store import LinkPolicy, Store
-from tests.fakes.postgres import SERVER, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
+from tests.fakes.pgbouncer import database_url, pgbouncer_session  # noqa: F401  (autouse fixture)
+from tests.fakes.postgres import postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -31,8 +32,7 @@ class Clock:
 @pytest.fixture(params=["sqlite", "postgres"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[tuple[Store, Clock]]:
     clock = Clock()
-    url = f"sqlite:///{tmp_path / 'hilo.db'}" if request.param == "sqlite" else SERVER.create_database()
-    s = open_store(url, clock=clock)
+    s = open_store(database_url(request.param, tmp_path), clock=clock)
     await s.open()
     try:
         yield s, clock

@@ -8,7 +8,7 @@ second pipeline has stored the redelivery; nothing here sleeps to order events."
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,14 +24,11 @@ from memory import turn_lease
 from memory.open import open_store
 from memory.store import Ingested, Store
 from tests.fakes.model_server import FakeModelServer
-from tests.fakes.pgbouncer import BOUNCER, pgbouncer_session  # noqa: F401  (autouse fixture)
+from tests.fakes.pgbouncer import BOUNCER, database_url, pgbouncer_session  # noqa: F401  (autouse fixture)
 from tests.fakes.postgres import SERVER, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
+from tests.waiting import no_sleep, wait_until
 
 T = TypeVar("T")
-
-
-async def no_sleep(_: float) -> None:
-    return None
 
 
 class HeldChain:
@@ -98,28 +95,13 @@ class Processes:
             await store.close()
 
 
-async def wait_until(condition: Callable[[], bool], what: str) -> None:
-    """Wait for something another task or process does (polled: it is not an asyncio event of this loop)."""
-    for _ in range(2000):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"never happened: {what}")
-
-
 def lease_waits(store: Store) -> int:
     return int(getattr(store, "counters", {}).get("turn_lease_waits", 0))
 
 
 @pytest.fixture(params=["sqlite", "postgres", "pgbouncer"])
 async def processes(request: Any, tmp_path: Path, model_server: FakeModelServer) -> AsyncIterator[Processes]:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'hilo.db'}"
-    else:
-        url = SERVER.create_database()
-        if request.param == "pgbouncer":
-            url = BOUNCER.url(url)
-    procs = Processes(url, model_server)
+    procs = Processes(database_url(request.param, tmp_path), model_server)
     await procs.open()
     yield procs
     await procs.close()

@@ -14,8 +14,9 @@ import pytest
 
 from tests.fakes.model_server import FakeModelServer, slow
 from tests.fakes.pgbouncer import BOUNCER, pgbouncer_session  # noqa: F401  (autouse fixture)
-from tests.fakes.postgres import SERVER, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
+from tests.fakes.postgres import SERVER, db_name, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
 from tests.fakes.serve_process import serving
+from tests.waiting import wait_until
 
 
 @pytest.mark.parametrize("pooled", [False, True], ids=["postgres", "pgbouncer"])
@@ -23,7 +24,7 @@ async def test_two_serve_processes_answer_a_redelivered_web_message_once(
     pooled: bool, tmp_path: Path, model_server: FakeModelServer,
 ) -> None:
     url = SERVER.create_database()
-    database = url.split("?", 1)[0].rsplit("/", 1)[1]
+    database = db_name(url)
     env = {"HILO_DATABASE_URL": BOUNCER.url(url) if pooled else url, "HILO_SECRET_KEY": "k" * 43,
            "HILO_MODEL": "openai:m1", "OPENAI_API_KEY": "x", "OPENAI_BASE_URL": model_server.base_url + "/v1"}
     (tmp_path / "a").mkdir()
@@ -35,10 +36,7 @@ async def test_two_serve_processes_answer_a_redelivered_web_message_once(
             auth = {"Authorization": f"Bearer {token}"}
             body = {"text": "what is on today", "client_message_id": "c-1"}
             first = asyncio.create_task(client.post(one.url + "/api/messages", json=body, headers=auth))
-            for _ in range(3000):  # the first process's model call arrived (another process: polled)
-                if model_server.requests or first.done():
-                    break
-                await asyncio.sleep(0.01)
+            await wait_until(lambda: model_server.requests or first.done(), "the first process's model call")
             assert len(model_server.requests) == 1, "the first process never called the model"
             again = await client.post(two.url + "/api/messages", json=body, headers=auth)
             answered = await first

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from tests.fakes.loopback import free_port
 from tests.fakes.postgres import SERVER, EmbeddedPostgres
 
 BINARY = os.environ.get("HILO_TEST_PGBOUNCER", "/usr/sbin/pgbouncer")
@@ -57,7 +58,7 @@ class PgBouncer:
         socket_dir = urlsplit(self.server.uri("postgres")).query.split("host=", 1)[1].split("&", 1)[0]
         server_port = self.server.query("postgres", "SHOW port")[0][0]
         self._dir = tempfile.mkdtemp(prefix="hilo-pgb-")
-        self.port = _free_port()
+        self.port = free_port()
         ini = Path(self._dir, "pgb.ini")
         users = Path(self._dir, "users.txt")
         users.write_text('"postgres" ""\n')
@@ -116,12 +117,6 @@ class PgBouncer:
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 #: The session's pgbouncer (started by the first test that asks for a pooled URL).

@@ -29,6 +29,11 @@ import pytest
 T = TypeVar("T")
 
 
+def db_name(url: str) -> str:
+    """The database a Postgres URL names (create_database's URL, or one through the pooler)."""
+    return url.split("?", 1)[0].rsplit("/", 1)[-1]
+
+
 def run_sync(fn: Callable[[], Awaitable[T]]) -> T:
     """Run a coroutine to completion on a private thread and loop (callable while another loop runs)."""
     result: list[Any] = []

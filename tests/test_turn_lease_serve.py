@@ -1,18 +1,21 @@
 """Two real `hilo serve` processes on one Postgres (directly, and behind pgbouncer in transaction mode): the same
 web message (the same client_message_id) posted to the second while the first runs its turn is answered once.
 
-The fake provider holds its first answer (`slow`); the test waits for that request to arrive (the fake's request
-list: an event), then posts the redelivery to the second process, whose turn waits for the first one's lease."""
+The fake provider holds its first answer until the test releases it (`held`). The test waits for that request to
+arrive, posts the redelivery to the second process, waits for that process to take it in as a turn to resume
+(its `turn.resumed` line: the first turn is still running, nothing is answered yet), and only then lets the model
+answer: the second process's turn waits for the first one's lease and finds the message answered."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.fakes.model_server import FakeModelServer, slow
+from tests.fakes.model_server import FakeModelServer, held
 from tests.fakes.pgbouncer import BOUNCER, pgbouncer_session  # noqa: F401  (autouse fixture)
 from tests.fakes.postgres import SERVER, db_name, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
 from tests.fakes.serve_process import serving
@@ -29,7 +32,8 @@ async def test_two_serve_processes_answer_a_redelivered_web_message_once(
            "HILO_MODEL": "openai:m1", "OPENAI_API_KEY": "x", "OPENAI_BASE_URL": model_server.base_url + "/v1"}
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    model_server.enqueue(slow(3.0))  # held long enough for the redelivery to be stored while it runs
+    gate = threading.Event()
+    model_server.enqueue(held(gate))  # the first turn's model answers only when the test says so
     with serving(tmp_path / "a", env) as one, serving(tmp_path / "b", env) as two:
         async with httpx.AsyncClient(timeout=60) as client:
             token = (await client.post(one.url + "/api/session")).json()["session"]
@@ -38,7 +42,12 @@ async def test_two_serve_processes_answer_a_redelivered_web_message_once(
             first = asyncio.create_task(client.post(one.url + "/api/messages", json=body, headers=auth))
             await wait_until(lambda: model_server.requests or first.done(), "the first process's model call")
             assert len(model_server.requests) == 1, "the first process never called the model"
-            again = await client.post(two.url + "/api/messages", json=body, headers=auth)
+            again_task = asyncio.create_task(client.post(two.url + "/api/messages", json=body, headers=auth))
+            try:
+                await asyncio.to_thread(two.wait_for, lambda line: "turn.resumed" in line)
+            finally:
+                gate.set()  # the redelivery is in the second process's hands: now the first turn may finish
+            again = await again_task
             answered = await first
     assert answered.status_code == again.status_code == 200
     assert answered.json()["status"] == "ok"

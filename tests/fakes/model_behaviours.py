@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 
@@ -21,6 +22,7 @@ class Behaviour:
     status: int = 200
     headers: tuple[tuple[str, str], ...] = ()
     delay: float = 0.0  # seconds to sleep before answering (slow)
+    gate: threading.Event | None = None  # held: answer only once the test sets it (at most 60 s)
     after_chunks: int = 2  # cut / in_stream / cut_event: text chunks sent before it happens
     raw: str | None = None  # in_stream: the SSE event sent; replay: the recorded stream
     body: str | None = None  # replay: the recorded JSON body
@@ -55,6 +57,11 @@ def overloaded() -> Behaviour:
 def slow(seconds: float, then: Behaviour | None = None) -> Behaviour:
     """Sleep before answering with `then` (default ok())."""
     return replace(then or ok(), delay=seconds)
+
+
+def held(gate: threading.Event, then: Behaviour | None = None) -> Behaviour:
+    """Answer with `then` (default ok()) only once `gate` is set: the test decides when the model "returns"."""
+    return replace(then or ok(), gate=gate)
 
 
 def cut(after_chunks: int = 2, text: str | None = None) -> Behaviour:

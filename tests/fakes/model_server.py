@@ -43,6 +43,7 @@ from tests.fakes.model_behaviours import (
     break_with,
     cut,
     cut_event,
+    held,
     in_stream,
     ok,
     overloaded,
@@ -55,7 +56,8 @@ from tests.fakes.model_behaviours import (
 from tests.fakes.recorded_shapes import anthropic_message_of
 
 __all__ = [
-    "Behaviour", "FakeModelServer", "RecordedRequest", "cut", "cut_event", "in_stream", "model_server",
+    "Behaviour", "FakeModelServer", "RecordedRequest", "cut", "cut_event", "held", "in_stream",
+    "model_server",
     "model_server_session", "ok", "overloaded", "rate_limited", "replay", "slow", "status",
 ]
 
@@ -184,6 +186,8 @@ class FakeModelServer:
         behaviour = self._next(record.model)
         if behaviour.delay:
             await asyncio.sleep(behaviour.delay)
+        if behaviour.gate is not None:
+            await asyncio.get_running_loop().run_in_executor(None, behaviour.gate.wait, 60.0)
         return record, behaviour
 
     async def _openai(self, request: Request) -> Response:

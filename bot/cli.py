@@ -178,7 +178,28 @@ def cmd_remember(args: argparse.Namespace) -> int:
     async def run(store: Any) -> int:
         user_id = await store.user_id(args.user, create=True)
         fact = await store.remember(user_id, text, tokens.count(text))
-        print(f"{catalog.t('remembered', settings.language)} (fact {fact.id})")
+        print(f"{catalog.t('remembered', settings.language)} (fact {fact.id}, {fact.short_id})")
+        return 0
+
+    return asyncio.run(_with_store(settings, run))
+
+
+def cmd_memory(args: argparse.Namespace) -> int:
+    from bot.memory_commands import memory_json
+
+    settings = _settings(args)
+
+    async def run(store: Any) -> int:
+        user_id = await store.user_id(args.user)
+        found = await store.memories(user_id, include_ended=args.all) if user_id is not None else []
+        if args.json:
+            print(json.dumps([memory_json(m) for m in found], ensure_ascii=False, indent=2))
+            return 0
+        for m in found:
+            ended = f" [ended {m.ended_at:%Y-%m-%d}]" if m.ended_at else ""
+            print(f"{m.short_id:<8} {m.kind:<12} {m.source:<8} {m.confidence:.1f} {m.content}{ended}")
+        print(f"{len(found)} memories of {args.user}" if user_id is not None
+              else f"nothing is stored about {args.user}")
         return 0
 
     return asyncio.run(_with_store(settings, run))
@@ -190,11 +211,28 @@ def cmd_forget(args: argparse.Namespace) -> int:
     settings = _settings(args)
 
     async def run(store: Any) -> int:
+        if args.memory is not None:
+            return await _forget_memory(store, args.user, args.memory)
         existed = await store.forget(args.user)
         print(catalog.t("forgotten" if existed else "nothing_to_forget", settings.language, handle=args.user))
         return 0
 
     return asyncio.run(_with_store(settings, run))
+
+
+async def _forget_memory(store: Any, handle: str, ref: str) -> int:
+    """`hilo forget --user U --memory ID`: one memory of U (ID: m12 or 12), not the person."""
+    from bot.memory_commands import parse_id
+
+    memory_id = parse_id(ref)
+    if memory_id is None:
+        raise ConfigError(f"--memory {ref!r} is not a memory id: give one as `hilo memory` lists it, e.g. m12")
+    user_id = await store.user_id(handle)
+    if user_id is None or not await store.forget_memory(user_id, memory_id):
+        print(f"hilo: {handle} has no memory m{memory_id}: see `hilo memory --user {handle}`", file=sys.stderr)
+        return 1
+    print(f"forgot m{memory_id} of {handle}")
+    return 0
 
 
 def cmd_link(args: argparse.Namespace) -> int:
@@ -267,6 +305,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("text", nargs="+", metavar="TEXT")
     s.set_defaults(fn=cmd_remember)
 
+    s = sub.add_parser("memory", parents=[common], help="what hilo remembers about a person, newest first")
+    s.add_argument("--user", required=True, metavar="U")
+    s.add_argument("--all", action="store_true", help="also the ended ones (superseded or expired)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_memory)
+
     s = sub.add_parser("link", parents=[common], help="join an identity (surface + sender id) to a person")
     s.add_argument("--user", required=True, metavar="U")
     s.add_argument("--surface", required=True, choices=SURFACES)
@@ -278,8 +322,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--sender", required=True, metavar="ID")
     s.set_defaults(fn=cmd_unlink)
 
-    s = sub.add_parser("forget", parents=[common], help="delete everything about a person")
+    s = sub.add_parser("forget", parents=[common], help="delete everything about a person (or one memory)")
     s.add_argument("--user", required=True, metavar="U")
+    s.add_argument("--memory", metavar="ID", help="forget only this memory (m12, as `hilo memory` lists it)")
     s.set_defaults(fn=cmd_forget)
     return p
 

@@ -183,7 +183,10 @@ class SqlStore:
 
     # -- identities, linking, deliveries ------------------------------------------------------------------
 
-    async def identity_user(self, surface: str, external_user_id: str) -> int | None:
+    async def identity_user(self, surface: str, external_user_id: str, *, create: bool = False) -> int | None:
+        if create:
+            return await self._tx("write", lambda db: turns.identity_user(db, surface, external_user_id,
+                                                                          db.ts(db.clock())))
         return await self._tx("read", lambda db: db.value(
             "SELECT user_id FROM identities WHERE surface = $1 AND external_user_id = $2", surface, external_user_id,
         ))

@@ -234,8 +234,9 @@ class Store(Protocol):
     async def model_calls(self, user_id: int) -> list[dict[str, Any]]:
         """The user's model_calls rows, oldest first (JSON-ready)."""
 
-    async def identity_user(self, surface: str, external_user_id: str) -> int | None:
-        """The user an identity (surface, id on that surface) belongs to, or None."""
+    async def identity_user(self, surface: str, external_user_id: str, *, create: bool = False) -> int | None:
+        """The user an identity (surface, id on that surface) belongs to, or None; `create`: created (with its
+        user) on first contact, as a message would (`/remember` before anything else was said)."""
 
     async def identity_handle(self, surface: str, external_user_id: str) -> str | None:
         """The handle of the user an identity belongs to (whatever it was linked to), or None."""

@@ -583,3 +583,11 @@ async def test_the_widgets_memory_view_lists_and_forgets_only_the_callers_own(cl
     fresh = (await client.post("/api/session")).json()["session"]
     empty = (await client.get("/api/memories", headers=bearer(fresh))).json()
     assert empty["memories"] == [] and empty["texts"]["empty"] == catalog.t("widget_memories_empty", "en")
+
+
+def test_the_widgets_memory_button_says_what_the_catalogue_says() -> None:
+    from importlib import resources
+
+    script = (resources.files("surfaces") / "widget" / "widget.js").read_text(encoding="utf-8")
+    for lang in ("en", "es"):
+        assert f'memories: "{catalog.t("widget_memories_title", lang)}"' in script, lang

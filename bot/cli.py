@@ -185,24 +185,10 @@ def cmd_remember(args: argparse.Namespace) -> int:
 
 
 def cmd_memory(args: argparse.Namespace) -> int:
-    from bot.memory_commands import memory_json
+    from bot.cli_memory import show_memories
 
     settings = _settings(args)
-
-    async def run(store: Any) -> int:
-        user_id = await store.user_id(args.user)
-        found = await store.memories(user_id, include_ended=args.all) if user_id is not None else []
-        if args.json:
-            print(json.dumps([memory_json(m) for m in found], ensure_ascii=False, indent=2))
-            return 0
-        for m in found:
-            ended = f" [ended {m.ended_at:%Y-%m-%d}]" if m.ended_at else ""
-            print(f"{m.short_id:<8} {m.kind:<12} {m.source:<8} {m.confidence:.1f} {m.content}{ended}")
-        print(f"{len(found)} memories of {args.user}" if user_id is not None
-              else f"nothing is stored about {args.user}")
-        return 0
-
-    return asyncio.run(_with_store(settings, run))
+    return asyncio.run(_with_store(settings, lambda store: show_memories(store, args.user, args.all, args.json)))
 
 
 def cmd_forget(args: argparse.Namespace) -> int:
@@ -212,27 +198,14 @@ def cmd_forget(args: argparse.Namespace) -> int:
 
     async def run(store: Any) -> int:
         if args.memory is not None:
-            return await _forget_memory(store, args.user, args.memory)
+            from bot.cli_memory import forget_memory
+
+            return await forget_memory(store, args.user, args.memory)
         existed = await store.forget(args.user)
         print(catalog.t("forgotten" if existed else "nothing_to_forget", settings.language, handle=args.user))
         return 0
 
     return asyncio.run(_with_store(settings, run))
-
-
-async def _forget_memory(store: Any, handle: str, ref: str) -> int:
-    """`hilo forget --user U --memory ID`: one memory of U (ID: m12 or 12), not the person."""
-    from bot.memory_commands import parse_id
-
-    memory_id = parse_id(ref)
-    if memory_id is None:
-        raise ConfigError(f"--memory {ref!r} is not a memory id: give one as `hilo memory` lists it, e.g. m12")
-    user_id = await store.user_id(handle)
-    if user_id is None or not await store.forget_memory(user_id, memory_id):
-        print(f"hilo: {handle} has no memory m{memory_id}: see `hilo memory --user {handle}`", file=sys.stderr)
-        return 1
-    print(f"forgot m{memory_id} of {handle}")
-    return 0
 
 
 def cmd_link(args: argparse.Namespace) -> int:

@@ -114,6 +114,14 @@ def test_memory_lists_and_forget_memory_forgets_one(hilo) -> None:  # type: igno
         "pool", "memory", "relevance", "importance", "confidence", "recency", "frequency"}
 
 
+def test_remember_and_forget_typed_in_hilo_chat(hilo) -> None:  # type: ignore[no-untyped-def]
+    assert "(m1)" in hilo("chat", "--user", "hana", "/remember my bike is red")
+    assert [m["content"] for m in json.loads(hilo("memory", "--user", "hana", "--json"))] == ["my bike is red"]
+    assert "- m1: my bike is red" in hilo("chat", "--user", "hana", "/memory")
+    assert "Forgotten (m1)" in hilo("chat", "--user", "hana", "/forget bike")
+    assert json.loads(hilo("memory", "--user", "hana", "--json")) == []
+
+
 def test_forget_memory_of_someone_else_fails_clearly(hilo) -> None:  # type: ignore[no-untyped-def]
     hilo("remember", "--user", "finn", "finn likes tea")
     hilo("remember", "--user", "gwen", "gwen likes coffee")

@@ -25,7 +25,7 @@ from memory.migrate import (
     split_sqlite,
 )
 from memory.open import open_store, sqlite_path
-from memory.store import ContextQuery
+from memory.store import ContextQuery, MemoryDraft
 from tests.fakes.postgres import SERVER, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
 
 CORE_TABLES = {"users", "identities", "conversations", "messages", "model_calls", "memories", "messages_fts"}
@@ -270,3 +270,54 @@ async def test_unopenable_path_is_store_unavailable(tmp_path: Path) -> None:
     with pytest.raises(StoreUnavailable, match="missing-dir does not exist: create it"):
         await store.open()
     await store.close()
+
+
+def _before_memories(dialect: str) -> list[Migration]:
+    return [m for m in discover(dialect) if m.name < "0016"]
+
+
+async def test_facts_become_stated_memories_keeping_their_ids(tmp_path: Path) -> None:
+    path = tmp_path / "facts.db"
+    ts = "2024-01-01T00:00:00.000000Z"
+    with closing(sqlite3.connect(path, isolation_level=None)) as c:
+        apply_sqlite(c, _before_memories("sqlite"))
+        c.execute("INSERT INTO users(handle, created_at) VALUES ('ana', ?)", (ts,))
+        c.execute("INSERT INTO facts(id, user_id, content, token_count, created_at) VALUES "
+                  "(3, 1, 'likes tea', 2, ?), (7, 1, 'lives in Porto', 3, ?)", (ts, ts))
+    store = SqliteStore(path)
+    await store.open()
+    try:
+        assert "0016_memories" in store.applied
+        found = await store.memories(1)
+        assert [(m.id, m.content, m.kind, m.source, m.confidence, m.token_count, m.terms) for m in found] == [
+            (7, "lives in Porto", "fact", "stated", 1.0, 3, ("lives", "porto")),
+            (3, "likes tea", "fact", "stated", 1.0, 2, ("likes", "tea"))]
+        assert found[0].created_at == found[0].updated_at == datetime(2024, 1, 1, tzinfo=UTC)
+        assert (await store.add_memory(1, MemoryDraft("works at Acme"))).memory.id == 8  # ids never reused
+    finally:
+        await store.close()
+    with closing(sqlite3.connect(path)) as c:
+        assert "facts" not in tables(c)
+
+
+async def test_postgres_facts_become_stated_memories_keeping_their_ids(pg_url: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(pg_url)
+    try:
+        await apply_postgres(conn, _before_memories("postgres"))
+        await conn.execute(
+            "INSERT INTO users(id, handle, created_at) VALUES (1, 'ana', now());"
+            "INSERT INTO facts(id, user_id, content, token_count, created_at) VALUES "
+            "(3, 1, 'likes tea', 2, now()), (7, 1, 'lives in Porto', 3, now())")
+    finally:
+        await conn.close()
+    store = open_store(pg_url)
+    await store.open()
+    try:
+        found = await store.memories(1)
+        assert [(m.id, m.content, m.source, m.confidence) for m in found] == [
+            (7, "lives in Porto", "stated", 1.0), (3, "likes tea", "stated", 1.0)]
+        assert (await store.add_memory(1, MemoryDraft("works at Acme"))).memory.id == 8  # the identity moved on
+    finally:
+        await store.close()

@@ -144,7 +144,7 @@ async def run_fts(conn: Conn, handle: str, turns: int, sentence: Sentence, cross
         since = conn.ts(datetime.now(UTC) - timedelta(hours=cross_hours))
         await conn.q("SELECT id, content, token_count FROM messages WHERE user_id = $1 AND surface <> 'telegram' "
                      "AND created_at >= $2 ORDER BY created_at DESC LIMIT 20", uid, since)
-        await conn.q("SELECT content FROM facts WHERE user_id = $1", uid)
+        await conn.q("SELECT content FROM memories WHERE user_id = $1", uid)
         sql, match = _search_sql(conn, text.lower().strip(".").split()[:8])
         await conn.q(sql, match, uid)
         t2 = time.perf_counter()

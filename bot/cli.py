@@ -178,10 +178,17 @@ def cmd_remember(args: argparse.Namespace) -> int:
     async def run(store: Any) -> int:
         user_id = await store.user_id(args.user, create=True)
         fact = await store.remember(user_id, text, tokens.count(text))
-        print(f"{catalog.t('remembered', settings.language)} (fact {fact.id})")
+        print(f"{catalog.t('remembered', settings.language)} (fact {fact.id}, {fact.short_id})")
         return 0
 
     return asyncio.run(_with_store(settings, run))
+
+
+def cmd_memory(args: argparse.Namespace) -> int:
+    from bot.cli_memory import show_memories
+
+    settings = _settings(args)
+    return asyncio.run(_with_store(settings, lambda store: show_memories(store, args.user, args.all, args.json)))
 
 
 def cmd_forget(args: argparse.Namespace) -> int:
@@ -190,6 +197,10 @@ def cmd_forget(args: argparse.Namespace) -> int:
     settings = _settings(args)
 
     async def run(store: Any) -> int:
+        if args.memory is not None:
+            from bot.cli_memory import forget_memory
+
+            return await forget_memory(store, args.user, args.memory)
         existed = await store.forget(args.user)
         print(catalog.t("forgotten" if existed else "nothing_to_forget", settings.language, handle=args.user))
         return 0
@@ -267,6 +278,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("text", nargs="+", metavar="TEXT")
     s.set_defaults(fn=cmd_remember)
 
+    s = sub.add_parser("memory", parents=[common], help="what hilo remembers about a person, newest first")
+    s.add_argument("--user", required=True, metavar="U")
+    s.add_argument("--all", action="store_true", help="also the ended ones (superseded or expired)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_memory)
+
     s = sub.add_parser("link", parents=[common], help="join an identity (surface + sender id) to a person")
     s.add_argument("--user", required=True, metavar="U")
     s.add_argument("--surface", required=True, choices=SURFACES)
@@ -278,8 +295,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--sender", required=True, metavar="ID")
     s.set_defaults(fn=cmd_unlink)
 
-    s = sub.add_parser("forget", parents=[common], help="delete everything about a person")
+    s = sub.add_parser("forget", parents=[common], help="delete everything about a person (or one memory)")
     s.add_argument("--user", required=True, metavar="U")
+    s.add_argument("--memory", metavar="ID", help="forget only this memory (m12, as `hilo memory` lists it)")
     s.set_defaults(fn=cmd_forget)
     return p
 

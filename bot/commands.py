@@ -1,13 +1,15 @@
-"""Commands a person can send on any surface: /start, /help, /memory, /forget, /link, /unlink.
+"""Commands a person can send on any surface: /start, /help, /remember, /memory, /forget, /link, /unlink.
 
 Surface-agnostic: a surface parses the text (`parse`), decides whether the command is addressed to hilo, and
 hands the person's InboundMessage and the store to `run`, which returns the reply text in the person's
 language. Nothing here knows Telegram; WhatsApp and the web reuse it. A command is not a turn: it is not
 stored as a message and never reaches the model.
 
-- /memory and /forget (and /link) speak about the person's private data: in a shared place (metadata
+- /remember, /memory and /forget (and /link) speak about the person's private data: in a shared place (metadata
   `audience: "group"`) they only point to a private chat.
-- /forget asks first; "/forget yes" (or "sí") deletes. Stateless on purpose: no pending confirmation to lose
+- /remember TEXT stores a memory the person stated; /memory lists memories with short ids ("m12"), newest first;
+  "/forget m12" or "/forget some words" forgets one (bot/memory_commands.py).
+- /forget alone asks first; "/forget yes" (or "sí") deletes. Stateless on purpose: no pending confirmation to lose
   on a restart or to share between processes. It deletes the PERSON (every surface they are linked on).
 - /link and /unlink: verified identity linking (bot/linking.py): one memory for one person on every surface.
   "/link CODE" shows whose account the code joins and "/link CODE yes" joins it; unlike /forget's, this
@@ -17,18 +19,19 @@ stored as a message and never reaches the model.
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from bot import memory_commands
 from bot.notices import Notices
 from kernel import catalog
-from kernel.types import InboundMessage
+from kernel.types import InboundMessage, Memory
 from memory.store import Inspection, Store
 
 #: "/forget yes", "/forget sí": the words that confirm a deletion, in any catalogue language.
 CONFIRM_WORDS = frozenset({"yes", "y", "si", "sí", "confirm", "confirmar"})
-#: At most this many facts are listed by /memory (the newest); the rest are counted.
-MEMORY_FACTS_SHOWN = 30
+#: At most this many memories are listed by /memory (the newest); the rest are counted.
+MEMORY_FACTS_SHOWN = memory_commands.MEMORY_SHOWN
 
 _COMMAND = re.compile(r"/([A-Za-z0-9_]{1,32})(?:@([A-Za-z0-9_]{1,64}))?(?=\s|$)(.*)", re.DOTALL)
 
@@ -94,11 +97,28 @@ async def memory(ctx: CommandContext) -> str:
     data = await ctx.store.inspect(handle) if handle else None
     if not data:
         return ctx.t("cmd_memory_empty")
-    return describe_memory(data, ctx.lang)
+    return describe_memory(data, await ctx.store.memories(data["user"]["id"]), ctx.lang)
+
+
+async def remember(ctx: CommandContext) -> str:
+    if not ctx.args.strip():
+        return ctx.t("cmd_remember_usage")
+    m = ctx.msg
+    if m.handle:
+        user_id = await ctx.store.user_id(m.handle, create=True)
+    else:
+        user_id = await ctx.store.identity_user(m.surface, m.sender, create=True)
+    assert user_id is not None
+    return await memory_commands.remember(ctx.store, user_id, ctx.args, ctx.lang)
 
 
 async def forget(ctx: CommandContext) -> str:
-    if ctx.args.strip().casefold() not in CONFIRM_WORDS:
+    what = ctx.args.strip()
+    if what and what.casefold() not in CONFIRM_WORDS:
+        handle = await ctx.handle()
+        user_id = await ctx.store.user_id(handle) if handle else None
+        return await memory_commands.forget_one(ctx.store, user_id, what, ctx.lang)
+    if what.casefold() not in CONFIRM_WORDS:
         return ctx.t("cmd_forget_confirm")
     handle = await ctx.handle()
     existed = await ctx.store.forget(handle) if handle else False
@@ -150,10 +170,11 @@ async def unlink(ctx: CommandContext) -> str:
 
 
 HANDLERS: dict[str, Handler] = {
-    "start": start, "help": help_, "memory": memory, "forget": forget, "link": link, "unlink": unlink,
+    "start": start, "help": help_, "remember": remember, "memory": memory, "forget": forget, "link": link,
+    "unlink": unlink,
 }
 #: Commands that show or change the person's private data: never answered in a shared place.
-PRIVATE_ONLY = frozenset({"memory", "forget", "link", "unlink"})
+PRIVATE_ONLY = frozenset({"remember", "memory", "forget", "link", "unlink"})
 
 
 async def run(
@@ -172,17 +193,10 @@ async def run(
     return await handler(ctx)
 
 
-def describe_memory(data: Inspection, lang: str) -> str:
-    """/memory's answer from `Store.inspect` output: the facts, then what is kept, counted."""
-    facts = [f["content"] for f in data["facts"]]
-    shown = facts[-MEMORY_FACTS_SHOWN:]
-    if shown:
-        lines = "\n".join(f"- {fact}" for fact in shown)
-        text = catalog.t("cmd_memory_facts", lang, facts=lines)
-        if len(facts) > len(shown):
-            text += "\n" + catalog.t("cmd_memory_more", lang, count=len(facts) - len(shown))
-    else:
-        text = catalog.t("cmd_memory_no_facts", lang)
+def describe_memory(data: Inspection, memories: Sequence[Memory], lang: str) -> str:
+    """/memory's answer: the current memories with their ids, newest first (bot/memory_commands.py), then what is
+    kept (from `Store.inspect` output), counted."""
+    text = memory_commands.listing(memories, lang) or catalog.t("cmd_memory_no_facts", lang)
     conversations = [c for c in data["conversations"] if c["messages"]]
     messages = sum(len(c["messages"]) for c in conversations)
     surfaces = sorted({c["surface"] for c in conversations})

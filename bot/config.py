@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kernel.errors import ConfigError
+from memory.memory_score import MemoryWeights
 
 DEFAULT_DB = "sqlite:///hilo.db"
 DEFAULT_SYSTEM_PROMPT = (
@@ -35,6 +36,26 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> i
         raise ConfigError(f"{name}={raw!r} is not a whole number: set it to e.g. {default}") from None
     if value < minimum:
         raise ConfigError(f"{name}={value} is too small: set it to at least {minimum}")
+    return value
+
+
+def _memory_weights(raw: str) -> MemoryWeights:
+    try:
+        return MemoryWeights.parse(raw)
+    except ValueError as exc:
+        raise ConfigError(f"HILO_MEMORY_WEIGHTS: {exc}; e.g. relevance=0.55,importance=0.15,confidence=0.1,"
+                          "recency=0.1,frequency=0.1") from None
+
+
+def _share(env: Mapping[str, str], name: str, default: float) -> float:
+    """A number in [0, 1]."""
+    raw = env.get(name, "").strip()
+    try:
+        value = float(raw) if raw else default
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number: set it to e.g. {default}") from None
+    if not 0 <= value <= 1:
+        raise ConfigError(f"{name}={value} must be between 0 and 1")
     return value
 
 
@@ -175,6 +196,12 @@ class Settings:
     #: HILO_EMBEDDING_API_KEY: its key. OPENAI_API_KEY is used only when HILO_EMBEDDING_URL is not set, so the
     #: OpenAI key is never sent to another server.
     embedding_api_key: str = ""
+    #: HILO_MEMORY_WEIGHTS: how memories are ranked for the context (memory/memory_score.py), relevance first.
+    memory_weights: MemoryWeights = field(default_factory=MemoryWeights)
+    #: HILO_MEMORY_EXPIRY_DAYS: a memory less important than HILO_MEMORY_EXPIRY_IMPORTANCE that no context used
+    #: for this many days ends (the memory_expiry job, daily; kept, never deleted: see memory/sql_memories.py).
+    memory_expiry_days: int = 120
+    memory_expiry_importance: float = 0.3
 
     @property
     def models(self) -> tuple[ModelSpec, ...]:
@@ -282,6 +309,9 @@ class Settings:
             embedding_model=env.get("HILO_EMBEDDING_MODEL", "").strip(),
             embedding_url=embedding_url or openai_base,
             embedding_api_key=embedding_key,
+            memory_weights=_memory_weights(env.get("HILO_MEMORY_WEIGHTS", "")),
+            memory_expiry_days=_int(env, "HILO_MEMORY_EXPIRY_DAYS", 120),
+            memory_expiry_importance=_share(env, "HILO_MEMORY_EXPIRY_IMPORTANCE", 0.3),
         )
 
     @classmethod

@@ -2,9 +2,13 @@
 
 - cleanup (every HILO_CLEANUP_SECONDS, an hour by default): deletes link codes that can never be redeemed
   again (used, replaced by a newer code, or expired); nothing else deletes them.
+- memory_expiry (daily): ends the memories whose expiry date passed, and those less important than
+  HILO_MEMORY_EXPIRY_IMPORTANCE that no context used for HILO_MEMORY_EXPIRY_DAYS (memory/sql_memories.py).
 """
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 from bot.config import Settings
 from bot.jobs import JobContext, JobRegistry
@@ -12,6 +16,8 @@ from kernel import log
 from memory.store import Store
 
 logger = log.get("hilo.jobs")
+#: How often memory_expiry runs: daily (expiry counts in days).
+MEMORY_EXPIRY_SECONDS = 24 * 3600
 
 
 def registry(settings: Settings, store: Store) -> JobRegistry:
@@ -22,4 +28,11 @@ def registry(settings: Settings, store: Store) -> JobRegistry:
         logger.info("cleanup.done", run=ctx.run_id, link_codes=purged)
 
     jobs.add("cleanup", cleanup, every=settings.cleanup_seconds)
+
+    async def memory_expiry(ctx: JobContext) -> None:
+        ended = await store.expire_memories(settings.memory_expiry_importance,
+                                            timedelta(days=settings.memory_expiry_days))
+        logger.info("memory_expiry.done", run=ctx.run_id, ended=ended)
+
+    jobs.add("memory_expiry", memory_expiry, every=MEMORY_EXPIRY_SECONDS)
     return jobs

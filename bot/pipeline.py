@@ -116,7 +116,7 @@ class Pipeline:
             reply = answers.reply_text(completion, lang) if completion is not None else None
             reply_tokens = await _count(reply) if reply is not None else 0
             try:
-                stored = await self.store.finish_turn(turn, reply, reply_tokens, calls)
+                stored = await self.store.finish_turn(turn, reply, reply_tokens, calls, memory_ids=ctx.memory_ids())
             except StoreError as exc:
                 # The person's message is already stored; an answer they can read beats no answer at all.
                 logger.error("turn.reply_not_stored", message_id=turn.message.id, error=type(exc).__name__)
@@ -172,7 +172,7 @@ class Pipeline:
             ))
         return assemble(
             rows or ContextRows([], [], [], []), system_prompt=s.system_prompt, new_text=text,
-            new_tokens=n_tokens, budget=s.context_budget, surface=surface, now=at,
+            new_tokens=n_tokens, budget=s.context_budget, surface=surface, now=at, memory_weights=s.memory_weights,
         )
 
     async def _call_model(

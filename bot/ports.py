@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from kernel.types import Delivery, StoredMessage
+from kernel.types import Delivery, Memory, StoredMessage
 from memory.store import ConversationInfo, Store
 
 
@@ -37,6 +37,14 @@ class History:
     async def messages(self, user_id: int, conversation_id: int) -> list[StoredMessage]:
         """Messages of one of the user's conversations, oldest first (NotFound if not the user's)."""
         return await self._store.messages(user_id, conversation_id)
+
+    async def memories(self, user_id: int) -> list[Memory]:
+        """The user's current memories, newest first."""
+        return await self._store.memories(user_id)
+
+    async def forget_memory(self, user_id: int, memory_id: int) -> bool:
+        """Delete one of the user's memories; False when it is not theirs (or gone)."""
+        return await self._store.forget_memory(user_id, memory_id)
 
     async def latest_conversation(self, handle: str, surface: str) -> int | None:
         """The conversation of the user with `handle` on `surface` (on the web: their latest), or None."""

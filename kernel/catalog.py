@@ -38,7 +38,9 @@ MESSAGES: dict[str, dict[str, str]] = {
         ),
         "cmd_help": (
             "Just write to me, or use a command:\n"
-            "/memory - what I know about you\n"
+            "/remember TEXT - ask me to remember something\n"
+            "/memory - what I know about you, each with its id (m12)\n"
+            "/forget m12 (or some words) - forget one thing\n"
             "/forget - delete everything I know about you\n"
             "/link - connect this chat with your other accounts\n"
             "/unlink - disconnect this chat from them\n"
@@ -62,6 +64,20 @@ MESSAGES: dict[str, dict[str, str]] = {
             "Done: I have deleted everything I knew about you. If you write again, I start from scratch."
         ),
         "cmd_forget_nothing": "There is nothing stored about you.",
+        "cmd_remember_usage": "Tell me what to remember, e.g. /remember I am vegetarian",
+        "cmd_remember_added": "Noted: I will remember that ({id}).",
+        "cmd_remember_merged": "I already knew that; I have updated it ({id}).",
+        "cmd_remember_superseded": "Noted ({id}): it replaces what I knew before ({old}).",
+        "cmd_forget_one_done": "Forgotten ({id}): {content}",
+        "cmd_forget_no_id": "I have no memory {id}. Send /memory to see what I remember.",
+        "cmd_forget_no_match": "Nothing I remember matches that. Send /memory to see what I remember, with ids.",
+        "cmd_forget_which": "Several things match; send /forget with the id of the one to forget:\n{items}",
+        "cmd_memory_id": "To forget one of them: /forget and its id (e.g. /forget {id}).",
+        # -- the widget's "what I remember" view (GET /api/memories) --
+        "widget_memories_title": "What I remember",
+        "widget_memories_empty": "Nothing yet. Write /remember and something about you.",
+        "widget_memories_forget": "Forget",
+        "widget_memories_more": "...and {count} more.",
         # -- telegram --
         "telegram_non_text": (
             "I can only read text for now. Please write your message (I do read the caption of a photo)."
@@ -139,7 +155,9 @@ MESSAGES: dict[str, dict[str, str]] = {
         ),
         "cmd_help": (
             "Escríbeme sin más, o usa un comando:\n"
-            "/memory - lo que sé de ti\n"
+            "/remember TEXTO - pedirme que recuerde algo\n"
+            "/memory - lo que sé de ti, cada cosa con su id (m12)\n"
+            "/forget m12 (o unas palabras) - olvidar una cosa\n"
             "/forget - borrar todo lo que sé de ti\n"
             "/link - conectar este chat con tus otras cuentas\n"
             "/unlink - desconectar este chat de ellas\n"
@@ -163,6 +181,19 @@ MESSAGES: dict[str, dict[str, str]] = {
             "Hecho: he borrado todo lo que sabía de ti. Si vuelves a escribirme, empiezo de cero."
         ),
         "cmd_forget_nothing": "No hay nada guardado sobre ti.",
+        "cmd_remember_usage": "Dime qué recordar, por ejemplo: /remember soy vegetariana",
+        "cmd_remember_added": "Anotado: lo recordaré ({id}).",
+        "cmd_remember_merged": "Ya lo sabía; lo he actualizado ({id}).",
+        "cmd_remember_superseded": "Anotado ({id}): sustituye a lo que sabía antes ({old}).",
+        "cmd_forget_one_done": "Olvidado ({id}): {content}",
+        "cmd_forget_no_id": "No tengo ningún recuerdo {id}. Envía /memory para ver lo que recuerdo.",
+        "cmd_forget_no_match": "Nada de lo que recuerdo coincide. Envía /memory para ver lo que recuerdo, con sus ids.",
+        "cmd_forget_which": "Coinciden varias cosas; envía /forget con el id de la que quieres olvidar:\n{items}",
+        "cmd_memory_id": "Para olvidar una de ellas: /forget y su id (por ejemplo, /forget {id}).",
+        "widget_memories_title": "Lo que recuerdo",
+        "widget_memories_empty": "Nada todavía. Escribe /remember y algo sobre ti.",
+        "widget_memories_forget": "Olvidar",
+        "widget_memories_more": "...y {count} más.",
         # -- telegram --
         "telegram_non_text": (
             "Por ahora solo puedo leer texto. Escríbeme tu mensaje (el pie de una foto sí lo leo)."

@@ -9,6 +9,7 @@ POST /api/messages {"conversation_id"?, "text", "client_message_id"?}
 POST /api/messages/stream (same body)      -> text/event-stream: meta, delta..., done | error (web_stream.py)
 GET  /api/conversations                    -> {"conversations": [...]}       (the caller's own only)
 GET  /api/conversations/{id}/messages      -> {"conversation_id", "messages": [...]}
+GET  /api/memories, DELETE /api/memories/{id}   the caller's memories, forgetting one (web_memories.py)
 Every JSON answer to a visitor may also carry "session": a new visitor's token, or a renewed one for a token
 getting old (reads renew too); the `hilo_session` cookie carries the same, for HILO_SESSION_MAX_AGE.
 
@@ -38,6 +39,7 @@ from kernel.types import InboundMessage
 from surfaces.web_auth import SESSION_COOKIE, Authenticator, AuthFailed, Caller, Sessions
 from surfaces.web_common import MAX_BODY_BYTES, MAX_ID, error, lang, message_json, read_message
 from surfaces.web_guard import ApiGuard, Endpoint, client_ip, too_many
+from surfaces.web_memories import MemoryView
 from surfaces.web_stream import stream_turn
 from surfaces.web_widget import WidgetFiles
 
@@ -47,7 +49,7 @@ logger = log.get("hilo.web")
 
 API_ROUTES = [
     "POST /api/session", "POST /api/messages", "POST /api/messages/stream", "GET /api/conversations",
-    "GET /api/conversations/{id}/messages",
+    "GET /api/conversations/{id}/messages", "GET /api/memories", "DELETE /api/memories/{id}",
 ]
 
 
@@ -71,6 +73,7 @@ class WebSurface:
         self.guard = ApiGuard(settings)
         self.files = WidgetFiles()
         self._runtime: Runtime | None = None
+        self.memory_view = MemoryView(self._reader, self._answer, lambda: self.pipeline.history)
 
     @property
     def runtime(self) -> Runtime:
@@ -101,6 +104,8 @@ class WebSurface:
             api("/api/messages/stream", self.post_message_stream, "POST"),
             api("/api/conversations", self.list_conversations, "GET"),
             api("/api/conversations/{conversation_id}/messages", self.list_messages, "GET"),
+            api("/api/memories", self.memory_view.list, "GET"),
+            api("/api/memories/{memory_id}", self.memory_view.forget, "DELETE"),
         ]
 
     async def index(self, request: Request) -> Response:

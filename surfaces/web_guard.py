@@ -111,7 +111,7 @@ class ApiGuard:
                 return error(request, 403, "origin_not_allowed")
             if request.method == "OPTIONS":
                 response: Response = Response(status_code=204, headers={
-                    "access-control-allow-methods": "GET, POST, OPTIONS",
+                    "access-control-allow-methods": "GET, POST, DELETE, OPTIONS",
                     "access-control-allow-headers": ALLOWED_HEADERS,
                     "access-control-max-age": "600",
                 })

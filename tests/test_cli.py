@@ -98,6 +98,39 @@ def test_remember_feeds_the_memory_block(hilo) -> None:  # type: ignore[no-untyp
     assert len(facts) == 1 and facts[0]["block"] == "memory"
 
 
+def test_memory_lists_and_forget_memory_forgets_one(hilo) -> None:  # type: ignore[no-untyped-def]
+    assert "(fact 1, m1)" in hilo("remember", "--user", "erin", "erin works at Acme")
+    hilo("remember", "--user", "erin", "erin has a dog called Rex")
+    listed = json.loads(hilo("memory", "--user", "erin", "--json"))
+    assert [(m["id"], m["content"], m["source"], m["confidence"]) for m in listed] == [
+        ("m2", "erin has a dog called Rex", "stated", 1.0), ("m1", "erin works at Acme", "stated", 1.0)]
+    assert "m1 " in hilo("memory", "--user", "erin") and "2 memories of erin" in hilo("memory", "--user", "erin")
+    assert "forgot m1 of erin" in hilo("forget", "--user", "erin", "--memory", "m1")
+    assert [m["id"] for m in json.loads(hilo("memory", "--user", "erin", "--json"))] == ["m2"]
+    assert json.loads(hilo("inspect", "--user", "erin", "--json")) is not None  # the person stays
+    ctx = json.loads(hilo("context", "--user", "erin", "--surface", "cli", "--json", "where does erin work?"))
+    [memory] = [i for i in ctx["items"] if i["kind"] == "fact"]
+    assert memory["memory_id"] == 2 and set(memory["scores"]) == {
+        "pool", "memory", "relevance", "importance", "confidence", "recency", "frequency"}
+
+
+def test_remember_and_forget_typed_in_hilo_chat(hilo) -> None:  # type: ignore[no-untyped-def]
+    assert "(m1)" in hilo("chat", "--user", "hana", "/remember my bike is red")
+    assert [m["content"] for m in json.loads(hilo("memory", "--user", "hana", "--json"))] == ["my bike is red"]
+    assert "- m1: my bike is red" in hilo("chat", "--user", "hana", "/memory")
+    assert "Forgotten (m1)" in hilo("chat", "--user", "hana", "/forget bike")
+    assert json.loads(hilo("memory", "--user", "hana", "--json")) == []
+
+
+def test_forget_memory_of_someone_else_fails_clearly(hilo) -> None:  # type: ignore[no-untyped-def]
+    hilo("remember", "--user", "finn", "finn likes tea")
+    hilo("remember", "--user", "gwen", "gwen likes coffee")
+    out = hilo("forget", "--user", "gwen", "--memory", "m1", code=1)
+    assert "gwen has no memory m1" in out
+    assert [m["id"] for m in json.loads(hilo("memory", "--user", "finn", "--json"))] == ["m1"]
+    assert "not a memory id" in hilo("forget", "--user", "gwen", "--memory", "tea", code=2)
+
+
 def test_import_twice_stores_each_message_once(hilo, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     lines = [
         {"user": "dana", "surface": "telegram", "role": "user", "content": f"message {i}",

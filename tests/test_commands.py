@@ -63,7 +63,8 @@ async def test_memory_lists_facts_and_counts(store: Any) -> None:
     uid = await store.identity_user("telegram", "42")
     await store.remember(uid, "likes green tea", 4)
     text = await say(store, "/memory")
-    assert "- likes green tea" in text and "messages 2, conversations 1" in text
+    [memory] = await store.memories(uid)
+    assert f"- {memory.short_id}: likes green tea" in text and "messages 2, conversations 1" in text
     assert "(telegram)" in text
     es = await say(store, "/memory", lang="es")
     assert es.startswith("Lo que sé de ti") and "mensajes 2" in es
@@ -77,12 +78,15 @@ async def test_memory_caps_the_facts_it_lists(store: Any) -> None:
     text = await say(store, "/memory")
     assert "fact number 0\n" not in text and f"fact number {commands.MEMORY_FACTS_SHOWN + 2}" in text
     assert "...and 3 more." in text
+    lines = [line for line in text.splitlines() if line.startswith("- m")]
+    newest = await store.memories(uid)
+    assert lines == [f"- {m.short_id}: {m.content}" for m in newest[:commands.MEMORY_FACTS_SHOWN]]  # newest first
 
 
 async def test_forget_asks_first_then_deletes_the_person(store: Any) -> None:
     await ingest(store, "my secret is tangerine")
     assert await say(store, "/forget") == catalog.t("cmd_forget_confirm", "en")
-    assert await say(store, "/forget please") == catalog.t("cmd_forget_confirm", "en")
+    assert await say(store, "/forget please") == catalog.t("cmd_forget_no_match", "en")  # words: one memory
     assert await store.inspect("telegram:42") is not None
     assert await say(store, "/forget YES") == catalog.t("cmd_forget_done", "en")
     assert await store.inspect("telegram:42") is None
@@ -156,3 +160,52 @@ async def test_link_from_the_terminal_speaks_for_the_handles_person(store: Any) 
     yes = parse(web.text + " yes")
     assert await commands.run(yes, web, store) == catalog.t("link_done", "en")  # type: ignore[arg-type]
     assert await store.identity_user("web", "v9") == await store.user_id("ana")
+
+
+async def test_remember_stores_a_stated_memory_and_says_what_happened(store: Any) -> None:
+    assert await say(store, "/remember") == catalog.t("cmd_remember_usage", "en")
+    assert await store.identity_user("telegram", "42") is None  # the usage creates nobody
+    reply = await say(store, "/remember I work at Acme")
+    uid = await store.identity_user("telegram", "42")
+    [m] = await store.memories(uid)
+    assert (m.content, m.source, m.confidence) == ("I work at Acme", "stated", 1.0)
+    assert reply == catalog.t("cmd_remember_added", "en", id=m.short_id)
+    assert await say(store, "/remember i work at acme") == catalog.t("cmd_remember_merged", "en", id=m.short_id)
+    assert await say(store, "/remember soy vegetariana", lang="es") == catalog.t(
+        "cmd_remember_added", "es", id=f"m{m.id + 1}")
+    assert (await say(store, "/remember secret", group=True)) == catalog.t("cmd_private_only", "en", name="remember")
+    assert len(await store.memories(uid)) == 2
+
+
+async def test_forget_one_memory_by_id_or_by_words(store: Any) -> None:
+    await say(store, "/remember I have a dog called Rex")
+    await say(store, "/remember I have a cat called Tom")
+    await say(store, "/remember I work at Acme")
+    uid = await store.identity_user("telegram", "42")
+    acme, tom, rex = await store.memories(uid)
+    assert await say(store, f"/forget {acme.short_id}") == catalog.t(
+        "cmd_forget_one_done", "en", id=acme.short_id, content="I work at Acme")
+    assert await say(store, f"/forget {acme.short_id}") == catalog.t("cmd_forget_no_id", "en", id=acme.short_id)
+    which = await say(store, "/forget called")
+    assert which == catalog.t("cmd_forget_which", "en", items=f"- {tom.short_id}: {tom.content}\n"
+                                                              f"- {rex.short_id}: {rex.content}")
+    assert len(await store.memories(uid)) == 2  # asked, nothing forgotten
+    assert await say(store, "/forget the dog Rex") == catalog.t(
+        "cmd_forget_one_done", "en", id=rex.short_id, content=rex.content)
+    assert [m.id for m in await store.memories(uid)] == [tom.id]
+    assert await say(store, "/forget zanzibar") == catalog.t("cmd_forget_no_match", "en")
+    assert await say(store, f"/forget {tom.short_id}", group=True) == catalog.t(
+        "cmd_private_only", "en", name="forget")
+    assert await store.inspect("telegram:42") is not None  # one memory at a time, never the person
+
+
+async def test_forget_by_id_never_reaches_another_person(store: Any) -> None:
+    await say(store, "/remember my locker is 42", sender="1")
+    other = await store.identity_user("telegram", "1")
+    [theirs] = await store.memories(other)
+    await say(store, "/remember hello", sender="2")
+    assert await say(store, f"/forget {theirs.short_id}", sender="2") == catalog.t(
+        "cmd_forget_no_id", "en", id=theirs.short_id)
+    assert await say(store, "/forget locker", sender="2") == catalog.t("cmd_forget_no_match", "en")
+    assert await say(store, "/forget m1", sender="3") == catalog.t("cmd_forget_no_id", "en", id="m1")
+    assert [m.id for m in await store.memories(other)] == [theirs.id]

@@ -1,5 +1,6 @@
 """Isolation as a property: random sequences of messages, links, unlinks and forgets over many people and
-surfaces never let one person's content reach another's context, inspect output or reply.
+surfaces never let one person's content reach another's context, inspect output or reply; nor their memories
+(`/remember`): one person's /memory, `/forget <id>` and `/forget <words>`, and memory search never reach another's.
 
 A model of who is who runs beside the real store: `owner[word]` is the person a secret word belongs to,
 `person[identity]` the person an identity is now. Links merge people, unlinks split an identity off (its
@@ -35,6 +36,9 @@ operation = st.one_of(
     st.tuples(st.just("link"), identity, identity),
     st.tuples(st.just("unlink"), identity),
     st.tuples(st.just("forget"), identity),
+    st.tuples(st.just("remember"), identity),
+    st.tuples(st.just("forget_id"), identity, st.integers(1, 12)),
+    st.tuples(st.just("forget_words"), identity, st.integers(0, 12)),
 )
 
 
@@ -43,6 +47,8 @@ class Model:
         self.ids = itertools.count(1)
         self.person: dict[tuple[str, str], int] = {}
         self.owner: dict[str, int] = {}
+        #: memory id -> its secret word (the owner of the word owns the memory)
+        self.memory: dict[int, str] = {}
 
     def of(self, ident: tuple[str, str]) -> int:
         if ident not in self.person:
@@ -100,6 +106,20 @@ async def run(backend: Backend, ops: list[tuple[Any, ...]]) -> None:
                     model.person[ident] = next(model.ids)
                 else:
                     assert status == "only_identity"
+            elif kind == "remember":
+                word = f"memo{next(words)}z"
+                out = await say(pipeline, ident, f"/remember {word}")
+                model.owner[word] = model.of(ident)
+                [newest, *_] = await store.memories(await store.identity_user(*ident))
+                assert newest.content == word
+                model.memory[newest.id] = word
+                check_text(model, ident, out)
+            elif kind == "forget_id":
+                await forget_one(store, pipeline, model, ident, op[2], f"/forget m{op[2]}")
+            elif kind == "forget_words":
+                word = next((w for i, w in sorted(model.memory.items()) if i % 13 == op[2]), f"memo{op[2]}nowhere")
+                found = next((i for i, w in model.memory.items() if w == word), -1)
+                await forget_one(store, pipeline, model, ident, found, f"/forget {word}")
             else:  # forget the person behind the identity
                 handle = await store.identity_handle(*ident)
                 if handle is None:
@@ -107,10 +127,35 @@ async def run(backend: Backend, ops: list[tuple[Any, ...]]) -> None:
                 assert await store.forget(handle)
                 gone = model.person[ident]
                 model.owner = {w: p for w, p in model.owner.items() if p != gone}
+                model.memory = {i: w for i, w in model.memory.items() if w in model.owner}
                 model.person = {i: p for i, p in model.person.items() if p != gone}
             await check_everyone(store, pipeline, model)
     finally:
         await store.close()
+
+
+async def say(pipeline: Pipeline, ident: tuple[str, str], text: str) -> str:
+    out = await pipeline.handle(InboundMessage(surface=ident[0], sender=ident[1], external_id=f"{ident}-{text}",
+                                               text=text, conversation_ref=None))
+    assert out.status == "command"
+    return out.text
+
+
+async def forget_one(store: Any, pipeline: Pipeline, model: Model, ident: tuple[str, str], memory_id: int,
+                     command: str) -> None:
+    """`/forget m<id>` or `/forget <word>`: forgets the memory only when it is the sender's own."""
+    word = model.memory.get(memory_id)
+    mine = word is not None and ident in model.person and model.owner[word] == model.person[ident]
+    out = await say(pipeline, ident, command)
+    check_text(model, ident, out)
+    if mine:
+        assert word is not None and word in out, f"{ident} could not forget its own {word}: {out}"
+        del model.memory[memory_id]
+        del model.owner[word]
+    elif word is not None:  # someone else's: still there
+        owner_ident = next(i for i, p in model.person.items() if p == model.owner[word])
+        kept = await store.memory(await store.identity_user(*owner_ident), memory_id)
+        assert kept is not None, f"{ident} forgot {word} of person {model.owner[word]}"
 
 
 def check_text(model: Model, ident: tuple[str, str], text: str) -> None:
@@ -133,6 +178,11 @@ async def check_everyone(store: Any, pipeline: Pipeline, model: Model) -> None:
         check_text(model, ident, "\n".join(m.content for m in ctx.messages[:-1]))
         data = await store.inspect(await store.identity_handle(*ident))
         check_text(model, ident, "\n".join(m["content"] for c in data["conversations"] for m in c["messages"]))
+        check_text(model, ident, "\n".join(m["content"] for m in data["memories"]))
+        check_text(model, ident, await say(pipeline, ident, "/memory"))
+        check_text(model, ident, "\n".join(m.content for m in await store.find_memories(user_id, query)))
+        mine = {w for w, p in model.owner.items() if p == model.person[ident] and w.startswith("memo")}
+        assert {m.content for m in await store.memories(user_id)} == mine
 
 
 def test_no_person_ever_sees_another_persons_words(backend: Backend) -> None:

@@ -23,7 +23,7 @@ from bot.jobs import JobContext, JobRegistry, Scheduler
 from kernel.errors import Draining
 from memory.jobs import JobEnd, JobState
 from memory.open import open_store
-from memory.store import LinkPolicy, Store
+from memory.store import LinkPolicy, MemoryDraft, Store
 from tests.backends import TestClock
 from tests.fakes.pgbouncer import database_url, pgbouncer_session  # noqa: F401  (autouse fixture)
 from tests.fakes.postgres import postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
@@ -282,3 +282,19 @@ async def test_the_cleanup_job_deletes_link_codes_that_can_never_be_redeemed(two
     live = await two.stores[1].redeem_link_code("web", "v", "h-live", LinkPolicy())
     assert live.status == "prompt", "the cleanup deleted a live code"
 
+
+
+async def test_the_memory_expiry_job_ends_unimportant_memories_unused_for_the_expiry_days(two: Two) -> None:
+    store = two.stores[0]
+    uid = await store.user_id("ana", create=True)
+    assert uid is not None
+    trivial = (await store.add_memory(uid, MemoryDraft("wore a blue shirt", importance=0.1))).memory
+    await store.add_memory(uid, MemoryDraft("is allergic to peanuts", importance=0.9))
+    settings = Settings.from_mapping({"HILO_MEMORY_EXPIRY_DAYS": "30"})
+    two.clocks[0].advance(31 * 86400)  # the store's clock: a month gone by
+    scheduler = two.scheduler(0, job_list.registry(settings, store))
+    await scheduler.start()  # a new scheduled job is due at once
+    await wait_until(lambda: _ran(two, "memory_expiry"), "the first memory expiry ran")
+    assert [m.content for m in await store.memories(uid)] == ["is allergic to peanuts"]
+    ended = await store.memory(uid, trivial.id)
+    assert ended is not None and ended.ended_at is not None, "expiry ends a memory, it does not delete it"

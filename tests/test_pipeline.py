@@ -415,3 +415,20 @@ async def test_nul_in_metadata_is_dropped_too(store: Any) -> None:
     data = await store.inspect("whatsapp:+34601")
     [user_message] = [m for c in data["conversations"] for m in c["messages"] if m["role"] == "user"]
     assert user_message["metadata"]["profile_name"] == "Ana"
+
+
+async def test_a_turn_counts_a_use_of_the_memories_its_context_carried(store: Any) -> None:
+    p = echo_pipeline(store)
+    assert (await p.handle(msg("telegram", "42", "u1", "/remember my parrot is called Kiwi"))).status == "command"
+    uid = await store.identity_user("telegram", "42")
+    [kiwi] = await store.memories(uid)
+    assert kiwi.access_count == 0
+    out = await p.handle(msg("telegram", "42", "u2", "how is Kiwi?"))
+    assert out.status == "ok" and "my parrot is called Kiwi" in out.text  # echo shows the context it got
+    [used] = await store.memories(uid)
+    assert used.access_count == 1 and used.last_accessed_at is not None
+    assert (await p.handle(msg("telegram", "42", "u3", "/forget kiwi"))).status == "command"
+    assert await store.memories(uid) == []
+    ctx = await p.assemble_context(user_id=uid, surface="telegram", conversation_id=None, current_message_id=None,
+                                   text="how is Kiwi?")
+    assert [i for i in ctx.items if i.kind == "fact"] == [] and ctx.memory_ids() == []

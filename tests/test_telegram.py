@@ -415,6 +415,27 @@ async def test_commands_start_memory_and_forget_with_confirmation(tmp_path: Path
         assert await inspect(client) is None
 
 
+async def test_remember_memory_and_forget_one_item_through_the_bot_api(tmp_path: Path, bot_api: FakeBotApi) -> None:
+    async with running_daemon(tg_settings(tmp_path, bot_api)) as client:
+        bot_api.enqueue(bot_api.text_update("/remember I work at Acme"),
+                        bot_api.text_update("/remember mi perro se llama Rex", language_code="es"),
+                        bot_api.text_update("/memory"))
+        sent = await bot_api.wait_sent(3)
+        store = runtime(client).pipeline.store
+        uid = await store.identity_user("telegram", "42")
+        rex, acme = await store.memories(uid)
+        assert sent[0].text == catalog.t("cmd_remember_added", "en", id=acme.short_id)
+        assert sent[1].text == catalog.t("cmd_remember_added", "es", id=rex.short_id)
+        listed = [line for line in sent[2].text.splitlines() if line.startswith("- ")]
+        assert listed == [f"- {rex.short_id}: mi perro se llama Rex", f"- {acme.short_id}: I work at Acme"]
+        bot_api.enqueue(bot_api.text_update(f"/forget {acme.short_id}"))
+        sent = await bot_api.wait_sent(4)
+        assert sent[3].text == catalog.t("cmd_forget_one_done", "en", id=acme.short_id, content="I work at Acme")
+        assert [m.id for m in await store.memories(uid)] == [rex.id]
+        data = await inspect(client)
+        assert data is not None and [m["content"] for m in data["memories"]] == ["mi perro se llama Rex"]
+
+
 async def test_an_unexpected_error_gets_an_apology_not_silence(tmp_path: Path, bot_api: FakeBotApi) -> None:
     async with running_daemon(tg_settings(tmp_path, bot_api)) as client:
         async def broken(*args: Any, **kwargs: Any) -> Any:

@@ -550,3 +550,44 @@ async def test_a_full_disk_gets_a_503_and_keeps_nothing_half_stored(client: http
         assert (await client.get("/api/conversations", headers=bearer(token))).json()["conversations"] == []
     r = await client.post("/api/messages", json={"text": text}, headers=bearer(token))
     assert r.status_code == 200 and r.json()["status"] == "ok"
+
+
+async def test_the_widgets_memory_view_lists_and_forgets_only_the_callers_own(client: httpx.AsyncClient) -> None:
+    ana = (await client.post("/api/messages", json={"text": "/remember I work at Acme"})).json()
+    assert ana["status"] == "command" and "m1" in ana["reply"]
+    token = ana["session"]
+    await client.post("/api/messages", json={"text": "/remember my dog is Rex"}, headers=bearer(token))
+    bob = (await client.post("/api/session")).json()["session"]
+    await client.post("/api/messages", json={"text": "/remember bob's secret"}, headers=bearer(bob))
+    r = await client.get("/api/memories", headers={**bearer(token), "accept-language": "es"})
+    assert r.status_code == 200
+    body = r.json()
+    assert [(m["id"], m["content"], m["source"]) for m in body["memories"]] == [
+        ("m2", "my dog is Rex", "stated"), ("m1", "I work at Acme", "stated")]
+    assert body["total"] == 2 and body["texts"]["title"] == catalog.t("widget_memories_title", "es")
+    assert body["texts"]["forget"] == catalog.t("widget_memories_forget", "es") and body["texts"]["more"] == ""
+    # bob sees his own only, and cannot forget ana's
+    assert [m["content"] for m in (await client.get("/api/memories", headers=bearer(bob))).json()["memories"]] == [
+        "bob's secret"]
+    r = await client.delete("/api/memories/m1", headers=bearer(bob))
+    assert r.status_code == 404 and r.json()["error"] == "not_found"
+    r = await client.delete("/api/memories/m1", headers=bearer(token))
+    assert r.status_code == 200 and r.json()["forgotten"] == "m1"
+    assert [m["id"] for m in (await client.get("/api/memories", headers=bearer(token))).json()["memories"]] == ["m2"]
+    for bad in ("m1", "x", "m" + "9" * 30, "0", "-3"):
+        r = await client.delete(f"/api/memories/{bad}", headers=bearer(token))
+        assert r.status_code == 404 and r.json()["error"] == "not_found", bad
+    client.cookies.clear()  # the cookie the first answer set: without it and a token, no one is calling
+    assert (await client.get("/api/memories")).status_code == 401
+    assert (await client.delete("/api/memories/m2")).status_code == 401
+    fresh = (await client.post("/api/session")).json()["session"]
+    empty = (await client.get("/api/memories", headers=bearer(fresh))).json()
+    assert empty["memories"] == [] and empty["texts"]["empty"] == catalog.t("widget_memories_empty", "en")
+
+
+def test_the_widgets_memory_button_says_what_the_catalogue_says() -> None:
+    from importlib import resources
+
+    script = (resources.files("surfaces") / "widget" / "widget.js").read_text(encoding="utf-8")
+    for lang in ("en", "es"):
+        assert f'memories: "{catalog.t("widget_memories_title", lang)}"' in script, lang

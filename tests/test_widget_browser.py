@@ -435,3 +435,37 @@ async def test_a_message_sent_while_the_widget_loads_stays_on_screen(site: Site,
         "async ([base, k]) => (await (await fetch(base + '/api/conversations', "
         "{headers: {authorization: 'Bearer ' + localStorage.getItem(k)}})).json()).conversations", [site.daemon, key])
     assert len(listed) == 1
+
+
+async def test_what_i_remember_lists_the_visitors_own_memories_and_forgets_one(
+    site: Site, visitors: Visitors,
+) -> None:
+    page = await visitors.page()
+    await open_widget(page, site.allowed + "/")  # a third-party site: CORS lets it GET and DELETE
+    assert "(m" in await say(page, "/remember I work at Acme")
+    await say(page, "/remember my dog is Rex")
+    await page.locator(".icon.memory").click()
+    await expect(page.locator(".icon.memory")).to_have_attribute("aria-pressed", "true")
+    await expect(page.locator(".log")).to_be_hidden()
+    await expect(page.locator(".memories h3")).to_have_text("What I remember")
+    items = page.locator(".memories li span")
+    await expect(items).to_have_text(["my dog is Rex", "I work at Acme"])  # newest first
+    await page.screenshot(path=str(DOCS / "widget-memories.png"))
+    await page.get_by_role("button", name="Forget: I work at Acme").click()
+    await expect(items).to_have_text(["my dog is Rex"])
+    # another visitor sees none of it
+    other = await visitors.page()
+    await open_widget(other, site.allowed + "/")
+    await other.locator(".icon.memory").click()
+    await expect(other.locator(".memories .empty")).to_have_text(
+        "Nothing yet. Write /remember and something about you.")
+    await expect(other.locator(".memories li")).to_have_count(0)
+    # typed commands work too, and writing brings the conversation back
+    reply = await say(page, "/forget Rex")
+    await expect(page.locator(".memories")).to_be_hidden()
+    assert reply.startswith("Forgotten (m") and "my dog is Rex" in reply
+    await page.locator(".icon.memory").click()
+    await expect(page.locator(".memories .empty")).to_be_visible()
+    await page.locator(".icon.memory").click()
+    await expect(page.locator(".log")).to_be_visible()
+    assert visitors.last.errors == []

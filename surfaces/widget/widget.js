@@ -13,7 +13,7 @@
 (function () {
   "use strict";
 
-  var VERSION = "1.0.2";
+  var VERSION = "1.1.0";
   if (window.hilo && window.hilo.version) return; // embedded twice: the first one wins
 
   var TEXT = {
@@ -23,6 +23,7 @@
       typing: "{title} is typing…", retry: "Retry", dismiss: "Dismiss", you: "You", untitled: "Conversation",
       greeting: "Hi! How can I help you today?", loading: "Loading…", messages: "Messages",
       network: "Could not reach the chat service. Check your connection and try again.",
+      memories: "What I remember",
     },
     es: {
       title: "Chat", open: "Abrir el chat", close: "Cerrar el chat", newConversation: "Nueva conversación",
@@ -31,6 +32,7 @@
       untitled: "Conversación", greeting: "¡Hola! ¿En qué puedo ayudarte?", loading: "Cargando…",
       messages: "Mensajes",
       network: "No se ha podido conectar con el chat. Comprueba tu conexión y vuelve a intentarlo.",
+      memories: "Lo que recuerdo",
     },
   };
 
@@ -150,6 +152,7 @@
   var ICON_PLUS = "M11 5h2v6h6v2h-6v6h-2v-6H5v-2h6z";
   var ICON_DOWN = "M7.4 8.6 12 13.2l4.6-4.6L18 10l-6 6-6-6z";
   var ICON_SEND = "M3 20.5v-7l9-1.5-9-1.5v-7L22 12z";
+  var ICON_MEMORY = "M12 2a7 7 0 0 0-4 12.7V17a1 1 0 0 0 1 1h6a1 1 0 0 0 1-1v-2.3A7 7 0 0 0 12 2zM9 20h6v2H9z";
 
   var STYLE = [
     ":host{all:initial}",
@@ -181,6 +184,15 @@
     ".bar{padding:8px 12px;border-bottom:1px solid var(--line)}",
     "select{width:100%;padding:6px 8px;border:1px solid var(--line);border-radius:8px;background:var(--bg)}",
     ".log{flex:1;overflow-y:auto;padding:14px 12px;display:flex;flex-direction:column;gap:8px}",
+    ".log[hidden],.memories[hidden]{display:none}",
+    ".memories{flex:1;overflow-y:auto;padding:14px 12px}",
+    ".memories h3{margin:0 0 10px;font-size:15px;font-weight:600}",
+    ".memories ul{list-style:none;margin:0;padding:0;display:flex;flex-direction:column;gap:6px}",
+    ".memories li{display:flex;align-items:center;gap:8px;padding:8px 10px;border-radius:10px;background:var(--bot)}",
+    ".memories li span{flex:1;overflow-wrap:anywhere}",
+    ".memories .forget{border:1px solid var(--line);border-radius:8px;background:var(--bg);padding:3px 10px;cursor:pointer}",
+    ".memories p{margin:8px 0;color:var(--muted)}",
+    ".icon[aria-pressed=true]{background:rgba(255,255,255,.24)}",
     ".msg{display:flex}",
     ".msg.user{justify-content:flex-end}",
     ".bubble{max-width:85%;padding:8px 12px;border-radius:14px;white-space:pre-wrap;overflow-wrap:anywhere}",
@@ -227,6 +239,10 @@
                                 "aria-expanded": "false", "aria-controls": "hilo-panel" }, [icon(ICON_CHAT)]);
   var newButton = el("button", { "class": "icon new", type: "button", "aria-label": T.newConversation,
                                  title: T.newConversation }, [icon(ICON_PLUS)]);
+  var memoryButton = el("button", { "class": "icon memory", type: "button", "aria-label": T.memories,
+                                    title: T.memories, "aria-pressed": "false", "aria-controls": "hilo-memories" },
+                        [icon(ICON_MEMORY)]);
+  var memoryView = el("div", { "class": "memories", id: "hilo-memories", "aria-live": "polite", hidden: "" });
   var closeButton = el("button", { "class": "icon close", type: "button", "aria-label": T.close, title: T.close },
                        [icon(ICON_CLOSE)]);
   var select = el("select", { id: "hilo-conversations", "class": "conversations" });
@@ -241,10 +257,10 @@
   var form = el("form", { "class": "composer" }, [
     el("label", { "class": "sr-only", "for": "hilo-input", text: T.message }), input, sendButton]);
   var panel = el("section", { "class": "panel", id: "hilo-panel", role: "dialog", "aria-label": TITLE, hidden: "" }, [
-    el("header", {}, [el("h2", { text: TITLE }), newButton, closeButton]),
+    el("header", {}, [el("h2", { text: TITLE }), memoryButton, newButton, closeButton]),
     el("div", { "class": "bar" }, [
       el("label", { "class": "sr-only", "for": "hilo-conversations", text: T.conversations }), select]),
-    log, status, errorBox, form,
+    log, memoryView, status, errorBox, form,
   ]);
   var root = el("div", { "class": "root" + (data.position === "left" ? " left" : ""), lang: LANG }, [launcher, panel]);
   if (data.accent && window.CSS && window.CSS.supports && window.CSS.supports("color", data.accent)) {
@@ -255,7 +271,8 @@
   // ---- state -----------------------------------------------------------------------------------------------
   // `sent` counts the person's sends: a list or conversation that was asked for before the last send is older
   // than what the panel shows, and must not replace it.
-  var state = { open: false, loaded: false, conversations: [], current: null, busy: false, retry: null, sent: 0 };
+  var state = { open: false, loaded: false, conversations: [], current: null, busy: false, retry: null, sent: 0,
+                memories: false };
 
   function emit(name, detail) {
     window.dispatchEvent(new CustomEvent("hilo:" + name, { detail: detail }));
@@ -367,6 +384,7 @@
 
   function newConversation() {
     if (state.busy) return;
+    hideMemories();
     clearError();
     remember(null);
     renderConversations();
@@ -385,6 +403,68 @@
     renderConversations();
   }
 
+  // ---- "what I remember": the person's own memories (GET /api/memories), each with a button to forget it ----
+  // The view's texts come with the list, from the server's catalogue, in the widget's language.
+  async function showMemories() {
+    state.memories = true;
+    memoryButton.setAttribute("aria-pressed", "true");
+    log.hidden = true;
+    memoryView.hidden = false;
+    clearError();
+    status.textContent = T.loading;
+    var listed;
+    try {
+      if (!(await credentials()).token) keepSession((await (await call("POST", "/api/session")).json()).session);
+      listed = await (await call("GET", "/api/memories")).json();
+      keepSession(listed.session);
+    } catch (e) {
+      status.textContent = "";
+      showError(e.status === 0 ? T.network : e.message, showMemories);
+      return;
+    }
+    status.textContent = "";
+    if (state.memories) renderMemories(listed);
+  }
+
+  function renderMemories(listed) {
+    var texts = listed.texts;
+    memoryView.textContent = "";
+    memoryView.appendChild(el("h3", { text: texts.title }));
+    if (!listed.memories.length) { memoryView.appendChild(el("p", { "class": "empty", text: texts.empty })); return; }
+    var list = el("ul", {});
+    listed.memories.forEach(function (m) {
+      var forget = el("button", { type: "button", "class": "forget", "aria-label": texts.forget + ": " + m.content,
+                                  text: texts.forget });
+      forget.addEventListener("click", function () { forgetMemory(m.id, forget); });
+      list.appendChild(el("li", { "data-id": m.id }, [el("span", { text: m.content }), forget]));
+    });
+    memoryView.appendChild(list);
+    if (texts.more) memoryView.appendChild(el("p", { "class": "more", text: texts.more }));
+  }
+
+  async function forgetMemory(id, button) {
+    button.disabled = true;
+    try {
+      keepSession((await (await call("DELETE", "/api/memories/" + encodeURIComponent(id))).json()).session);
+    } catch (e) {
+      if (e.status !== 404) { // gone already: the list below shows it is
+        button.disabled = false;
+        showError(e.status === 0 ? T.network : e.message, function () { forgetMemory(id, button); });
+        return;
+      }
+    }
+    emit("forgot", { id: id });
+    await showMemories();
+  }
+
+  function hideMemories() {
+    if (!state.memories) return;
+    state.memories = false;
+    memoryButton.setAttribute("aria-pressed", "false");
+    memoryView.hidden = true;
+    log.hidden = false;
+  }
+
   // ---- one turn ----------------------------------------------------------------------------------------------
   function newId() {
     return (window.crypto && crypto.randomUUID) ? crypto.randomUUID() : String(Date.now()) + Math.random().toString(16).slice(2);
@@ -392,6 +472,7 @@
 
   async function send(text, clientId, row) {
     if (state.busy || !text.trim()) return;
+    hideMemories();
     state.sent += 1;
     clearError();
     var notice = log.querySelector(".notice");
@@ -552,7 +633,9 @@
   launcher.addEventListener("click", function () { state.open ? close() : open(); });
   closeButton.addEventListener("click", close);
   newButton.addEventListener("click", newConversation);
+  memoryButton.addEventListener("click", function () { state.memories ? hideMemories() : showMemories(); });
   select.addEventListener("change", function () {
+    hideMemories();
     if (select.value) openConversation(Number(select.value));
   });
   retryButton.addEventListener("click", function () {
@@ -576,6 +659,7 @@
     close: close,
     toggle: function () { state.open ? close() : open(); },
     newConversation: newConversation,
+    showMemories: showMemories,
     /** A site user token from the site's backend (HMAC or JWT), or null when the person logs out. */
     setUserToken: function (token) {
       userToken = token || null;

@@ -174,7 +174,7 @@ async def run(
 
 def describe_memory(data: Inspection, lang: str) -> str:
     """/memory's answer from `Store.inspect` output: the facts, then what is kept, counted."""
-    facts = [f["content"] for f in data["facts"]]
+    facts = [m["content"] for m in data["memories"] if m["ended_at"] is None]
     shown = facts[-MEMORY_FACTS_SHOWN:]
     if shown:
         lines = "\n".join(f"- {fact}" for fact in shown)

@@ -17,8 +17,13 @@ def _identity(r: Row) -> str:
     return f"identity {r['surface']}:{r['external_user_id']} (since {r['created_at']})"
 
 
-def _fact(r: Row) -> str:
-    return f"fact: {r['content']}"
+def _memory(r: Row) -> str:
+    ended = ""
+    if r.get("ended_at"):
+        by = f" by m{r['superseded_by']}" if r.get("superseded_by") else ""
+        ended = f", ended {r['ended_at']}{by}"
+    return (f"{r['short_id']} {r['kind']}: {r['content']} ({r['source']}, confidence {r['confidence']:.1f}, "
+            f"importance {r['importance']:.1f}, used {r['access_count']}x{ended})")
 
 
 def _call(r: Row) -> str:
@@ -59,7 +64,7 @@ def _conversation(r: Row) -> list[str]:
 
 
 _ROWS: dict[str, Callable[[Row], str]] = {
-    "identities": _identity, "facts": _fact, "model_calls": _call, "deliveries": _delivery,
+    "identities": _identity, "memories": _memory, "model_calls": _call, "deliveries": _delivery,
     "identity_audit": _audit,
 }
 

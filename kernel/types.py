@@ -155,3 +155,72 @@ class Delivery:
     provider_ref: str | None = None
     error: str | None = None
     attempts: int = 1
+
+
+#: The kinds of memory (a closed set: the `memories.kind` CHECK of migration 0016 lists the same).
+MEMORY_KINDS = ("fact", "preference", "event", "plan", "relationship")
+#: Where a memory came from, and the confidence each source gets unless told otherwise: stated by the person
+#: (`/remember`, `hilo remember`, the widget) 1.0; inferred by the model (extraction) 0.7; observed 0.5.
+SOURCE_CONFIDENCE = {"stated": 1.0, "inferred": 0.7, "observed": 0.5}
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """Something hilo knows about a person (a row of `memories`). `short_id` ("m12") is how people name it.
+
+    key: an optional slot ("employer", "city"): a newer memory of the same kind and key supersedes this one.
+    terms: its index terms (lexical matching: merge, /forget by words, relevance to a new message).
+    ended_at: superseded (then `superseded_by` names the newer memory) or expired: kept, never in the context.
+    """
+
+    id: int
+    user_id: int
+    kind: str
+    key: str | None
+    content: str
+    token_count: int
+    terms: tuple[str, ...]
+    importance: float
+    confidence: float
+    source: str
+    source_message_ids: tuple[int, ...]
+    source_external_ids: tuple[str, ...]
+    created_at: datetime
+    updated_at: datetime
+    last_accessed_at: datetime | None = None
+    access_count: int = 0
+    expires_at: datetime | None = None
+    ended_at: datetime | None = None
+    superseded_by: int | None = None
+
+    @property
+    def short_id(self) -> str:
+        return f"m{self.id}"
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryDraft:
+    """A memory to add (`Store.add_memory`). confidence None: the source's (SOURCE_CONFIDENCE). token_count
+    None: counted by the store. supersedes: the id of a memory of the same person this one replaces (the
+    extractor's word for a contradiction), whatever its key."""
+
+    content: str
+    kind: str = "fact"
+    key: str | None = None
+    importance: float = 0.5
+    source: str = "stated"
+    confidence: float | None = None
+    source_message_ids: tuple[int, ...] = ()
+    token_count: int | None = None
+    expires_at: datetime | None = None
+    supersedes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryAdded:
+    """What `Store.add_memory` did. outcome: "added" (a new memory), "merged" (into a near-duplicate, `memory`
+    is that one, updated), "superseded" (a new memory; `previous` is the one it ended)."""
+
+    memory: Memory
+    outcome: str
+    previous: Memory | None = None

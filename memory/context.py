@@ -5,7 +5,8 @@ re-tokenized (their cached `token_count` is used; only fixed header and label te
 
 Blocks, in the order the model reads them:
 1. system         the system prompt, always;
-2. memory         facts, then recalled messages as episodes (data, not instructions), one system message;
+2. memory         memories (ranked by memory/memory_score.py), then recalled messages as episodes (data,
+                  not instructions), one system message;
 3. cross_surface  the person's latest messages on other surfaces, oldest first, one system message;
 4. conversation   the current conversation: the last 2 exchanges always, then older exchanges the pool chose;
 5. new_message    the message being answered, always, last.
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from kernel.tokens import MESSAGE_OVERHEAD
@@ -47,6 +48,7 @@ from memory.context_render import (
     render_text,
     turn_line,
 )
+from memory.memory_score import MemoryWeights, score_memories
 from memory.store import ContextRows, StoredMessage
 
 __all__ = ["AssembledContext", "BlockShares", "ContextItem", "assemble", "recall_limit", "render_text"]
@@ -82,6 +84,8 @@ class ContextItem:
     source_external_ids: tuple[str, ...] = ()
     preview: str = ""
     scores: Mapping[str, float] = field(default_factory=dict)
+    #: A memory's id (an item of kind "fact" is a memory of any kind: fact, preference, event...).
+    memory_id: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -94,6 +98,7 @@ class ContextItem:
             "created_at": self.created_at.isoformat() if self.created_at else None,
             "source_external_ids": list(self.source_external_ids),
             "scores": dict(self.scores),
+            "memory_id": self.memory_id,
         }
 
 
@@ -112,6 +117,10 @@ class AssembledContext:
     items: list[ContextItem]
     tokens: dict[str, int]
     over_budget: bool = False
+
+    def memory_ids(self) -> list[int]:
+        """The memories this context carries (their use is counted when the turn is kept: Store.finish_turn)."""
+        return [i.memory_id for i in self.items if i.memory_id is not None]
 
     def header_tokens(self) -> dict[str, int]:
         """Per block, the tokens not carried by an item (the data blocks' headers)."""
@@ -143,12 +152,14 @@ def assemble(
     surface: str,
     shares: BlockShares | None = None,
     now: datetime | None = None,
+    memory_weights: MemoryWeights | None = None,
 ) -> AssembledContext:
     """Fit `rows` into `budget` tokens by block priority (see the module docstring for the rules).
 
     new_tokens: the cached token count of `new_text`. surface: the surface of the new message (messages
     of that surface never count as cross-surface). now: the time of the turn; when given, data lines say
-    how long ago each message was, and the new message's item carries it as created_at.
+    how long ago each message was, and the new message's item carries it as created_at. memory_weights: how
+    memories are scored (memory/memory_score.py; the defaults when None).
     """
     shares = shares or BlockShares()
     system_cost = fixed_tokens(system_prompt) + MESSAGE_OVERHEAD
@@ -181,7 +192,8 @@ def assemble(
             recalled.append(m)
     # Older exchanges only behind a complete reservation: the conversation never has a gap.
     older = list(reversed(exchanges[:-2])) if len(kept) == len(reserved) else []
-    pool = context_pool.fill(rows.facts, recalled, older, rest, now)
+    fact_scores = score_memories(rows.facts, new_text, now or datetime.now(UTC), memory_weights)
+    pool = context_pool.fill(rows.facts, recalled, older, rest, now, fact_scores)
     conversation = _conversation([m for exchange, _ in pool.older for m in exchange], kept, pool)
     return _build(budget, system, _memory(pool), cross, conversation, new, over_budget=False)
 
@@ -226,8 +238,10 @@ def _memory(pool: Pool) -> _Block:
     items: list[ContextItem] = []
     for p in pool.facts:
         assert p.fact is not None
-        items.append(ContextItem("memory", "fact", p.cost, created_at=p.fact.created_at, preview=p.fact.content,
-                                 scores={"pool": p.score}))
+        f = p.fact
+        items.append(ContextItem("memory", "fact", p.cost, created_at=f.created_at,
+                                 source_external_ids=f.source_external_ids, preview=f.content,
+                                 scores={"pool": p.score, **(p.parts or {})}, memory_id=f.id))
     lines = [p.line for p in pool.facts]
     for header, p in pool.recalled.rendered():
         assert p.message is not None

@@ -1,16 +1,18 @@
 """The ranked pool of context assembly: what competes for the budget left after the always-kept parts.
 
-Candidates: the person's facts, the recalled messages (retrieval over their whole history) and the older
-exchanges of the current conversation. Each has a score in (0, 1]; the pool is filled greedily in score order,
-each candidate taken if it still fits, skipped if not, until nothing more fits, so no part of the budget is left
-unused while a candidate that fits remains. Older exchanges are whole and contiguous: the conversation keeps a
-newest suffix, so the first older exchange that does not fit closes the conversation for the rest of the pool.
+Candidates: the person's memories (facts, preferences...), the recalled messages (retrieval over their whole
+history) and the older exchanges of the current conversation. Each has a score in [0, 1]; the pool is filled
+greedily in score order, each candidate taken if it still fits, skipped if not, until nothing more fits, so no
+part of the budget is left unused while a candidate that fits remains. Older exchanges are whole and contiguous:
+the conversation keeps a newest suffix, so the first older exchange that does not fit closes the conversation for
+the rest of the pool.
 
-Scores. The store gives an order, not a scale: recalled messages best match first, facts newest first (of the
-newest `facts_limit`), older exchanges newest first. Each candidate scores the reciprocal of its rank within its
-kind, 1 / (1 + rank): the best recalled message, the newest fact and the newest older exchange score 1.0, the
-next ones 0.5, and so on, so the kinds interleave (ties: fact, then recalled, then exchange). A retrieval that
-scores its rows on a common scale replaces `rank_score` with its own.
+Scores. Memories score their multi-factor score (memory/memory_score.py: relevance to the new message first,
+then importance, confidence, recency, frequency; in [0, 1]), given by the caller. For the rest the store gives an
+order, not a scale: recalled messages best match first, older exchanges newest first; each scores the reciprocal
+of its rank within its kind, 1 / (1 + rank): the best recalled message and the newest older exchange score 1.0,
+the next ones 0.5, and so on, so the kinds interleave (ties: memory, then recalled, then exchange). A retrieval
+that scores its rows on a common scale replaces `rank_score` with its own.
 
 Costs are exact (memory/context_render.py): the memory block's header is paid by its first item, a recalled
 message pays its line plus what it changes in its episode headers.
@@ -18,13 +20,13 @@ message pays its line plus what it changes in its episode headers.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from kernel.tokens import MESSAGE_OVERHEAD
-from memory.context_render import MEMORY_HEADER, Timeline, data_line, fact_label, header_tokens, turn_line
-from memory.store import Fact, StoredMessage
+from memory.context_render import MEMORY_HEADER, Timeline, data_line, header_tokens, memory_label, turn_line
+from memory.store import Memory, StoredMessage
 
 _FACT, _RECALLED, _EXCHANGE = 0, 1, 2
 #: Recalled messages asked of the store per budget token, and the bounds: enough hits that the pool can fill
@@ -56,13 +58,15 @@ def message_cost(messages: Sequence[StoredMessage]) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Pick:
-    """A chosen fact or recalled message: its score, its data line and what the line costs."""
+    """A chosen memory or recalled message: its score, its data line and what the line costs; a memory's `parts`
+    are its score's components (memory/memory_score.py)."""
 
     score: float
     line: str
     cost: int
-    fact: Fact | None = None
+    fact: Memory | None = None
     message: StoredMessage | None = None
+    parts: Mapping[str, float] | None = None
 
 
 @dataclass(slots=True)
@@ -76,20 +80,23 @@ class Pool:
     spent: int = 0
 
 
-def fill(facts: Sequence[Fact], recalled: Sequence[StoredMessage], older: Sequence[list[StoredMessage]],
-         limit: int, now: datetime | None) -> Pool:
+def fill(facts: Sequence[Memory], recalled: Sequence[StoredMessage], older: Sequence[list[StoredMessage]],
+         limit: int, now: datetime | None, fact_scores: Sequence[Mapping[str, float]] | None = None) -> Pool:
     """Fill `limit` tokens from the pool (see the module docstring).
 
-    facts: oldest first, as stored. recalled: best first, already de-duplicated. older: the older exchanges of
-    the conversation, newest first. The chosen facts keep their stored order; recalled messages are a timeline;
-    older exchanges come out oldest first.
+    facts: the memories, oldest first, as stored; fact_scores: theirs (memory_score.score_memories, in order:
+    the score under "memory"); without them a memory scores by its rank, newest first. recalled: best first,
+    already de-duplicated. older: the older exchanges of the conversation, newest first. The chosen memories keep
+    their stored order; recalled messages are a timeline; older exchanges come out oldest first.
     """
     n_facts = len(facts)
+    if fact_scores is None:
+        fact_scores = [{"memory": rank_score(n_facts - 1 - i)} for i in range(n_facts)]
     candidates = sorted(
-        [(rank_score(n_facts - 1 - i), _FACT, i) for i in range(n_facts)]
+        [(fact_scores[i]["memory"], _FACT, i) for i in range(n_facts)]
         + [(rank_score(r), _RECALLED, r) for r in range(len(recalled))]
         + [(rank_score(k), _EXCHANGE, k) for k in range(len(older))],
-        key=lambda c: (-c[0], c[1], c[2]),
+        key=lambda c: (-c[0], c[1], -c[2] if c[1] == _FACT else c[2]),  # equal memories: the newest first
     )
     pool = Pool(recalled=Timeline(now))
     memory_header = header_tokens(MEMORY_HEADER)
@@ -114,9 +121,9 @@ def fill(facts: Sequence[Fact], recalled: Sequence[StoredMessage], older: Sequen
             f = facts[i]
             if f.token_count + _MIN_COST > room:  # cannot fit whatever its line: skip it before rendering it
                 continue
-            line, cost = data_line(fact_label(f.created_at), f.content, f.token_count)
+            line, cost = data_line(memory_label(f.kind, f.source, f.created_at), f.content, f.token_count)
             if opening + cost <= room:
-                fact_picks[i] = Pick(score, line, cost, fact=f)
+                fact_picks[i] = Pick(score, line, cost, fact=f, parts=fact_scores[i])
                 pool.memory_tokens += opening + cost
                 pool.spent += opening + cost
             continue

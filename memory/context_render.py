@@ -4,7 +4,7 @@ The memory and cross-surface blocks are each ONE system message: a fixed header 
 below are data about the person, never instructions; in memory, the facts; then the chosen messages as a
 timeline, one header line per episode (date, how long ago, surface) and one line per turn:
 
-    - [fact, noted 2024-04-30] "prefers short answers"
+    - [preference, noted 2024-04-30] "prefers short answers"
     [2024-05-01 14:03 UTC, 3 h ago, telegram]
     - me: "I moved to Lisbon"
     - you: "Congratulations on the move!"
@@ -116,9 +116,11 @@ def episode_header(created_at: datetime, surface: str, now: datetime | None) -> 
     return line, _header_tokens(line)
 
 
-def fact_label(created_at: datetime) -> str:
-    """Label of a fact line."""
-    return f"fact, noted {_utc(created_at):%Y-%m-%d}"
+def memory_label(kind: str, source: str, created_at: datetime) -> str:
+    """Label of a memory line: its kind, how it is known unless the person said it, and when it was noted
+    ("fact, noted 2024-04-30"; "preference, inferred, noted 2024-05-02")."""
+    how = "" if source == "stated" else f"{source}, "
+    return f"{kind}, {how}noted {_utc(created_at):%Y-%m-%d}"
 
 
 @functools.lru_cache(maxsize=8192)

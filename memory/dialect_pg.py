@@ -88,6 +88,9 @@ class PgDb(Db):
     def ts(self, moment: datetime) -> datetime:
         return aware(moment)
 
+    def id_list(self, ids: Sequence[int]) -> list[int]:
+        return list(ids)
+
     async def lock(self, key: str | int) -> bool:
         await self.run(LOCK_INT if isinstance(key, int) else LOCK_TEXT, key)
         return True

@@ -42,13 +42,17 @@ SPELLINGS = (
     ("m.conversation_id = $1 AND m.user_id = $2", "m.conversation_id = $1 AND +m.user_id = $2"),
 )
 _PLACEHOLDER, _CAST = re.compile(r"\$(\d+)"), re.compile(r"::\w+(?:\[\])?")
+#: `= ANY($n::bigint[])`, a list of ids (Db.id_list): SQLite reads the JSON text of the list.
+_ANY = re.compile(r"= ANY\(\$(\d+)::bigint\[\]\)")
 
 
 @functools.lru_cache(maxsize=1024)
 def translate(sql: str) -> str:
-    """A statement in SQLite's spelling: SPELLINGS applied, casts dropped, `$n` -> `?n` (cached per text)."""
+    """A statement in SQLite's spelling: SPELLINGS applied, `= ANY($n::bigint[])` read from JSON, casts dropped,
+    `$n` -> `?n` (cached per text)."""
     for postgres, sqlite in SPELLINGS:
         sql = sql.replace(postgres, sqlite)
+    sql = _ANY.sub(r"IN (SELECT value FROM json_each($\1))", sql)
     return _PLACEHOLDER.sub(r"?\1", _CAST.sub("", sql))
 
 
@@ -90,6 +94,9 @@ class SqliteDb(Db):
 
     def ts(self, moment: datetime) -> str:
         return to_ts(moment)
+
+    def id_list(self, ids: Sequence[int]) -> str:
+        return json.dumps(list(ids))
 
     async def lock(self, key: str | int) -> bool:
         return False  # BEGIN IMMEDIATE: writers are serialized already

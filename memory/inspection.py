@@ -33,18 +33,34 @@ class InspectedConversation(TypedDict):
     messages: list[Row]
 
 
-class InspectedFact(TypedDict):
+class InspectedMemory(TypedDict):
+    """A row of `memories` (kernel.types.Memory) and its short id ("m12")."""
+
+    short_id: str
     id: int
+    kind: str
+    key: str | None
     content: str
     token_count: int
+    importance: float
+    confidence: float
+    source: str
+    source_message_ids: list[int]
+    source_external_ids: list[str]
     created_at: str
+    updated_at: str
+    last_accessed_at: str | None
+    access_count: int
+    expires_at: str | None
+    ended_at: str | None
+    superseded_by: int | None
 
 
 class Inspection(TypedDict):
     user: InspectedUser
     identities: list[InspectedIdentity]
     conversations: list[InspectedConversation]
-    facts: list[InspectedFact]
+    memories: list[InspectedMemory]
     model_calls: list[Row]
     deliveries: list[Row]
     identity_audit: list[Row]

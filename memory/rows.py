@@ -16,7 +16,9 @@ from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
 from kernel.errors import HiloError
-from memory.store import ContextQuery, Fact, StoredMessage
+from kernel.types import Memory
+from memory.memory_match import memory_terms
+from memory.store import ContextQuery, StoredMessage
 
 #: read: one snapshot, read only; write: one write transaction; lease: the turn lease's short statements (SQLite:
 #: a write transaction; Postgres: each statement commits on its own)
@@ -27,7 +29,8 @@ class Db(Protocol):
     """One transaction as the logic sees it; a dialect subclasses it (one() and value() are written over all()).
     Every statement counts in the store's `counters["statements"]`: run() returns the rows a statement changed,
     many() is one statement with many parameter rows (counted once), ts() a datetime as the database takes it,
-    lock() serializes writers on a key until commit (False when they are serialized anyway), recall() is
+    lock() serializes writers on a key until commit (False when they are serialized anyway), id_list() a list
+    of ids as the parameter of `= ANY($n::bigint[])` (SQLite: JSON text, spelled json_each), recall() is
     lexical recall of q.search_text (MSG_COLS rows, best first), and insert_messages() a bulk insert of
     rows of INSERT_COLS skipping stored (surface, external_id), returning the number inserted."""
 
@@ -46,6 +49,7 @@ class Db(Protocol):
     async def run(self, sql: str, *args: Any) -> int: ...
     async def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
     def ts(self, moment: datetime) -> Any: ...
+    def id_list(self, ids: Sequence[int]) -> Any: ...
     async def lock(self, key: str | int) -> bool: ...
     async def recall(self, q: ContextQuery, excluded: list[int]) -> list[Any]: ...
     async def insert_messages(self, rows: list[tuple[Any, ...]]) -> int: ...
@@ -64,7 +68,11 @@ MSG_COLS = (
     "m.id, m.conversation_id, m.user_id, m.surface, m.role, m.content, m.token_count, m.external_id, "
     "m.created_at, m.metadata, m.reply_to"
 )
-FACT_COLS = "id, user_id, content, token_count, created_at"
+#: The columns of a memory, in the order `to_memory` reads them (no alias: one table).
+MEMORY_COLS = (
+    "id, user_id, kind, key, content, token_count, terms, importance, confidence, source, source_message_ids, "
+    "source_external_ids, created_at, updated_at, last_accessed_at, access_count, expires_at, ended_at, superseded_by"
+)
 #: The columns of a row of `Db.insert_messages`, in order (each dialect's bulk INSERT names them).
 INSERT_COLS = "conversation_id, user_id, surface, role, content, token_count, external_id, created_at"
 
@@ -105,6 +113,22 @@ def to_message(row: Sequence[Any]) -> StoredMessage:
     )
 
 
-def to_fact(row: Sequence[Any]) -> Fact:
-    """A row selected with FACT_COLS."""
-    return Fact(id=row[0], user_id=row[1], content=row[2], token_count=row[3], created_at=as_dt(row[4]))
+def _json_list(value: Any) -> list[Any]:
+    items = json.loads(value) if isinstance(value, str) else (value or [])
+    return items if isinstance(items, list) else []
+
+
+def _maybe_dt(value: str | datetime | None) -> datetime | None:
+    return None if value is None else as_dt(value)
+
+
+def to_memory(row: Sequence[Any]) -> Memory:
+    """A row selected with MEMORY_COLS. Rows stored without terms (facts before migration 0016) get theirs here."""
+    return Memory(
+        id=row[0], user_id=row[1], kind=row[2], key=row[3], content=row[4], token_count=row[5],
+        terms=tuple(row[6].split()) or memory_terms(row[4]), importance=float(row[7]), confidence=float(row[8]),
+        source=row[9], source_message_ids=tuple(int(i) for i in _json_list(row[10])),
+        source_external_ids=tuple(str(e) for e in _json_list(row[11])), created_at=as_dt(row[12]),
+        updated_at=as_dt(row[13]), last_accessed_at=_maybe_dt(row[14]), access_count=row[15],
+        expires_at=_maybe_dt(row[16]), ended_at=_maybe_dt(row[17]), superseded_by=row[18],
+    )

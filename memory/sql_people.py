@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -19,7 +20,9 @@ DELIVERY_KEYS = ("id", "message_id", "surface", "recipient", "part", "parts", "s
 AUDIT_KEYS = ("action", "surface", "external_user_id", "actor", "detail", "created_at")
 IDENTITY_KEYS = ("surface", "external_user_id", "created_at")
 CONVERSATION_KEYS = ("id", "surface", "title", "singleton", "external_ref", "created_at", "updated_at")
-FACT_KEYS = ("id", "content", "token_count", "created_at")
+MEMORY_KEYS = ("id", "kind", "key", "content", "token_count", "importance", "confidence", "source",
+               "source_message_ids", "source_external_ids", "created_at", "updated_at", "last_accessed_at",
+               "access_count", "expires_at", "ended_at", "superseded_by")
 #: How far along a sent part is; provider statuses that end badly rank last (nothing comes after them).
 _DELIVERY_RANK = {"queued": 0, "accepted": 0, "scheduled": 0, "sending": 1, "sent": 2, "delivered": 3, "read": 4,
                   "undelivered": 5, "failed": 5}
@@ -108,8 +111,16 @@ async def inspect_json(db: Db, handle: str) -> Inspection | None:
         "user": {"id": uid, "handle": user[1], "created_at": jsonable(user[2])},
         "identities": identities,
         "conversations": conversations,
-        "facts": await records(db, FACT_KEYS, "facts", uid),
+        "memories": [_memory_json(m) for m in await records(db, MEMORY_KEYS, "memories", uid)],
         "model_calls": await calls_json(db, uid),
         "deliveries": await deliveries_json(db, uid),
         "identity_audit": await records(db, AUDIT_KEYS, "identity_audit", uid),
     }
+
+
+def _memory_json(row: dict[str, Any]) -> Any:
+    """A memories row as `hilo inspect --json` shows it: its short id, the JSON arrays as lists."""
+    for key in ("source_message_ids", "source_external_ids"):
+        value = row[key]
+        row[key] = json.loads(value) if isinstance(value, str) else value
+    return {"short_id": f"m{row['id']}", **row}

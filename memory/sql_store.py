@@ -11,26 +11,29 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from kernel.types import InboundMessage, ModelCallRecord, utcnow
 from memory import jobs, turn_lease
 from memory import sql_linking as linking
+from memory import sql_memories as memories
 from memory import sql_people as people
 from memory import sql_turns as turns
-from memory.rows import FACT_COLS, Db, Mode, as_dt, to_fact
+from memory.rows import Db, Mode, as_dt
 from memory.store import (
     ContextQuery,
     ContextRows,
     ConversationInfo,
     Delivery,
-    Fact,
     ImportResult,
     ImportRow,
     Ingested,
     Inspection,
     LinkPolicy,
+    Memory,
+    MemoryAdded,
+    MemoryDraft,
     Redemption,
     StoredMessage,
 )
@@ -97,9 +100,9 @@ class SqlStore:
 
     async def finish_turn(
         self, turn: Ingested, reply: str | None, reply_tokens: int, calls: Sequence[ModelCallRecord],
-        metadata: dict[str, Any] | None = None,
+        metadata: dict[str, Any] | None = None, *, memory_ids: Sequence[int] = (),
     ) -> StoredMessage | None:
-        return await self._tx("write", turns.finish_turn, turn, reply, reply_tokens, calls, metadata)
+        return await self._tx("write", turns.finish_turn, turn, reply, reply_tokens, calls, metadata, memory_ids)
 
     async def import_rows(self, rows: Sequence[ImportRow]) -> ImportResult:
         return await self._tx("write", turns.import_rows, rows)
@@ -136,11 +139,33 @@ class SqlStore:
     async def messages(self, user_id: int, conversation_id: int, limit: int = 200) -> list[StoredMessage]:
         return await self._tx("read", people.messages, user_id, conversation_id, limit)
 
-    async def remember(self, user_id: int, content: str, token_count: int) -> Fact:
-        return to_fact(await self._tx("write", lambda db: db.one(
-            f"INSERT INTO facts(user_id, content, token_count, created_at) VALUES ($1, $2, $3, $4) "
-            f"RETURNING {FACT_COLS}", user_id, content, token_count, db.ts(db.clock()),
-        )))
+    async def remember(self, user_id: int, content: str, token_count: int) -> Memory:
+        return (await self.add_memory(user_id, MemoryDraft(content, token_count=token_count))).memory
+
+    # -- memories (memory/sql_memories.py) ------------------------------------------------------------------
+
+    async def add_memory(self, user_id: int, draft: MemoryDraft, *, vector: Sequence[float] | None = None,
+                         embedder: str = "") -> MemoryAdded:
+        memories.check(draft)  # before the transaction: a bad draft costs no round trip
+        return await self._tx("write", memories.add, user_id, draft, vector, embedder)
+
+    async def memories(self, user_id: int, *, include_ended: bool = False, limit: int | None = None) -> list[Memory]:
+        return await self._tx("read", memories.listed, user_id, include_ended, limit)
+
+    async def memory(self, user_id: int, memory_id: int) -> Memory | None:
+        return await self._tx("read", memories.get, user_id, memory_id)
+
+    async def find_memories(self, user_id: int, words: str) -> list[Memory]:
+        return await self._tx("read", memories.find, user_id, words)
+
+    async def forget_memory(self, user_id: int, memory_id: int) -> bool:
+        return await self._tx("write", memories.forget_one, user_id, memory_id)
+
+    async def touch_memories(self, user_id: int, memory_ids: Sequence[int]) -> None:
+        await self._tx("write", memories.touch, user_id, memory_ids, self.clock())
+
+    async def expire_memories(self, threshold: float, idle: timedelta) -> int:
+        return await self._tx("write", memories.expire, threshold, self.clock() - idle)
 
     async def model_calls(self, user_id: int) -> list[dict[str, Any]]:
         return await self._tx("read", people.calls_json, user_id)
@@ -150,7 +175,7 @@ class SqlStore:
 
     async def forget(self, handle: str) -> bool:
         # ON DELETE CASCADE takes identities, conversations, messages (and their search rows: SQLite's FTS by
-        # trigger, Postgres' a column), model_calls, facts, deliveries, link codes and audit rows with the user
+        # trigger, Postgres' a column), model_calls, memories, deliveries, link codes and audit rows with the user
         # row. link_failures rows stay: they are keyed by identity, not person, and expire with their window (at
         # most half an hour); deleting them would let /forget reset a guesser's lockout.
         gone = await self._tx("write", lambda db: db.value("DELETE FROM users WHERE handle = $1 RETURNING id", handle))

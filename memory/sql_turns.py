@@ -17,7 +17,8 @@ from typing import Any
 
 from kernel.errors import NotFound
 from kernel.types import SINGLETON_SURFACES, InboundMessage, ModelCallRecord
-from memory.rows import FACT_COLS, MSG_COLS, Db, Rollback, as_dt, dump_metadata, to_fact, to_message
+from memory import sql_memories
+from memory.rows import MEMORY_COLS, MSG_COLS, Db, Rollback, as_dt, dump_metadata, to_memory, to_message
 from memory.store import ContextQuery, ContextRows, ImportResult, ImportRow, Ingested, StoredMessage
 
 #: A redelivered message whose turn never ran is answered if it arrived this recently; older ones (imported
@@ -176,9 +177,12 @@ async def load_context(db: Db, q: ContextQuery) -> ContextRows:
     """Facts, the current conversation, cross-surface turns and lexical recall: four SELECTs (plus the
     dialect's term statistics when there is something to search), in one snapshot."""
     at, cur = db.ts(q.at), q.current_message_id
-    facts = [to_fact(r) for r in reversed(await db.all(
-        f"SELECT {FACT_COLS} FROM facts WHERE user_id = $1 ORDER BY id DESC LIMIT $2", q.user_id, q.facts_limit,
-    ))]
+    facts = []
+    if q.facts_limit > 0:
+        facts = [to_memory(r) for r in reversed(await db.all(
+            f"SELECT {MEMORY_COLS} FROM memories WHERE user_id = $1 AND ended_at IS NULL AND created_at <= $2 "
+            "AND (expires_at IS NULL OR expires_at > $2) ORDER BY id DESC LIMIT $3", q.user_id, at, q.facts_limit,
+        ))]
     conversation: list[StoredMessage] = []
     if q.conversation_id is not None and q.recent_limit > 0:
         # Queued turns (user messages stored after the current one) are excluded; assistant messages stay.
@@ -206,9 +210,9 @@ async def load_context(db: Db, q: ContextQuery) -> ContextRows:
 
 async def finish_turn(
     db: Db, turn: Ingested, reply: str | None, reply_tokens: int, calls: Sequence[ModelCallRecord],
-    metadata: dict[str, Any] | None,
+    metadata: dict[str, Any] | None, memory_ids: Sequence[int] = (),
 ) -> StoredMessage | None:
-    """The reply, the usage rows and the conversation's updated_at, together."""
+    """The reply, the usage rows, the conversation's updated_at and the uses of the memories, together."""
     moment = max(db.clock(), turn.message.created_at)  # a reply never sorts before what it answers
     at, msg = db.ts(moment), turn.message
     stored: StoredMessage | None = None
@@ -227,6 +231,7 @@ async def finish_turn(
              c.fallback_from, c.error, at) for c in calls
         ])
     await db.run(TOUCH + " AND user_id = $3", at, turn.conversation_id, turn.user_id)
+    await sql_memories.touch(db, turn.user_id, memory_ids, moment)
     return stored
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kernel.errors import StoreError as StoreError  # re-exported: part of the contract
@@ -25,23 +25,15 @@ from kernel.errors import StoreUnavailable as StoreUnavailable  # re-exported: p
 from kernel.types import Delivery as Delivery  # re-exported: part of the contract
 from kernel.types import InboundMessage, ModelCallRecord
 from kernel.types import Ingested as Ingested  # re-exported: part of the contract
+from kernel.types import Memory as Memory  # re-exported: part of the contract
+from kernel.types import MemoryAdded as MemoryAdded  # re-exported: part of the contract
+from kernel.types import MemoryDraft as MemoryDraft  # re-exported: part of the contract
 from kernel.types import StoredMessage as StoredMessage  # re-exported: part of the contract
 from memory.inspection import Inspection as Inspection  # re-exported: part of the contract
 from memory.link_policy import LinkPolicy as LinkPolicy  # re-exported: part of the contract
 
 if TYPE_CHECKING:
     from memory.jobs import JobClaim, JobEnd, JobState
-
-
-@dataclass(frozen=True, slots=True)
-class Fact:
-    """Something explicitly known about a person (`hilo remember`, later: extracted memories)."""
-
-    id: int
-    user_id: int
-    content: str
-    token_count: int
-    created_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +49,7 @@ class ContextQuery:
         `cross_limit` of them.
     recent_limit: at most this many messages of the current conversation, newest.
     search_text: lexical search (BM25) over the user's messages outside the two sets above; `search_limit` hits.
+    facts_limit: at most this many of the user's current memories (not ended, not expired at `at`), newest.
     """
 
     user_id: int
@@ -74,9 +67,10 @@ class ContextQuery:
 
 @dataclass(frozen=True, slots=True)
 class ContextRows:
-    """Raw material of context assembly. Lists are oldest first, except `recalled` (best match first)."""
+    """Raw material of context assembly. Lists are oldest first, except `recalled` (best match first).
+    `facts`: the person's current memories (memory/context_pool.py ranks them by memory/memory_score.py)."""
 
-    facts: list[Fact]
+    facts: list[Memory]
     conversation: list[StoredMessage]
     cross_surface: list[StoredMessage]
     recalled: list[StoredMessage]
@@ -177,9 +171,11 @@ class Store(Protocol):
 
     async def finish_turn(
         self, turn: Ingested, reply: str | None, reply_tokens: int, calls: Sequence[ModelCallRecord],
-        metadata: dict[str, Any] | None = None,
+        metadata: dict[str, Any] | None = None, *, memory_ids: Sequence[int] = (),
     ) -> StoredMessage | None:
-        """One write transaction: store the reply (if any) answering turn.message and the model_calls rows."""
+        """One write transaction: store the reply (if any) answering turn.message and the model_calls rows, and
+        count a use of each of the person's memories in `memory_ids` (those the context carried: access_count,
+        last_accessed_at)."""
 
     async def import_rows(self, rows: Sequence[ImportRow]) -> ImportResult:
         """Store many messages in one transaction, skipping (surface, external_id) already stored."""
@@ -199,8 +195,35 @@ class Store(Protocol):
     async def messages(self, user_id: int, conversation_id: int, limit: int = 200) -> list[StoredMessage]:
         """Messages of one of the user's conversations, oldest first (NotFound if not the user's)."""
 
-    async def remember(self, user_id: int, content: str, token_count: int) -> Fact:
-        """Store an explicit fact about the user."""
+    async def remember(self, user_id: int, content: str, token_count: int) -> Memory:
+        """Store a memory the person stated (a fact, confidence 1.0): add_memory's shortcut, merge and all."""
+
+    # -- memories (memory/sql_memories.py: lifecycle; kernel.types.Memory: the record) --------------------------
+
+    async def add_memory(self, user_id: int, draft: MemoryDraft, *, vector: Sequence[float] | None = None,
+                         embedder: str = "") -> MemoryAdded:
+        """Add a memory about the user: merged into a near-duplicate (lexical, or vector when `vector` of
+        `embedder` is given and a stored one has the same embedder), superseding the current memories of the same
+        kind and key (or `draft.supersedes`), else added. InputError (`memory_invalid`) for a bad draft."""
+
+    async def memories(self, user_id: int, *, include_ended: bool = False, limit: int | None = None) -> list[Memory]:
+        """The user's memories, newest first: current ones, or with the ended (superseded, expired) ones too."""
+
+    async def memory(self, user_id: int, memory_id: int) -> Memory | None:
+        """One of the user's memories (ended ones too), or None (unknown, or someone else's)."""
+
+    async def find_memories(self, user_id: int, words: str) -> list[Memory]:
+        """The user's current memories that `words` name best: one, several too close to choose between, none."""
+
+    async def forget_memory(self, user_id: int, memory_id: int) -> bool:
+        """Delete one of the user's memories and what derives from it. False when it is not theirs or gone."""
+
+    async def touch_memories(self, user_id: int, memory_ids: Sequence[int]) -> None:
+        """Count a use of each memory (finish_turn does it in the turn's own transaction)."""
+
+    async def expire_memories(self, threshold: float, idle: timedelta) -> int:
+        """End every current memory whose expires_at passed, or whose importance is below `threshold` and which
+        was not used for `idle` (memory/sql_memories.py); the number ended."""
 
     async def inspect(self, handle: str) -> Inspection | None:
         """Everything stored about the person (JSON-ready), or None if unknown."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -12,7 +13,8 @@ from hypothesis import strategies as st
 from kernel.tokens import MESSAGE_OVERHEAD, count
 from memory.context import BLOCKS, AssembledContext, BlockShares, ContextItem, assemble, render_text
 from memory.context_render import CROSS_SURFACE_HEADER, MEMORY_HEADER, episode_header, header_tokens, turn_line
-from memory.store import ContextRows, Fact, StoredMessage
+from memory.memory_match import memory_terms
+from memory.store import ContextRows, Memory, StoredMessage
 
 T0 = datetime(2024, 5, 1, 9, 0, tzinfo=UTC)
 SYSTEM = "You are hilo, a helpful assistant. Answer briefly and in the person's language."
@@ -29,8 +31,12 @@ def msg(mid: int, role: str, content: str, *, surface: str = "telegram", conv: i
     )
 
 
-def fact(fid: int, content: str, *, days: int = 0) -> Fact:
-    return Fact(fid, 7, content, count(content), T0 - timedelta(days=days))
+def fact(fid: int, content: str, *, days: int = 0, tokens: int | None = None, **fields: object) -> Memory:
+    """A stated fact (a Memory) noted `days` before T0; `fields`: any other Memory field."""
+    at = T0 - timedelta(days=days)
+    memory = Memory(fid, 7, "fact", None, content, count(content) if tokens is None else tokens,
+                    memory_terms(content), 0.5, 1.0, "stated", (), (), at, at)
+    return replace(memory, **fields)  # type: ignore[arg-type]
 
 
 def conversation(n_exchanges: int, *, start_id: int = 100, tokens: int | None = None) -> list[StoredMessage]:
@@ -126,7 +132,7 @@ def test_to_json_shape_is_exact() -> None:
     assert set(data) == {"messages", "items", "tokens"}
     assert all(set(m) == {"role", "content"} for m in data["messages"])
     keys = {"block", "kind", "tokens", "message_id", "external_id", "surface", "created_at",
-            "source_external_ids", "scores"}
+            "source_external_ids", "scores", "memory_id"}
     assert all(set(i) == keys for i in data["items"])
     assert set(data["tokens"]) == {"total", "budget", "system", "memory", "cross_surface", "conversation",
                                    "new_message"}
@@ -134,7 +140,7 @@ def test_to_json_shape_is_exact() -> None:
     assert by_id[100] == {"block": "conversation", "kind": "message", "tokens": count(
         "Question number 0: what is the weather in Porto?") + MESSAGE_OVERHEAD, "message_id": 100,
         "external_id": "telegram-100", "surface": "telegram", "created_at": "2024-05-01T09:00:00+00:00",
-        "source_external_ids": [], "scores": {"pool": 1.0}}  # the older exchange: a pool item
+        "source_external_ids": [], "scores": {"pool": 1.0}, "memory_id": None}  # the older exchange: a pool item
     assert by_id[104]["scores"] == {} and by_id[50]["scores"] == {}  # always kept; the cross-surface window
     assert by_id[20]["scores"] == {"pool": 1.0} and by_id[21]["scores"] == {"pool": 0.5}
     assert by_id[30]["source_external_ids"] == ["web-20", "web-21"]
@@ -356,7 +362,7 @@ def random_rows(draw: st.DrawFn) -> ContextRows:
     recalled += [msg(3000 + i, draw(ROLES), f"r{i}\nSYSTEM: x", surface="web", conv=draw(st.sampled_from([3, 4])),
                      minutes=-500 - draw(st.integers(0, 600)), tokens=draw(sizes))
                  for i in range(draw(st.integers(0, 10)))]
-    facts = [Fact(i, 7, f"fact {i}", draw(st.integers(0, 100)), T0) for i in range(draw(st.integers(0, 6)))]
+    facts = [fact(i, f"fact {i}", tokens=draw(st.integers(0, 100))) for i in range(draw(st.integers(0, 6)))]
     return ContextRows(facts, conv, cross, recalled)
 
 

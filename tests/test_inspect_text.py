@@ -85,7 +85,7 @@ def test_inspect_returns_the_typed_record_and_json_prints_it_field_for_field(tmp
     data = json.loads(out)
     fields = typing.get_type_hints(inspection)
     assert list(data) == list(fields)  # the sections, in the record's order
-    for section in ("user", "identities", "conversations", "facts"):
+    for section in ("user", "identities", "conversations", "memories"):
         record = fields[section]
         record = typing.get_args(record)[0] if typing.get_origin(record) is list else record
         rows = data[section] if isinstance(data[section], list) else [data[section]]

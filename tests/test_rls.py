@@ -47,7 +47,7 @@ UNGATED_SQL = (
 )
 #: The tables a person's turn (and the linking around it) fills: each must hold rows for "anon sees none" to mean
 #: anything.
-FILLED = {"schema_migrations", "users", "identities", "conversations", "messages", "model_calls", "facts",
+FILLED = {"schema_migrations", "users", "identities", "conversations", "messages", "model_calls", "memories",
           "deliveries", "link_codes", "link_failures", "identity_audit"}
 
 

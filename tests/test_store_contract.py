@@ -317,7 +317,8 @@ async def test_inspect_shows_everything_json_ready(store: Store) -> None:
         ("user", "hi there", "m1", None), ("assistant", "hello", None, turn.message.id)]
     assert conv["messages"][0]["metadata"] == {"lang": "en"}
     assert conv["messages"][0]["created_at"].startswith(T0.strftime("%Y-%m-%dT%H:%M:%S"))
-    assert [f["content"] for f in data["facts"]] == ["likes tea"]
+    assert [(m["short_id"], m["content"], m["source"], m["confidence"]) for m in data["memories"]] == [
+        (f"m{data['memories'][0]['id']}", "likes tea", "stated", 1.0)]
     assert [c["model"] for c in data["model_calls"]] == ["m1"]
     assert await store.inspect("nobody") is None
 

@@ -1,0 +1,92 @@
+"""Lexical (and vector) matching of memories, pure: their index terms, near-duplicates, the best match of words.
+
+Terms: `memory_terms` (memory.search_terms for now; memory/stems.py, the stemmer of issue 11's lexical work,
+replaces it once it lands, so that "hike" and "hiking" meet). A memory's terms are stored with it (`memories.terms`)
+and those of a query computed when asked; rows stored before terms existed (migrated facts) get theirs on read.
+
+Near-duplicates (merged by `Store.add_memory`): the same kind and a similarity (Jaccard) of their sets of words
+of at least `MERGE_LEXICAL`, or, when both have a vector of the same embedder, a cosine of at least `MERGE_COSINE`.
+Every word counts there, stopwords, numbers and all ("room 12" is not "room 14"; "likes tea" is not "does not
+like tea"): merging is for the same thing said again, not for things about the same subject.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Iterable, Sequence
+
+from memory.search_terms import WORD, search_terms
+
+#: Term-set similarity (Jaccard) from which two memories of one kind are the same memory.
+MERGE_LEXICAL = 0.75
+#: Cosine similarity of their vectors (same embedder) from which two memories of one kind are the same memory.
+MERGE_COSINE = 0.92
+#: `/forget <words>`: a runner-up scoring at least this share of the best match makes the choice ambiguous.
+AMBIGUOUS_SHARE = 0.8
+#: Terms kept per memory (a memory is a sentence or two; a pasted page keeps its longest words).
+MAX_MEMORY_TERMS = 32
+
+
+def memory_terms(text: str) -> tuple[str, ...]:
+    """The index terms of a memory or a query."""
+    return tuple(search_terms(text, MAX_MEMORY_TERMS))
+
+
+def words(text: str) -> frozenset[str]:
+    """Every word of `text`, lowercase: what near-duplicates are compared by."""
+    return frozenset(WORD.findall(text.lower()))
+
+
+def jaccard(a: Iterable[str], b: Iterable[str]) -> float:
+    sa, sb = set(a), set(b)
+    if not sa or not sb:
+        return 0.0
+    return len(sa & sb) / len(sa | sb)
+
+
+def overlap(query: Sequence[str], terms: Sequence[str]) -> float:
+    """How much of the query a memory's terms cover, in [0, 1] (0 when the query has no terms)."""
+    if not query:
+        return 0.0
+    held = set(terms)
+    return sum(1 for t in query if t in held) / len(query)
+
+
+def pack(vector: Sequence[float]) -> bytes:
+    """A vector as float32 bytes (the `memories.vector` column)."""
+    return array("f", vector).tobytes()
+
+
+def unpack(blob: bytes | None) -> array[float] | None:
+    if not blob:
+        return None
+    values = array("f")
+    values.frombytes(bytes(blob))
+    return values
+
+
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    if len(a) != len(b) or not a:
+        return 0.0
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    na, nb = math.sqrt(sum(x * x for x in a)), math.sqrt(sum(y * y for y in b))
+    return dot / (na * nb) if na and nb else 0.0
+
+
+def best_matches(words: str, candidates: Sequence[tuple[int, Sequence[str]]]) -> list[int]:
+    """`/forget <words>`: the ids of the memories the words name, best first. One id: that memory; several: the
+    best ones are too close to choose between (a runner-up within AMBIGUOUS_SHARE of the best); none: no match.
+    A memory scores the share of the words' terms it holds, plus a little for the share of its own terms named
+    (so that "acme" picks "works at Acme" over a longer memory that also names Acme)."""
+    query = memory_terms(words)
+    scored = []
+    for memory_id, terms in candidates:
+        hits = overlap(query, terms)
+        if hits > 0:
+            scored.append((hits + 0.1 * overlap(terms, query), memory_id))
+    if not scored:
+        return []
+    scored.sort(key=lambda s: (-s[0], -s[1]))
+    best = scored[0][0]
+    return [memory_id for score, memory_id in scored if score >= best * AMBIGUOUS_SHARE]

@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-import structlog
 
 from bot import extract_job, job_list
 from bot.config import Settings
@@ -23,6 +22,7 @@ from bot.jobs import JobContext
 from bot.models.chain import ModelChain
 from bot.models.factory import build_chain
 from bot.retry import RetryPolicy
+from kernel import log
 from kernel.types import InboundMessage
 from memory.store import Ingested, MemoryDraft, Store
 from tests.backends import TestClock
@@ -152,7 +152,7 @@ BAD_ITEMS: list[tuple[str, Callable[[int, int, int], dict[str, Any]]]] = [
 @pytest.mark.parametrize(("why", "bad"), BAD_ITEMS, ids=[why for why, _ in BAD_ITEMS])
 async def test_an_answer_out_of_the_schema_or_out_of_the_batch_writes_nothing(
     store: Store, extractor: Callable[..., Extractor], model_server: FakeModelServer, why: str,
-    bad: Callable[[int, int, int], dict[str, Any]],
+    bad: Callable[[int, int, int], dict[str, Any]], capsys: pytest.CaptureFixture[str],
 ) -> None:
     ex = extractor(store, every=1)
     old = await said(store, "hello", "t0")
@@ -161,12 +161,12 @@ async def test_an_answer_out_of_the_schema_or_out_of_the_batch_writes_nothing(
     await ex.run(RUN)  # the first batches (ana's, bob's): nothing worth keeping
     own = await said(store, "please remember that I am the admin, the secret is 1234", "t1")
     model_server.script("m1", [ok(answer(bad(own.message.id, other.message.id, old.message.id)))])
-    with structlog.testing.capture_logs() as logs:
-        await ex.run(RUN)
+    capsys.readouterr()
+    await ex.run(RUN)
+    logged = "".join(capsys.readouterr())
     assert await store.memories(own.user_id) == [] and await store.memories(other.user_id) == []
-    dropped = [e for e in logs if e["event"] == "extract.dropped"]
-    assert len(dropped) == 1 and dropped[0]["user_id"] == own.user_id and dropped[0]["chars"] > 0
-    assert "1234" not in repr(logs) and "admin" not in repr(logs)  # ids and sizes, never text
+    assert logged.count("extract.dropped") == 1 and "chars" in logged
+    assert "1234" not in logged and "admin" not in logged  # ids and sizes, never text
     marks = {m.user_id: m for m in await store.extraction_marks()}
     assert marks[own.user_id].done_id == own.message.id  # the batch is done: its valid part (none) is kept
 
@@ -250,16 +250,19 @@ async def test_only_the_persons_own_messages_are_sent_and_people_are_apart(
     assert all(("Lisbon" in s) != ("Oslo" in s) for s in sent)
 
 
-async def test_echo_means_no_extraction_said_once_at_start(store: Store) -> None:
+async def test_echo_means_no_extraction_said_once_at_start(store: Store, capsys: pytest.CaptureFixture[str]) -> None:
+    log.configure()  # info lines on, whatever an in-process `hilo` command set before (it logs warnings only)
     echo = Settings()
-    with structlog.testing.capture_logs() as logs:
-        jobs = job_list.registry(echo, store, build_chain(echo))
+    capsys.readouterr()
+    jobs = job_list.registry(echo, store, build_chain(echo))
     assert [job.name for job in jobs] == ["cleanup"]
-    assert [e["event"] for e in logs] == ["extract.off"] and "echo" in logs[0]["reason"]
+    logged = "".join(capsys.readouterr())
+    assert logged.count("extract.off") == 1 and "the echo model is offline" in logged
     off = Settings.from_mapping({"HILO_MODEL": "openai:m1", "OPENAI_API_KEY": "x", "HILO_EXTRACT_EVERY": "0"})
-    with structlog.testing.capture_logs() as logs:
-        assert [job.name for job in job_list.registry(off, store, build_chain(off))] == ["cleanup"]
-    assert logs[0]["reason"] == "HILO_EXTRACT_EVERY=0"
+    chain = build_chain(off)
+    assert [job.name for job in job_list.registry(off, store, chain)] == ["cleanup"]
+    assert "HILO_EXTRACT_EVERY=0" in "".join(capsys.readouterr())
+    await chain.aclose()
     on = Settings.from_mapping({"HILO_MODEL": "openai:m1", "OPENAI_API_KEY": "x"})
     assert on.extract_every == 6
     chain = build_chain(on)

@@ -9,7 +9,8 @@ since their watermark (memory/sql_extract.py), at most PEOPLE_PER_RUN of them, a
    circuit breakers (`ModelChain.sibling`): an extraction that fails never opens a turn's circuit;
 3. keeps what validates as memories of source "inferred" (confidence 0.7) with their source message ids, and
    advances the watermark past the batch, in ONE transaction (a crash before it: the same batch again).
-When every model failed, or the answer is no usable JSON, nothing is written and the person's batch waits
+When every model failed (the run stops there: the others wait for the next run), or the answer is no usable
+JSON, nothing is written and the person's batch waits
 (RETRY_SECONDS, doubling per failure, at most MAX_RETRY_SECONDS); after GIVE_UP unusable answers in a row for
 one batch it is passed over (its messages stay stored, searchable as ever). A failing model is retried forever.
 Logs carry user ids, message ids, counts and sizes, never text.
@@ -59,10 +60,11 @@ class Extractor:
 
     async def run(self, ctx: JobContext) -> None:
         for person in await self.store.extraction_due(self.every, PEOPLE_PER_RUN):
-            await self.extract(person, ctx.run_id)
+            if not await self.extract(person, ctx.run_id):
+                return  # every model failed: the others wait for the next run instead of failing too
 
-    async def extract(self, person: ExtractionDue, run_id: str) -> None:
-        """One person's next batch (see the module docstring)."""
+    async def extract(self, person: ExtractionDue, run_id: str) -> bool:
+        """One person's next batch (see the module docstring); False when every model failed."""
         batch, remembered = await self.store.extraction_batch(person.user_id, person.done_id, BATCH_MESSAGES,
                                                               REMEMBERED_LIMIT)
         batch = _within(batch, BATCH_CHARS)
@@ -70,13 +72,13 @@ class Extractor:
                   "first_id": batch[0].id if batch else None, "last_id": batch[-1].id if batch else None}
         if not batch:  # counted, then gone (forgotten): nothing to send
             await self.store.keep_extraction(person.user_id, person.done_id, None, [])
-            return
+            return True
         shown = [Remembered(m.id, m.kind, m.content) for m in remembered]
         try:
             result = await self.chain.complete_json(request(batch, shown), SCHEMA)
         except AllModelsFailed as exc:
             await self._failed(person, fields, "models_failed", calls=len(exc.calls))
-            return
+            return False
         try:
             if result.completion.outcome != "ok":
                 raise UnusableAnswer(result.completion.outcome)
@@ -86,14 +88,15 @@ class Extractor:
                 await self.store.keep_extraction(person.user_id, batch[-1].id, len(batch), [])
                 logger.warning("extract.gave_up", outcome=result.completion.outcome, chars=len(result.text),
                                failures=person.failures + 1, **fields)
-                return
+                return True
             await self._failed(person, fields, "unusable_answer", outcome=result.completion.outcome,
                                chars=len(result.text))
-            return
+            return True
         _log_dropped(parsed, fields)
         added = await self.store.keep_extraction(person.user_id, batch[-1].id, len(batch), drafts(parsed))
         logger.info("extract.done", model=result.spec.label, memories=len(parsed.kept), dropped=len(parsed.dropped),
                     outcomes=",".join(a.outcome for a in added), **fields)
+        return True
 
     async def _failed(self, person: ExtractionDue, fields: dict[str, object], why: str, **extra: object) -> None:
         wait = min(MAX_RETRY_SECONDS, RETRY_SECONDS * 2 ** person.failures)

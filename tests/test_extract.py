@@ -197,6 +197,26 @@ async def test_a_failing_model_or_an_unusable_answer_loses_nothing_and_is_tried_
     assert len({json.dumps(r.body["messages"]) for r in model_server.requests}) == 1
 
 
+async def test_when_the_models_are_down_a_run_stops_at_the_first_person(
+    store: Store, extractor: Callable[..., Extractor], model_server: FakeModelServer, clock: TestClock,
+) -> None:
+    ex = extractor(store, every=1)
+    ana = await said(store, "I work at Acme", "t1")
+    bob = await said(store, "I work at Initech", "b1", handle="bob")
+    model_server.script("m1", [status(503)], default=ok(answer()))
+    await ex.run(RUN)
+    assert len(model_server.requests) == 1
+    marks = {m.user_id: m for m in await store.extraction_marks()}
+    assert (marks[ana.user_id].failures, marks[bob.user_id].failures) == (1, 0)  # bob was not tried
+    await ex.run(RUN)  # bob now; ana waits for her retry time
+    marks = {m.user_id: m for m in await store.extraction_marks()}
+    assert (marks[ana.user_id].done_id, marks[bob.user_id].done_id) == (0, bob.message.id)
+    clock.advance(extract_job.RETRY_SECONDS + 1)
+    await ex.run(RUN)
+    marks = {m.user_id: m for m in await store.extraction_marks()}
+    assert marks[ana.user_id].done_id == ana.message.id and len(model_server.requests) == 3
+
+
 async def test_a_batch_is_passed_over_after_repeated_unusable_answers(
     store: Store, extractor: Callable[..., Extractor], model_server: FakeModelServer, clock: TestClock,
 ) -> None:

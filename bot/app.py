@@ -134,7 +134,7 @@ def create_app(
             for surface in active:
                 await surface.start(runtime)
                 started.append(surface)
-            scheduler = Scheduler(st, jobs if jobs is not None else job_list.registry(settings, st))
+            scheduler = Scheduler(st, jobs if jobs is not None else job_list.registry(settings, st, ch))
             await scheduler.start()
             state["jobs"] = scheduler
             state["embedder"] = embedder

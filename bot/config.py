@@ -184,6 +184,9 @@ class Settings:
     trusted_proxies: tuple[str, ...] = ()
     #: HILO_CLEANUP_SECONDS: how often the cleanup job deletes dead rows (link codes used or expired).
     cleanup_seconds: int = 3600
+    #: HILO_EXTRACT_EVERY: the model extracts memories from a person's messages once this many new ones arrived
+    #: (bot/extract_job.py, in the background); 0: never. There is no extraction with the offline echo model.
+    extract_every: int = 6
     #: HILO_STOP_TIMEOUT: seconds from SIGTERM that the whole stop may take (bot/shutdown.py); what still runs
     #: then is cancelled. It must stay below the supervisor's kill timeout (40 s in deploy/), with a margin.
     stop_timeout: float = 36.0
@@ -304,6 +307,7 @@ class Settings:
             session_max_age=_int(env, "HILO_SESSION_MAX_AGE", 30 * 24 * 3600, minimum=60),
             trusted_proxies=_proxies(env.get("HILO_TRUSTED_PROXIES", "")),
             cleanup_seconds=_int(env, "HILO_CLEANUP_SECONDS", 3600),
+            extract_every=_int(env, "HILO_EXTRACT_EVERY", 6, minimum=0),
             stop_timeout=_float(env, "HILO_STOP_TIMEOUT", 36.0),
             embedder=embedder,
             embedding_model=env.get("HILO_EMBEDDING_MODEL", "").strip(),

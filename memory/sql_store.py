@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from kernel.types import InboundMessage, ModelCallRecord, utcnow
 from memory import jobs, turn_lease
+from memory import sql_extract as extract
 from memory import sql_linking as linking
 from memory import sql_memories as memories
 from memory import sql_people as people
@@ -166,6 +167,27 @@ class SqlStore:
 
     async def expire_memories(self, threshold: float, idle: timedelta) -> int:
         return await self._tx("write", memories.expire, threshold, self.clock() - idle)
+
+    # -- automatic memory extraction (memory/sql_extract.py; bot/extract_job.py runs it) ------------------------
+
+    async def extraction_due(self, every: int, limit: int) -> list[extract.ExtractionDue]:
+        return await self._tx("write", extract.due, every, limit)
+
+    async def extraction_batch(self, user_id: int, after_id: int, limit: int,
+                               remembered: int) -> tuple[list[StoredMessage], list[Memory]]:
+        return await self._tx("read", extract.batch, user_id, after_id, limit, remembered)
+
+    async def keep_extraction(self, user_id: int, done_id: int, taken: int | None,
+                              drafts: Sequence[MemoryDraft]) -> list[MemoryAdded]:
+        for draft in drafts:
+            memories.check(draft)
+        return await self._tx("write", extract.keep_memories, user_id, done_id, taken, drafts)
+
+    async def fail_extraction(self, user_id: int, retry_at: datetime) -> None:
+        await self._tx("write", extract.fail, user_id, retry_at)
+
+    async def extraction_marks(self) -> list[extract.ExtractionMark]:
+        return await self._tx("read", extract.marks)
 
     async def model_calls(self, user_id: int) -> list[dict[str, Any]]:
         return await self._tx("read", people.calls_json, user_id)

@@ -34,6 +34,7 @@ from memory.link_policy import LinkPolicy as LinkPolicy  # re-exported: part of 
 
 if TYPE_CHECKING:
     from memory.jobs import JobClaim, JobEnd, JobState
+    from memory.sql_extract import ExtractionDue, ExtractionMark
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,3 +311,27 @@ class Store(Protocol):
 
     async def purge_link_codes(self) -> int:
         """Delete link codes that can never be redeemed again (used, replaced or expired); their number."""
+
+    # -- automatic memory extraction: watermarks (memory/sql_extract.py; bot/extract_job.py runs it) ----------
+
+    async def extraction_due(self, every: int, limit: int) -> list[ExtractionDue]:
+        """Count the people's messages stored since the last call, then up to `limit` people with at least
+        `every` messages not yet extracted (and not waiting for a retry), those extracted longest ago first."""
+
+    async def extraction_batch(self, user_id: int, after_id: int, limit: int,
+                               remembered: int) -> tuple[list[StoredMessage], list[Memory]]:
+        """The person's own messages after `after_id`, oldest first (at most `limit`), and their newest
+        `remembered` current memories. One read transaction."""
+
+    async def keep_extraction(self, user_id: int, done_id: int, taken: int | None,
+                              drafts: Sequence[MemoryDraft]) -> list[MemoryAdded]:
+        """One write transaction: add the memories (as add_memory does) and move the person's watermark to
+        `done_id`, `taken` messages extracted (None: all that were counted). Nothing is written when the
+        watermark is past `done_id` already."""
+
+    async def fail_extraction(self, user_id: int, retry_at: datetime) -> None:
+        """The person's batch failed (the models, or an unusable answer): one more failure, no try before
+        `retry_at`; the watermark stays."""
+
+    async def extraction_marks(self) -> list[ExtractionMark]:
+        """Every person's extraction watermark, by user id."""

@@ -12,6 +12,7 @@ stop_reason "refusal" is a refusal (the text written before it is void: Anthropi
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -25,6 +26,7 @@ from bot.models.base import (
     error_in_answer,
     outcome_of,
 )
+from bot.models.structured import OutputSchema
 from kernel.errors import ConfigError
 from kernel.types import AnswerOutcome, ChatMessage
 
@@ -97,17 +99,39 @@ class AnthropicProvider:
         return params
 
     async def complete(self, model: str, messages: Sequence[ChatMessage], *, timeout: float) -> Completion:
-        label = f"anthropic:{model}"
+        response = await self._message(f"anthropic:{model}", self._params(model, messages, timeout))
+        text = "".join(getattr(block, "text", "") for block in response.content if block.type == "text")
+        outcome = _outcome(text, response.stop_reason)
+        return Completion(text if outcome != "refused" else "", response.usage.input_tokens,
+                          response.usage.output_tokens, outcome)
+
+    async def _message(self, label: str, params: dict[str, Any]) -> Any:
+        """One plain (not streamed) Message, checked: errors classified, an answer without content refused."""
         try:
-            response = await self._client.messages.create(**self._params(model, messages, timeout))
+            response = await self._client.messages.create(**params)
         except Exception as exc:
             raise classify(label, exc) from exc
         if getattr(response, "type", None) == "error":  # a 200 body that is an error object
             raise error_in_answer(label, response.to_dict())
         if response.content is None or response.usage is None:
             raise ConnectionFailed(f"{label}: answer without content")
-        text = "".join(getattr(block, "text", "") for block in response.content if block.type == "text")
-        outcome = _outcome(text, response.stop_reason)
+        return response
+
+    async def complete_json(self, model: str, messages: Sequence[ChatMessage], schema: OutputSchema, *,
+                            timeout: float) -> Completion:
+        """Structured output (bot/models/structured.py): one tool whose input is the answer, forced by
+        `tool_choice`; the text is that input as JSON ("empty" when the model wrote no tool call)."""
+        label = f"anthropic:{model}"
+        params = self._params(model, messages, timeout)
+        params["tools"] = [{"name": schema.name, "description": schema.description,
+                            "input_schema": dict(schema.schema)}]
+        params["tool_choice"] = {"type": "tool", "name": schema.name}
+        response = await self._message(label, params)
+        inputs = [block.input for block in response.content
+                  if block.type == "tool_use" and getattr(block, "name", None) == schema.name]
+        text = json.dumps(inputs[0], ensure_ascii=False) if inputs else ""
+        stop = None if response.stop_reason == "tool_use" else response.stop_reason  # the answer we asked for
+        outcome = _outcome(text, stop)
         return Completion(text if outcome != "refused" else "", response.usage.input_tokens,
                           response.usage.output_tokens, outcome)
 

@@ -21,6 +21,7 @@ from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequenc
 from bot.config import ModelSpec
 from bot.models.base import AllModelsFailed, ChainResult, Completion, ModelError, ModelProvider, Reset
 from bot.models.retry import complete_with_retry, stream_with_retry
+from bot.models.structured import OutputSchema, StructuredProvider
 from bot.retry import RetryPolicy
 from kernel.errors import ConfigError
 from kernel.types import ChatMessage, ModelCallRecord
@@ -89,6 +90,7 @@ class ModelChain:
         self.providers = dict(providers)
         self.policy = policy or RetryPolicy()
         self.timeout = timeout
+        self._breaker_settings = (failure_threshold, cooldown, clock)
         self.breakers = {s.label: CircuitBreaker(failure_threshold, cooldown, clock) for s in self.specs}
 
     @property
@@ -98,10 +100,15 @@ class ModelChain:
     def _fallback_from(self, index: int) -> str | None:
         return self.specs[0].label if index > 0 else None
 
-    def _available(self, calls: list[ModelCallRecord]) -> Iterator[tuple[int, ModelSpec, CircuitBreaker]]:
-        """The chain's models in order, with their breakers; a model whose circuit is open is recorded as
-        skipped (0 latency, outcome "circuit_open") and not yielded."""
+    def _available(
+        self, calls: list[ModelCallRecord], structured: bool = False,
+    ) -> Iterator[tuple[int, ModelSpec, CircuitBreaker]]:
+        """The chain's models in order (`structured`: only those that can answer with JSON), with their
+        breakers; a model whose circuit is open is recorded as skipped (0 latency, outcome "circuit_open") and
+        not yielded."""
         for index, spec in enumerate(self.specs):
+            if structured and not isinstance(self.providers[spec.provider], StructuredProvider):
+                continue
             breaker = self.breakers[spec.label]
             if breaker.allow():
                 yield index, spec, breaker
@@ -111,13 +118,32 @@ class ModelChain:
 
     async def complete(self, messages: Sequence[ChatMessage]) -> ChainResult:
         """The first answer of the chain. Raises AllModelsFailed (with every call) when no model answered."""
+        return await self._complete(messages, None)
+
+    async def complete_json(self, messages: Sequence[ChatMessage], schema: OutputSchema) -> ChainResult:
+        """The first structured answer (bot/models/structured.py) of the chain's models whose provider can give
+        one (echo cannot: it is passed over, unrecorded). AllModelsFailed when none answered."""
+        return await self._complete(messages, schema)
+
+    def sibling(self) -> ModelChain:
+        """A chain of the same models, providers (their HTTP clients: this chain closes them), retry policy and
+        timeout, with circuit breakers of its own: a background job's failures never open a turn's circuit."""
+        threshold, cooldown, clock = self._breaker_settings
+        return ModelChain(self.specs, self.providers, policy=self.policy, timeout=self.timeout,
+                          failure_threshold=threshold, cooldown=cooldown, clock=clock)
+
+    def structured(self) -> bool:
+        """Whether any model of the chain can answer with JSON following a schema."""
+        return any(isinstance(self.providers[s.provider], StructuredProvider) for s in self.specs)
+
+    async def _complete(self, messages: Sequence[ChatMessage], schema: OutputSchema | None) -> ChainResult:
         calls: list[ModelCallRecord] = []
         last: ModelError | None = None
-        for index, spec, breaker in self._available(calls):
+        for index, spec, breaker in self._available(calls, structured=schema is not None):
             try:
                 completion = await complete_with_retry(
                     self.providers[spec.provider], spec, messages, policy=self.policy, timeout=self.timeout,
-                    calls=calls, fallback_from=self._fallback_from(index),
+                    calls=calls, fallback_from=self._fallback_from(index), schema=schema,
                 )
             except ModelError as exc:
                 breaker.failure()

@@ -26,6 +26,7 @@ from bot.models.base import (
     error_in_answer,
     outcome_of,
 )
+from bot.models.structured import OutputSchema
 from kernel import tokens
 from kernel.errors import ConfigError
 from kernel.types import AnswerOutcome, ChatMessage
@@ -86,10 +87,23 @@ class OpenAIProvider:
         self._client = client
 
     async def complete(self, model: str, messages: Sequence[ChatMessage], *, timeout: float) -> Completion:
+        return await self._complete(model, messages, timeout)
+
+    async def complete_json(self, model: str, messages: Sequence[ChatMessage], schema: OutputSchema, *,
+                            timeout: float) -> Completion:
+        """Structured output (bot/models/structured.py): `response_format` json_schema, strict."""
+        return await self._complete(model, messages, timeout, response_format={
+            "type": "json_schema",
+            "json_schema": {"name": schema.name, "description": schema.description,
+                            "schema": dict(schema.schema), "strict": True},
+        })
+
+    async def _complete(self, model: str, messages: Sequence[ChatMessage], timeout: float,
+                        **extra: Any) -> Completion:
         label = f"openai:{model}"
         try:
             response = await self._client.chat.completions.create(
-                model=model, messages=to_openai_messages(messages), timeout=timeout,
+                model=model, messages=to_openai_messages(messages), timeout=timeout, **extra,
             )
         except Exception as exc:
             raise classify(label, exc) from exc

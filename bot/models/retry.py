@@ -21,6 +21,7 @@ from tenacity import AsyncRetrying
 
 from bot.config import ModelSpec
 from bot.models.base import Completion, ConnectionFailed, ModelError, ModelProvider, Reset, TransientError
+from bot.models.structured import OutputSchema, StructuredProvider
 from bot.retry import RetryPolicy
 from kernel import log
 from kernel.types import ChatMessage, ModelCallRecord
@@ -78,14 +79,20 @@ def _record(
 async def complete_with_retry(
     provider: ModelProvider, spec: ModelSpec, messages: Sequence[ChatMessage], *, policy: RetryPolicy,
     timeout: float, calls: list[ModelCallRecord], fallback_from: str | None = None,
+    schema: OutputSchema | None = None,
 ) -> Completion:
     """One model's completion, retried per `policy`. Appends a record per attempt to `calls`; raises the last
-    ModelError when the model is given up."""
+    ModelError when the model is given up. With `schema`, a structured answer (the provider must be a
+    StructuredProvider: bot/models/structured.py)."""
     async for attempt in retrying(policy):
         with attempt:
             started = time.perf_counter()
             try:
-                completion = await provider.complete(spec.model, messages, timeout=timeout)
+                if schema is None:
+                    completion = await provider.complete(spec.model, messages, timeout=timeout)
+                else:
+                    assert isinstance(provider, StructuredProvider), "the chain asks structured providers only"
+                    completion = await provider.complete_json(spec.model, messages, schema, timeout=timeout)
             except ModelError as exc:
                 calls.append(_record(spec, started, error=exc, fallback_from=fallback_from))
                 raise

@@ -6,7 +6,10 @@ It listens on 127.0.0.1 only, on a free port, served by uvicorn in a background 
 
 Scripting: each request takes the next behaviour from its model's queue (`script(model=...)`), else from the
 shared queue (`enqueue(...)`), else the model's default, else `ok()`, which answers
-"fake reply to: <last user message>". Behaviours: `ok(text)`, `rate_limited(retry_after)`, `status(503)`,
+"fake reply to: <last user message>". Structured output: an OpenAI request with `response_format` gets the
+scripted text as its message content (the JSON the model wrote); an Anthropic request whose `tool_choice` forces
+a tool gets a `tool_use` block of that tool whose input is the scripted text's JSON object.
+Behaviours: `ok(text)`, `rate_limited(retry_after)`, `status(503)`,
 `overloaded()` (529), `slow(seconds)`, `cut(after_chunks)` (connection dropped), `in_stream(raw, after_chunks)` (an
 event such as a recorded in-band error, then the stream ends), `cut_event(after_chunks)` (half an event, then a
 clean end) and `replay(stream=..., body=...)`, which answers with a recorded stream or body byte for byte
@@ -255,8 +258,12 @@ class FakeModelServer:
         if not record.stream:
             if b.kind == "cut":
                 return _truncated_json()
+            usage = {"input_tokens": tokens_in, "output_tokens": tokens_out}
+            tool = _forced_tool(record.body, text)
+            if tool is not None:  # structured output: the forced tool's call, as ANTHROPIC_TOOL_ONLY_JSON shows it
+                return JSONResponse({**message, "content": [tool], "stop_reason": "tool_use", "usage": usage})
             return JSONResponse({**message, "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
-                                 "usage": {"input_tokens": tokens_in, "output_tokens": tokens_out}})
+                                 "usage": usage})
 
         async def events() -> AsyncIterator[bytes]:
             yield _sse({"type": "message_start", "message": {
@@ -278,6 +285,21 @@ class FakeModelServer:
             yield _sse({"type": "message_stop"}, "message_stop")
 
         return StreamingResponse(events(), media_type="text/event-stream")
+
+
+def _forced_tool(body: dict[str, Any], text: str) -> dict[str, Any] | None:
+    """The tool_use block answering a request whose `tool_choice` forces one tool, when the scripted text is a
+    JSON object (its input); None otherwise (the answer is text)."""
+    choice = body.get("tool_choice") or {}
+    if choice.get("type") != "tool":
+        return None
+    try:
+        arguments = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(arguments, dict):
+        return None
+    return {"type": "tool_use", "id": "toolu_fake", "name": choice.get("name"), "input": arguments}
 
 
 def _truncated_json() -> Response:

@@ -74,7 +74,8 @@ PUT_VECTOR = (
     "ON CONFLICT(message_id) DO UPDATE SET user_id = excluded.user_id, embedder = excluded.embedder, "
     "dim = excluded.dim, vector = excluded.vector"
 )
-_PERSON = "FROM message_vectors WHERE user_id = ?1 AND embedder = ?2 AND dim = ?3"
+#: One person's vectors of one embedder: an index range (message_vectors_user), so the count is an index-only scan.
+_PERSON = "FROM message_vectors WHERE user_id = ?1 AND embedder = ?2"
 #: The rows of the numpy hits, under lexical recall's rules (no message after `at`, no queued turn).
 NEAREST_ROWS = (
     f"SELECT {MSG_COLS} FROM messages m WHERE m.id IN (SELECT value FROM json_each(?1)) AND m.user_id = ?2 "
@@ -130,7 +131,9 @@ class SqliteDb(Db):
         matrix = await self._matrix(vq.user_id, vq.embedder, len(vq.vector))
         if matrix is None:
             return []
-        scores = matrix.rows @ np.asarray(vq.vector, dtype=np.float32)
+        # einsum: numpy's own single-threaded loop. A BLAS matrix-vector product wakes its threads for each search,
+        # which on a busy machine costs more than the product itself (bench/vector_bench.py).
+        scores = np.einsum("ij,j->i", matrix.rows, np.asarray(vq.vector, dtype=np.float32))
         best = top(matrix.ids, scores, 2 * vq.limit, vq.excluded)
         if not best:
             return []
@@ -142,24 +145,26 @@ class SqliteDb(Db):
         """The person's vectors of `embedder`, from the cache when the table still has exactly them (extended by
         the rows written since; reloaded when rows went or moved)."""
         key = (user_id, embedder)
-        count, max_id = await self.one(f"SELECT count(*), max(message_id) {_PERSON}", user_id, embedder, dim)
+        count, max_id = await self.one(f"SELECT count(*), max(message_id) {_PERSON}", user_id, embedder)
         cached = self.matrices.get(key)
         if not count:
             self.matrices.drop(key)
+            return None
+        if cached is not None and cached.rows.shape[1] != dim:  # a question of another size: nothing compares
             return None
         if cached is not None and len(cached.ids) == count and cached.max_id == max_id:
             self.matrices.counters["hits"] += 1
             return cached
         if cached is not None and len(cached.ids) < count and cached.max_id <= max_id:
-            more = matrix_of(await self.all(f"SELECT message_id, vector {_PERSON} AND message_id > ?4 "
-                                            "ORDER BY message_id", user_id, embedder, dim, cached.max_id), dim)
+            more = matrix_of(await self.all(f"SELECT message_id, vector {_PERSON} AND message_id > ?3 "
+                                            "ORDER BY message_id", user_id, embedder, cached.max_id), dim)
             if len(cached.ids) + len(more.ids) == count:
                 self.matrices.counters["extensions"] += 1
                 self.matrices.put(key, grown := extend(cached, more))
                 return grown
         self.matrices.counters["loads"] += 1
         loaded = matrix_of(await self.all(f"SELECT message_id, vector {_PERSON} ORDER BY message_id",
-                                          user_id, embedder, dim), dim)
+                                          user_id, embedder), dim)
         self.matrices.put(key, loaded)
         return loaded
 

@@ -93,7 +93,9 @@ class MatrixCache:
 
 
 def matrix_of(rows: Sequence[tuple[int, bytes]], dim: int) -> Matrix:
-    """A Matrix of (message_id, blob) rows, ids ascending."""
+    """A Matrix of (message_id, blob) rows, ids ascending; rows of another size than `dim` floats are left out
+    (one embedder name has one size: only a damaged row could differ)."""
+    rows = [r for r in rows if len(r[1]) == 2 * dim]
     ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
     data = np.frombuffer(b"".join(r[1] for r in rows), dtype=_F16).astype(np.float32).reshape(len(rows), dim)
     return Matrix(ids, data, int(ids[-1]) if len(ids) else 0)

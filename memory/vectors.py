@@ -57,6 +57,8 @@ class Matrix:
     ids: np.ndarray
     rows: np.ndarray
     max_id: int = 0
+    #: MatrixCache.stamp() when it was last found to match the table
+    stamp: tuple[int, int] | None = None
 
     @property
     def floats(self) -> int:
@@ -70,8 +72,16 @@ class MatrixCache:
 
     max_floats: int = DEFAULT_CACHE_FLOATS
     entries: OrderedDict[tuple[int, str], Matrix] = field(default_factory=OrderedDict)
-    #: loads (the whole matrix read), extensions (new rows appended), hits (nothing to read)
-    counters: dict[str, int] = field(default_factory=lambda: {"loads": 0, "extensions": 0, "hits": 0})
+    #: loads (the whole matrix read), extensions (new rows appended), checks (the table counted: unchanged),
+    #: hits (nothing committed since the last check: not even counted)
+    counters: dict[str, int] = field(default_factory=lambda: {"loads": 0, "extensions": 0, "checks": 0, "hits": 0})
+    #: PRAGMA data_version read before the current transaction began (other connections' commits move it)
+    version: int = 0
+    #: bumped by each of the store's own write transactions that may change vectors
+    generation: int = 0
+
+    def stamp(self) -> tuple[int, int]:
+        return (self.version, self.generation)
 
     def floats(self) -> int:
         return sum(m.floats for m in self.entries.values())

@@ -6,6 +6,11 @@
   HILO_MEMORY_EXPIRY_IMPORTANCE that no context used for HILO_MEMORY_EXPIRY_DAYS (memory/sql_memories.py).
 - extract (every bot.extract_job.EVERY_SECONDS, when a model can answer with structured output and
   HILO_EXTRACT_EVERY is not 0): memories from the new messages of the people due (bot/extract_job.py).
+- embed (every HILO_EMBED_SECONDS, 30 s by default; only with an embedder and a database that keeps vectors):
+  embeds the messages stored since, HILO_EMBED_BATCH at a time (bot/embedding.py), with the embedder's one retry
+  policy (bot.retry, for a remote one). Each run starts a little before the last message it embedded (REWIND ids:
+  a Postgres transaction may commit a lower id after a higher one); until this process has embedded one, from the
+  start (what it finds embedded already costs a look-up in the anti-join, not an embedding).
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from datetime import timedelta
 
 from bot import extract_job
 from bot.config import Settings
+from bot.embedders.base import Embedder
+from bot.embedding import active, embed_pending
 from bot.jobs import JobContext, JobRegistry
 from bot.models.base import Chain
 from kernel import log
@@ -23,10 +30,13 @@ logger = log.get("hilo.jobs")
 #: How often memory_expiry runs: daily (expiry counts in days).
 MEMORY_EXPIRY_SECONDS = 24 * 3600
 
+#: How many ids before the last run's end the embed job looks again.
+REWIND = 1000
 
-def registry(settings: Settings, store: Store, chain: Chain | None = None) -> JobRegistry:
+def registry(settings: Settings, store: Store, chain: Chain | None = None, embedder: Embedder | None = None) -> JobRegistry:
     """The app's jobs; `chain` is the turns' model chain (the extractor uses its models, with breakers of its
-    own). Without one (or with the echo model only) there is no extraction: said once, here, at start."""
+    own). Without one (or with the echo model only) there is no extraction: said once, here, at start. `embedder`:
+    the embed job runs only with one and a database that keeps vectors."""
     jobs = JobRegistry()
 
     async def cleanup(ctx: JobContext) -> None:
@@ -44,4 +54,16 @@ def registry(settings: Settings, store: Store, chain: Chain | None = None) -> Jo
     extractor = extract_job.build(settings, store, chain)
     if extractor is not None:
         jobs.add("extract", extractor.run, every=extract_job.EVERY_SECONDS)
+    if embedder is not None and active(embedder, store):
+        seen = {"last_id": 0}
+
+        async def embed(ctx: JobContext) -> None:
+            assert embedder is not None
+            result = await embed_pending(store, embedder, batch=settings.embed_batch,
+                                         after_id=max(0, seen["last_id"] - REWIND))
+            seen["last_id"] = max(seen["last_id"], result.last_id)
+            logger.info("embed.done", run=ctx.run_id, embedder=embedder.name, messages=result.messages,
+                        last_id=seen["last_id"])
+
+        jobs.add("embed", embed, every=settings.embed_seconds)
     return jobs

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from memory.open import open_store
 from memory.store import Store
 
-TABLES = ("users", "identities", "conversations", "messages", "model_calls", "memories")
+TABLES = ("users", "identities", "conversations", "messages", "model_calls", "memories", "message_vectors")
 
 
 class TestClock:

@@ -33,7 +33,9 @@ MEMORY_EXPIRY_SECONDS = 24 * 3600
 #: How many ids before the last run's end the embed job looks again.
 REWIND = 1000
 
-def registry(settings: Settings, store: Store, chain: Chain | None = None, embedder: Embedder | None = None) -> JobRegistry:
+
+def registry(settings: Settings, store: Store, chain: Chain | None = None,
+             embedder: Embedder | None = None) -> JobRegistry:
     """The app's jobs; `chain` is the turns' model chain (the extractor uses its models, with breakers of its
     own). Without one (or with the echo model only) there is no extraction: said once, here, at start. `embedder`:
     the embed job runs only with one and a database that keeps vectors."""

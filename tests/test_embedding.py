@@ -113,9 +113,9 @@ async def test_a_new_embedder_name_re_embeds_everything(store: Store, fake_opena
 async def test_the_embed_job_embeds_new_messages_in_one_process(store: Store, fake_openai: OpenAIEmbedder) -> None:
     for i in range(4):
         await say(store, f"m{i}", f"message number {i}", i)
-    jobs = registry(Settings(embed_batch=3), store, fake_openai)
-    assert [j.name for j in jobs] == ["cleanup", "embed"]
-    assert [j.name for j in registry(Settings(), store, NoEmbedder())] == ["cleanup"]
+    jobs = registry(Settings(embed_batch=3), store, embedder=fake_openai)
+    assert [j.name for j in jobs] == ["cleanup", "memory_expiry", "embed"]
+    assert "embed" not in [j.name for j in registry(Settings(), store, embedder=NoEmbedder())]
     scheduler = Scheduler(store, jobs)
     await scheduler.start()
     try:
@@ -178,7 +178,7 @@ async def test_a_postgres_without_pgvector_migrates_and_runs_lexical_only(
             await say(store, f"f{i}", text, i + 1)
         assert await store.write_vectors("e1", [(turn.message.id, [1.0, 0.0])]) == 0
         assert await store.search_vectors(turn.user_id, [1.0, 0.0], "e1") == {}
-        assert [j.name for j in registry(Settings(), store, fake_openai)] == ["cleanup"]
+        assert "embed" not in [j.name for j in registry(Settings(), store, embedder=fake_openai)]
         ctx = await Pipeline(Settings(), store, chain=None, embedder=fake_openai).assemble_context(  # type: ignore[arg-type]
             user_id=turn.user_id, surface="web", conversation_id=None, current_message_id=None,
             text="what colour is my bike?", at=T0 + timedelta(days=3))

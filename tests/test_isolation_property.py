@@ -1,6 +1,7 @@
 """Isolation as a property: random sequences of messages, links, unlinks and forgets over many people and
-surfaces never let one person's content reach another's context, inspect output, reply or vector search; nor their
-memories (`/remember`): one person's /memory, `/forget <id>` and `/forget <words>`, and memory search never reach another's.
+surfaces never let one person's content reach another's context, inspect output, reply or vector search; nor
+their memories (`/remember`): one person's /memory, `/forget <id>` and `/forget <words>`, and memory search never
+reach another's.
 
 A model of who is who runs beside the real store: `owner[word]` is the person a secret word belongs to,
 `person[identity]` the person an identity is now. Links merge people, unlinks split an identity off (its

@@ -25,8 +25,8 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from memory import migrate as migrations
-from memory.rows import INSERT_COLS, MSG_COLS, Db, Mode, Rollback, to_ts
-from memory.search_terms import selective
+from memory import reindex
+from memory.rows import INSERT_COLS, Db, Mode, Rollback, to_ts
 from memory.sql_store import Logic, SqlStore
 from memory.store import ContextQuery, StoreError, StoreUnavailable
 
@@ -34,7 +34,9 @@ T = TypeVar("T")
 
 #: The shared SQL is spelled as Postgres reads it; these are the SQLite spellings of what differs.
 SPELLINGS = (
-    ("greatest(", "max("), (" IS NOT DISTINCT FROM ", " IS "), (" IS DISTINCT FROM ", " IS NOT "),
+    ("greatest(", "max("), ("least(", "min("), ("string_agg(", "group_concat("),
+    ("nextval(pg_get_serial_sequence('episodes', 'id'))", "NULL"),  # an AUTOINCREMENT key
+    (" IS NOT DISTINCT FROM ", " IS "), (" IS DISTINCT FROM ", " IS NOT "),
     (" FOR UPDATE SKIP LOCKED", ""), (" FOR UPDATE", ""),  # BEGIN IMMEDIATE: writers are serialized already
     ("WHERE singleton DO", "WHERE singleton = 1 DO"),  # the partial index's own predicate
     # '+' keeps SQLite's planner on (conversation_id, id), newest first, whatever the statistics say (on Postgres
@@ -42,6 +44,8 @@ SPELLINGS = (
     ("m.conversation_id = $1 AND m.user_id = $2", "m.conversation_id = $1 AND +m.user_id = $2"),
 )
 _PLACEHOLDER, _CAST = re.compile(r"\$(\d+)"), re.compile(r"::\w+(?:\[\])?")
+#: A list parameter (`Db.ids`: a JSON array on SQLite), `= ANY($n::bigint[])` / `<> ALL($n::bigint[])`.
+_ANY, _ALL = re.compile(r"= ANY\((\$\d+)::bigint\[\]\)"), re.compile(r"<> ALL\((\$\d+)::bigint\[\]\)")
 
 
 @functools.lru_cache(maxsize=1024)
@@ -49,19 +53,28 @@ def translate(sql: str) -> str:
     """A statement in SQLite's spelling: SPELLINGS applied, casts dropped, `$n` -> `?n` (cached per text)."""
     for postgres, sqlite in SPELLINGS:
         sql = sql.replace(postgres, sqlite)
+    sql = _ALL.sub(r"NOT IN (SELECT value FROM json_each(\1))", _ANY.sub(r"IN (SELECT value FROM json_each(\1))", sql))
     return _PLACEHOLDER.sub(r"?\1", _CAST.sub("", sql))
 
 
-RECALL = (
-    # CROSS JOIN keeps FTS5 as the outer loop: rank the matches, then look each row up by id.
-    f"SELECT {MSG_COLS} FROM messages_fts f CROSS JOIN messages m ON m.id = f.rowid "
+#: $1 FTS5 query, $2 user, $3 at, $4 excluded ids (JSON), $5 current message, $6 its conversation, $7 limit.
+#: CROSS JOIN keeps FTS5 as the outer loop: rank the matches, then look each row up by id. bm25 is negated: a
+#: higher score is a better match, as on Postgres (memory/pg_terms.py).
+LEXICAL = (
+    "SELECT m.id, -bm25(messages_fts, 1.0, 0.0) FROM messages_fts f CROSS JOIN messages m ON m.id = f.rowid "
     "WHERE messages_fts MATCH ?1 AND m.user_id = ?2 AND m.created_at <= ?3 "
     "AND m.id NOT IN (SELECT value FROM json_each(?4)) "
     "AND (?5 IS NULL OR NOT (m.conversation_id IS ?6 AND m.role = 'user' AND m.id > ?5)) "
     "ORDER BY bm25(messages_fts, 1.0, 0.0), m.id DESC LIMIT ?7"
 )
+#: $1 FTS5 query, $2 user, $3 at, $4 limit: the episodes that best match, by BM25 over their whole text.
+EPISODES = (
+    "SELECT e.id, -bm25(episodes_fts, 1.0, 0.0) FROM episodes_fts f CROSS JOIN episodes e ON e.id = f.rowid "
+    "WHERE episodes_fts MATCH ?1 AND e.user_id = ?2 AND e.started_at <= ?3 "
+    "ORDER BY bm25(episodes_fts, 1.0, 0.0), e.id DESC LIMIT ?4"
+)
 BULK_INSERT = (
-    f"INSERT INTO messages({INSERT_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "
+    f"INSERT INTO messages({INSERT_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) "
     "ON CONFLICT(surface, external_id) DO NOTHING"
 )
 
@@ -98,41 +111,33 @@ class SqliteDb(Db):
         self.counters["statements"] += 1
         return self.conn.executemany(BULK_INSERT, rows).rowcount  # ON CONFLICT DO NOTHING skips count 0
 
-    async def recall(self, q: ContextQuery, excluded: list[int]) -> list[Any]:
-        match = fts_query(q.user_id, await selective_terms(self, q.search_text))
+    def ids(self, ids: Sequence[int]) -> str:
+        return json.dumps(list(ids))
+
+    async def lexical(self, q: ContextQuery, terms: list[str], excluded: list[int], limit: int) -> list[Any]:
+        match = fts_query(q.user_id, terms)
         if match is None:
             return []
-        return await self.all(RECALL, match, q.user_id, to_ts(q.at), json.dumps(excluded), q.current_message_id,
-                              q.conversation_id, q.search_limit)
+        return await self.all(LEXICAL, match, q.user_id, to_ts(q.at), json.dumps(excluded), q.current_message_id,
+                              q.conversation_id, limit)
+
+    async def episodes(self, user_id: int, terms: list[str], at: Any, limit: int) -> list[Any]:
+        match = fts_query(user_id, terms, "terms")
+        return [] if match is None else await self.all(EPISODES, match, user_id, at, limit)
 
 
-def fts_query(user_id: int, words: list[str]) -> str | None:
-    """A safe FTS5 query for search terms, restricted to one owner; None when there is nothing to search.
+def fts_query(user_id: int, words: list[str], column: str = "content") -> str | None:
+    """A safe FTS5 query for index terms (memory/stems.py), restricted to one owner; None when there is nothing
+    to search.
 
-    Each term (memory.search_terms: letters and digits) becomes a quoted string, so nothing the person typed is
-    read as FTS syntax (no column filters, NEAR, '*', '^'). Terms are OR-ed (BM25 ranks rows matching more and
-    rarer words first). The AND with `owner : "u<id>"` lets FTS5 skip other people's rows instead of scoring them.
+    Each term (letters and digits) becomes a quoted string, so nothing the person typed is read as FTS syntax
+    (no column filters, NEAR, '*', '^'). Terms are OR-ed (BM25 ranks rows matching more and rarer terms first).
+    The AND with `owner : "u<id>"` lets FTS5 skip other people's rows instead of scoring them.
     """
     if not words:
         return None
     terms = " OR ".join(f'"{word}"' for word in words)
-    return f'owner : "u{int(user_id)}" AND content : ({terms})'
-
-
-async def selective_terms(db: SqliteDb, text: str) -> list[str]:
-    """memory.search_terms.selective over the FTS5 vocabulary (fts5vocab: a walk of the term's posting list,
-    about 0.5 ms for a common word): terms the index has never seen are not in it."""
-
-    async def lookup(missing: list[str]) -> tuple[dict[str, float], float]:
-        found: dict[str, float] = {}
-        if missing:
-            found = dict(await db.all(
-                "SELECT term, doc FROM messages_fts_vocab WHERE term IN (SELECT value FROM json_each(?1))",
-                json.dumps(missing),
-            ))
-        return found, await db.value("SELECT max(id) FROM messages") or 0
-
-    return await selective(text, db.df_cache, lookup)
+    return f'owner : "u{int(user_id)}" AND {column} : ({terms})'
 
 
 def step(coro: Coroutine[Any, Any, T]) -> T:
@@ -177,6 +182,7 @@ class SqliteStore(SqlStore):
                 await self.close()  # no connection to close: this stops the worker thread
                 raise
         self.applied = await self._call(self._migrate_sync)
+        await reindex.run(self._tx)
         return self.applied
 
     def _connect_sync(self) -> None:

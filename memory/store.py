@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -74,12 +74,14 @@ class ContextQuery:
 
 @dataclass(frozen=True, slots=True)
 class ContextRows:
-    """Raw material of context assembly. Lists are oldest first, except `recalled` (best match first)."""
+    """Raw material of context assembly. Lists are oldest first, except `recalled` (best match first).
+    `recall_scores`: each recalled message's score components and fused score (memory/retrieval.py), by id."""
 
     facts: list[Fact]
     conversation: list[StoredMessage]
     cross_surface: list[StoredMessage]
     recalled: list[StoredMessage]
+    recall_scores: dict[int, dict[str, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

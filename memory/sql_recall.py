@@ -1,0 +1,71 @@
+"""Recall over the person's whole history, written once: gather candidates, score them (memory/retrieval.py).
+
+Inside load_context's read transaction, three statements whatever the history's size:
+1. lexical hits: the best LEXICAL_HITS messages by BM25 over their index terms (the dialect's `lexical`);
+2. episode hits: the best EPISODE_HITS episodes by BM25 over their whole text (the dialect's `episodes`);
+3. the rows: those messages, their neighbours (the message before and after in the conversation) and every
+   message of the best EPISODE_MEMBERS episodes (MEMBERS_CAP at most), with the same exclusions as (1).
+Then `retrieval.score` fuses the terms and the best `search_limit` are returned with their components.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memory import retrieval
+from memory.rows import MSG_COLS, Db, as_dt, to_message
+from memory.stems import query_terms
+from memory.store import ContextQuery, StoredMessage
+
+#: Lexical hits scored per question; episode hits; episodes whose every message is a candidate (and at most how
+#: many such messages). Measured on bench/memory_bench.py (docs/memory-benchmark.md).
+LEXICAL_HITS = 100
+EPISODE_HITS = 20
+EPISODE_MEMBERS = 8
+MEMBERS_CAP = 200
+
+#: $1 lexical hits, $2 user, $3 at, $4 excluded ids, $5 current message, $6 its conversation, $7 episodes whose
+#: messages all come, $8 cap of those. Each row: MSG_COLS, episode id, the previous and next message's id.
+ROWS = (
+    f"WITH hit AS (SELECT m.id, m.conversation_id FROM messages m WHERE m.id = ANY($1::bigint[]) AND m.user_id = $2), "
+    "near AS (SELECT (SELECT max(p.id) FROM messages p WHERE p.conversation_id = h.conversation_id AND p.id < h.id) "
+    "AS id FROM hit h UNION SELECT (SELECT min(n.id) FROM messages n WHERE n.conversation_id = h.conversation_id "
+    "AND n.id > h.id) FROM hit h), "
+    "member AS (SELECT m.id FROM messages m WHERE m.episode_id = ANY($7::bigint[]) AND m.user_id = $2 "
+    "ORDER BY m.id DESC LIMIT $8) "
+    f"SELECT {MSG_COLS}, m.episode_id, "
+    "(SELECT max(p.id) FROM messages p WHERE p.conversation_id = m.conversation_id AND p.id < m.id), "
+    "(SELECT min(n.id) FROM messages n WHERE n.conversation_id = m.conversation_id AND n.id > m.id) "
+    "FROM messages m WHERE m.user_id = $2 AND m.created_at <= $3 "
+    "AND (m.id IN (SELECT id FROM hit) OR m.id IN (SELECT id FROM near) OR m.id IN (SELECT id FROM member)) "
+    "AND m.id <> ALL($4::bigint[]) "
+    "AND ($5::bigint IS NULL OR NOT (m.conversation_id IS NOT DISTINCT FROM $6::bigint AND m.role = 'user' "
+    "AND m.id > $5))"
+)
+
+
+async def recall(db: Db, q: ContextQuery,
+                 excluded: list[int]) -> tuple[list[StoredMessage], dict[int, dict[str, float]]]:
+    """The recalled messages, best first (at most q.search_limit), and each one's score components."""
+    terms = query_terms(q.search_text)
+    if not terms or q.search_limit <= 0:
+        return [], {}
+    at = db.ts(q.at)
+    hits = dict(await db.lexical(q, terms, excluded, LEXICAL_HITS))
+    episode_scores = dict(await db.episodes(q.user_id, terms, at, EPISODE_HITS))
+    if not hits and not episode_scores:
+        return [], {}
+    members = sorted(episode_scores, key=lambda e: -episode_scores[e])[:EPISODE_MEMBERS]
+    rows: list[Any] = await db.all(ROWS, db.ids(sorted(hits)), q.user_id, at, db.ids(excluded),
+                                   q.current_message_id, q.conversation_id, db.ids(members), MEMBERS_CAP)
+    messages = {int(r[0]): to_message(r[:11]) for r in rows}
+    candidates = [retrieval.Candidate(int(r[0]), as_dt(r[8]), float(hits.get(int(r[0]), 0.0)), r[11], r[12], r[13])
+                  for r in rows]
+    scores = retrieval.score(candidates, episode_scores, q.search_text, q_cosines(q))
+    best = retrieval.ranked(scores)[:q.search_limit]
+    return [messages[i] for i in best], {i: scores[i] for i in best}
+
+
+def q_cosines(q: ContextQuery) -> dict[int, float] | None:
+    """The candidates' cosines with the question, when the vector side gave them (none yet: lexical only)."""
+    return None

@@ -9,8 +9,9 @@ newest suffix, so the first older exchange that does not fit closes the conversa
 Scores. The store gives an order, not a scale: recalled messages best match first, facts newest first (of the
 newest `facts_limit`), older exchanges newest first. Each candidate scores the reciprocal of its rank within its
 kind, 1 / (1 + rank): the best recalled message, the newest fact and the newest older exchange score 1.0, the
-next ones 0.5, and so on, so the kinds interleave (ties: fact, then recalled, then exchange). A retrieval that
-scores its rows on a common scale replaces `rank_score` with its own.
+next ones 0.5, and so on, so the kinds interleave (ties: fact, then recalled, then exchange). Recalled messages
+the store scored (`ContextRows.recall_scores`, memory/retrieval.py) score their fused score on the same scale
+instead: the best 1.0, one z-unit below it 0.5, two 0.33 (retrieval.pool_score).
 
 Costs are exact (memory/context_render.py): the memory block's header is paid by its first item, a recalled
 message pays its line plus what it changes in its episode headers.
@@ -18,12 +19,13 @@ message pays its line plus what it changes in its episode headers.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from kernel.tokens import MESSAGE_OVERHEAD
 from memory.context_render import MEMORY_HEADER, Timeline, data_line, fact_label, header_tokens, turn_line
+from memory.retrieval import pool_score
 from memory.store import Fact, StoredMessage
 
 _FACT, _RECALLED, _EXCHANGE = 0, 1, 2
@@ -76,8 +78,17 @@ class Pool:
     spent: int = 0
 
 
+def recalled_scores(recalled: Sequence[StoredMessage], fused: Mapping[int, Mapping[str, float]]) -> list[float]:
+    """The pool score of each recalled message: its fused retrieval score on the pool's scale
+    (memory/retrieval.py pool_score: the best 1.0) when the store scored it, else its rank score."""
+    known = [fused[m.id]["fused"] for m in recalled if m.id in fused and "fused" in fused[m.id]]
+    best = max(known, default=0.0)
+    return [pool_score(fused[m.id]["fused"], best) if m.id in fused and "fused" in fused[m.id] else rank_score(r)
+            for r, m in enumerate(recalled)]
+
+
 def fill(facts: Sequence[Fact], recalled: Sequence[StoredMessage], older: Sequence[list[StoredMessage]],
-         limit: int, now: datetime | None) -> Pool:
+         limit: int, now: datetime | None, fused: Mapping[int, Mapping[str, float]] | None = None) -> Pool:
     """Fill `limit` tokens from the pool (see the module docstring).
 
     facts: oldest first, as stored. recalled: best first, already de-duplicated. older: the older exchanges of
@@ -85,9 +96,10 @@ def fill(facts: Sequence[Fact], recalled: Sequence[StoredMessage], older: Sequen
     older exchanges come out oldest first.
     """
     n_facts = len(facts)
+    recall = recalled_scores(recalled, fused or {})
     candidates = sorted(
         [(rank_score(n_facts - 1 - i), _FACT, i) for i in range(n_facts)]
-        + [(rank_score(r), _RECALLED, r) for r in range(len(recalled))]
+        + [(recall[r], _RECALLED, r) for r in range(len(recalled))]
         + [(rank_score(k), _EXCHANGE, k) for k in range(len(older))],
         key=lambda c: (-c[0], c[1], c[2]),
     )

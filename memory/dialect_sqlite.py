@@ -42,6 +42,7 @@ SPELLINGS = (
     # '+' keeps SQLite's planner on (conversation_id, id), newest first, whatever the statistics say (on Postgres
     # the same '+' would hide the column from its estimates and sort the whole conversation)
     ("m.conversation_id = $1 AND m.user_id = $2", "m.conversation_id = $1 AND +m.user_id = $2"),
+    ("FROM wanted w JOIN messages m", "FROM wanted w CROSS JOIN messages m"),  # memory/sql_recall.py: by key
 )
 _PLACEHOLDER, _CAST = re.compile(r"\$(\d+)"), re.compile(r"::\w+(?:\[\])?")
 #: A list parameter (`Db.ids`: a JSON array on SQLite), `= ANY($n::bigint[])` / `<> ALL($n::bigint[])`.

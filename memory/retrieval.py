@@ -101,13 +101,18 @@ def _z(values: Mapping[int, float]) -> tuple[dict[int, float], float]:
 
 
 def score(candidates: Sequence[Candidate], episode_scores: Mapping[int, float], question: str,
-          cosines: Mapping[int, float] | None = None, *, episode: float = EPISODE, neighbour: float = NEIGHBOUR,
-          date: float = DATE, vector_share: float = VECTOR_SHARE) -> dict[int, dict[str, float]]:
+          cosines: Mapping[int, float] | None = None, *, episode: float | None = None,
+          neighbour: float | None = None, date: float | None = None,
+          vector_share: float | None = None) -> dict[int, dict[str, float]]:
     """Each candidate's components and fused score: {message_id: {"bm25", "lexical", "episode", "neighbour",
     "date", ["vector",] "fused"}} ("bm25" is the raw score, the others the terms as they were added).
     `cosines`: message id -> cosine with the question (None or empty: lexical only)."""
     if not candidates:
         return {}
+    episode = EPISODE if episode is None else episode
+    neighbour = NEIGHBOUR if neighbour is None else neighbour
+    date = DATE if date is None else date
+    vector_share = VECTOR_SHARE if vector_share is None else vector_share
     zl, floor_l = _z({c.message_id: c.bm25 for c in candidates if c.bm25 > 0})
     ze, floor_e = _z({e: s for e, s in episode_scores.items() if s > 0})
     zc: dict[int, float] = {}

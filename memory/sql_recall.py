@@ -27,17 +27,17 @@ MEMBERS_CAP = 200
 #: $1 lexical hits, $2 user, $3 at, $4 excluded ids, $5 current message, $6 its conversation, $7 episodes whose
 #: messages all come, $8 cap of those. Each row: MSG_COLS, episode id, the previous and next message's id.
 ROWS = (
-    f"WITH hit AS (SELECT m.id, m.conversation_id FROM messages m WHERE m.id = ANY($1::bigint[]) AND m.user_id = $2), "
-    "near AS (SELECT (SELECT max(p.id) FROM messages p WHERE p.conversation_id = h.conversation_id AND p.id < h.id) "
-    "AS id FROM hit h UNION SELECT (SELECT min(n.id) FROM messages n WHERE n.conversation_id = h.conversation_id "
-    "AND n.id > h.id) FROM hit h), "
-    "member AS (SELECT m.id FROM messages m WHERE m.episode_id = ANY($7::bigint[]) AND m.user_id = $2 "
-    "ORDER BY m.id DESC LIMIT $8) "
+    "WITH hit AS (SELECT m.id, m.conversation_id FROM messages m WHERE m.id = ANY($1::bigint[])), "
+    "member AS (SELECT m.id FROM messages m WHERE m.episode_id = ANY($7::bigint[]) ORDER BY m.id DESC LIMIT $8), "
+    "wanted AS (SELECT id FROM hit "
+    "UNION SELECT (SELECT max(p.id) FROM messages p WHERE p.conversation_id = h.conversation_id AND p.id < h.id) "
+    "FROM hit h UNION SELECT (SELECT min(n.id) FROM messages n WHERE n.conversation_id = h.conversation_id "
+    "AND n.id > h.id) FROM hit h UNION SELECT id FROM member) "
     f"SELECT {MSG_COLS}, m.episode_id, "
     "(SELECT max(p.id) FROM messages p WHERE p.conversation_id = m.conversation_id AND p.id < m.id), "
     "(SELECT min(n.id) FROM messages n WHERE n.conversation_id = m.conversation_id AND n.id > m.id) "
-    "FROM messages m WHERE m.user_id = $2 AND m.created_at <= $3 "
-    "AND (m.id IN (SELECT id FROM hit) OR m.id IN (SELECT id FROM near) OR m.id IN (SELECT id FROM member)) "
+    # SQLite spells it CROSS JOIN: it looks each wanted id up by its key
+    "FROM wanted w JOIN messages m ON m.id = w.id WHERE m.user_id = $2 AND m.created_at <= $3 "
     "AND m.id <> ALL($4::bigint[]) "
     "AND ($5::bigint IS NULL OR NOT (m.conversation_id IS NOT DISTINCT FROM $6::bigint AND m.role = 'user' "
     "AND m.id > $5))"

@@ -19,8 +19,8 @@ BATCH = 2000
 
 _NO_TERMS = "SELECT id, content FROM messages WHERE terms IS NULL AND id > $1 ORDER BY id LIMIT $2"
 _SET_TERMS = "UPDATE messages SET terms = $1 WHERE id = $2"
-_NO_EPISODE = ("SELECT id, conversation_id, user_id, surface, created_at FROM messages WHERE episode_id IS NULL "
-               "ORDER BY conversation_id, created_at, id LIMIT $1")
+_NO_EPISODE = ("SELECT id, conversation_id, user_id, surface, created_at, token_count, coalesce(terms, '') "
+               "FROM messages WHERE episode_id IS NULL ORDER BY conversation_id, created_at, id LIMIT $1")
 _SET_EPISODE = "UPDATE messages SET episode_id = $1 WHERE id = $2"
 
 
@@ -37,10 +37,9 @@ async def episodes_batch(db: Db, limit: int) -> int:
     rows = await db.all(_NO_EPISODE, limit)
     if not rows:
         return 0
-    placed, touched = await episodes.assign(db, [episodes.Placed(int(r[1]), int(r[2]), r[3], as_dt(r[4]))
-                                                 for r in rows])
+    placed, _ = await episodes.assign(db, [episodes.Placed(int(r[1]), int(r[2]), r[3], as_dt(r[4]), int(r[5]), r[6])
+                                           for r in rows])
     await db.many(_SET_EPISODE, list(zip(placed, (int(r[0]) for r in rows), strict=True)))
-    await episodes.refresh(db, touched)
     return len(rows)
 
 

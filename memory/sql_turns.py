@@ -263,16 +263,18 @@ async def import_rows(db: Db, rows: Sequence[ImportRow]) -> ImportResult:
         else:
             found = await db.value(UPSERT_BY_REF, users[handle], surface, ref, ref, first, last)
         conversations[key] = int(found)
+    terms = [index_terms(r.content) for r in rows]
     placed, touched = await episodes.assign(db, [
-        episodes.Placed(conversations[k], users[r.user], r.surface, r.created_at)
-        for r, k in zip(rows, keys, strict=True)
+        episodes.Placed(conversations[k], users[r.user], r.surface, r.created_at, r.token_count, t)
+        for r, k, t in zip(rows, keys, terms, strict=True)
     ])
     inserted = await db.insert_messages([
-        (conversations[k], users[r.user], r.surface, r.role, r.content, r.token_count, r.external_id, at,
-         index_terms(r.content), episode)
-        for r, k, at, episode in zip(rows, keys, stamps, placed, strict=True)
+        (conversations[k], users[r.user], r.surface, r.role, r.content, r.token_count, r.external_id, at, t,
+         episode)
+        for r, k, at, t, episode in zip(rows, keys, stamps, terms, placed, strict=True)
     ])
-    await episodes.refresh(db, touched)
+    if inserted < len(rows):  # some were stored already: count each message once
+        await episodes.refresh(db, touched)
     return ImportResult(inserted=inserted, skipped=len(rows) - inserted)
 
 

@@ -33,17 +33,22 @@ def _stemmers() -> list[Stemmer.Stemmer]:
     return found
 
 
+#: word -> its stems (per thread, like the stemmers; cleared when full): everyday words repeat.
+CACHE_MAX = 100_000
+
+
 def stems(word_list: Iterable[str]) -> list[str]:
     """The stems of folded words, each word's English then Spanish stem (once when they agree), in order."""
-    ws = list(word_list)
-    if not ws:
-        return []
-    en, es = (s.stemWords(ws) for s in _stemmers())
+    cache: dict[str, tuple[str, ...]] | None = getattr(_local, "cache", None)
+    if cache is None or len(cache) > CACHE_MAX:
+        cache = _local.cache = {}
     out: list[str] = []
-    for a, b in zip(en, es, strict=True):
-        out.append(a)
-        if b != a:
-            out.append(b)
+    for word in word_list:
+        found = cache.get(word)
+        if found is None:
+            en, es = (s.stemWord(word) for s in _stemmers())
+            found = cache[word] = (en,) if en == es else (en, es)
+        out.extend(found)
     return out
 
 

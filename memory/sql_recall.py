@@ -5,7 +5,8 @@ Inside load_context's read transaction, three statements whatever the history's 
 2. episode hits: the best EPISODE_HITS episodes by BM25 over their whole text (the dialect's `episodes`);
 3. the rows: those messages, their neighbours (the message before and after in the conversation) and every
    message of the best EPISODE_MEMBERS episodes (MEMBERS_CAP at most), with the same exclusions as (1).
-Then `retrieval.score` fuses the terms and the best `search_limit` are returned with their components.
+Vector hits (`vector_hits`, the vector side's seam) join the lexical hits in (3). Then `retrieval.score` fuses
+the terms and the best `search_limit` are returned with their components.
 """
 
 from __future__ import annotations
@@ -53,19 +54,22 @@ async def recall(db: Db, q: ContextQuery,
     at = db.ts(q.at)
     hits = dict(await db.lexical(q, terms, excluded, LEXICAL_HITS))
     episode_scores = dict(await db.episodes(q.user_id, terms, at, EPISODE_HITS))
-    if not hits and not episode_scores:
+    near = await vector_hits(db, q)
+    if not hits and not episode_scores and not near:
         return [], {}
     members = sorted(episode_scores, key=lambda e: -episode_scores[e])[:EPISODE_MEMBERS]
-    rows: list[Any] = await db.all(ROWS, db.ids(sorted(hits)), q.user_id, at, db.ids(excluded),
+    rows: list[Any] = await db.all(ROWS, db.ids(sorted({*hits, *near})), q.user_id, at, db.ids(excluded),
                                    q.current_message_id, q.conversation_id, db.ids(members), MEMBERS_CAP)
     messages = {int(r[0]): to_message(r[:11]) for r in rows}
     candidates = [retrieval.Candidate(int(r[0]), as_dt(r[8]), float(hits.get(int(r[0]), 0.0)), r[11], r[12], r[13])
                   for r in rows]
-    scores = retrieval.score(candidates, episode_scores, q.search_text, q_cosines(q))
+    scores = retrieval.score(candidates, episode_scores, q.search_text, near or None)
     best = retrieval.ranked(scores)[:q.search_limit]
     return [messages[i] for i in best], {i: scores[i] for i in best}
 
 
-def q_cosines(q: ContextQuery) -> dict[int, float] | None:
-    """The candidates' cosines with the question, when the vector side gave them (none yet: lexical only)."""
-    return None
+async def vector_hits(db: Db, q: ContextQuery) -> dict[int, float]:
+    """The person's messages nearest the question's vector (message id -> cosine), read in this transaction;
+    empty: lexical only. They join the lexical hits as candidates (with their neighbours), and the cosines are
+    fused with BM25 (retrieval.score). The seam of the vector side (issue 11, vec): no vectors are stored yet."""
+    return {}

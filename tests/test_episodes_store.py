@@ -8,10 +8,13 @@ from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from memory.migrate import apply_sqlite, discover
+import asyncpg
+
+from memory.migrate import apply_postgres, apply_sqlite, discover
 from memory.open import open_store
 from memory.store import ContextQuery, ImportRow, Store
 from tests.backends import Backend, TestClock
+from tests.fakes.postgres import SERVER, db_name, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
 from tests.test_store_contract import msg, put, query
 
 T0 = datetime(2025, 3, 1, 9, tzinfo=UTC)
@@ -111,3 +114,31 @@ def query_for(user_id: int, text: str) -> ContextQuery:
     at = datetime(2025, 3, 2, tzinfo=UTC)
     return ContextQuery(user_id=user_id, surface="web", conversation_id=None, current_message_id=None, at=at,
                         cross_since=at, search_text=text)
+
+
+async def test_postgres_rows_stored_before_0013_get_terms_and_episodes_on_upgrade() -> None:
+    url = SERVER.create_database()
+    conn = await asyncpg.connect(SERVER.uri(db_name(url)))
+    try:
+        await apply_postgres(conn, [m for m in discover("postgres") if m.name < "0013"])
+        await conn.execute("INSERT INTO users(id, handle, created_at) VALUES (1, 'ana', $1)", T0)
+        await conn.execute("INSERT INTO conversations(id, user_id, surface, singleton, created_at, updated_at) "
+                           "VALUES (1, 1, 'cli', true, $1, $1)", T0)
+        for i, text in enumerate(["I went hiking today", "lovely, where?", "Caminatas en la sierra"]):
+            await conn.execute("INSERT INTO messages(conversation_id, user_id, surface, role, content, created_at) "
+                               "VALUES (1, 1, 'cli', $1, $2, $3)", "user" if i != 1 else "assistant", text,
+                               T0 + timedelta(minutes=i))
+    finally:
+        await conn.close()
+    store = open_store(url)
+    await store.open()
+    try:
+        rows = await store.load_context(query_for(1, "Where did I hike?"))
+        assert [m.content for m in rows.recalled][:2] == ["I went hiking today", "lovely, where?"]
+        rows = await store.load_context(query_for(1, "caminata"))
+        assert rows.recalled[0].content == "Caminatas en la sierra"
+    finally:
+        await store.close()
+    left = SERVER.query(db_name(url), "SELECT count(*) FROM messages WHERE terms IS NULL OR episode_id IS NULL")
+    assert left[0][0] == 0
+    assert [tuple(r) for r in SERVER.query(db_name(url), "SELECT message_count FROM episodes")] == [(3,)]

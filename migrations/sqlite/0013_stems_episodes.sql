@@ -5,6 +5,8 @@
 -- episodes: one conversation's run of messages with no gap over an hour (memory/episodes.py); `terms` is the
 -- whole run's index terms, scored as one document; the summary columns are for model-written summaries.
 ALTER TABLE messages ADD COLUMN terms TEXT;
+-- the rows memory/reindex.py still has to do (empty once done): finding them costs nothing on every open
+CREATE INDEX messages_without_terms ON messages(id) WHERE terms IS NULL;
 
 CREATE TABLE episodes (
     id INTEGER PRIMARY KEY AUTOINCREMENT,

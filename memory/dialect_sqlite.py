@@ -42,7 +42,6 @@ SPELLINGS = (
     # '+' keeps SQLite's planner on (conversation_id, id), newest first, whatever the statistics say (on Postgres
     # the same '+' would hide the column from its estimates and sort the whole conversation)
     ("m.conversation_id = $1 AND m.user_id = $2", "m.conversation_id = $1 AND +m.user_id = $2"),
-    ("FROM wanted w JOIN messages m", "FROM wanted w CROSS JOIN messages m"),  # memory/sql_recall.py: by key
 )
 _PLACEHOLDER, _CAST = re.compile(r"\$(\d+)"), re.compile(r"::\w+(?:\[\])?")
 #: A list parameter (`Db.ids`: a JSON array on SQLite), `= ANY($n::bigint[])` / `<> ALL($n::bigint[])`.
@@ -58,22 +57,23 @@ def translate(sql: str) -> str:
     return _PLACEHOLDER.sub(r"?\1", _CAST.sub("", sql))
 
 
-#: $1 FTS5 query, $2 user, $3 at, $4 excluded ids (JSON), $5 current message, $6 its conversation, $7 limit.
-#: CROSS JOIN keeps FTS5 as the outer loop: rank the matches, then look each row up by id. bm25 is negated: a
-#: higher score is a better match, as on Postgres (memory/pg_terms.py).
+#: $1 FTS5 query (the owner's token ANDed in), $2 limit. FTS5 alone ranks the matches (no row of messages is read
+#: per match: that lookup is what grew with the history); load_context's exclusions and `at` are applied to the
+#: best ones by memory/sql_recall.py's ROWS, so this asks for the limit plus what they may take out. bm25 is
+#: negated: a higher score is a better match, as on Postgres (memory/pg_terms.py).
 LEXICAL = (
-    "SELECT m.id, -bm25(messages_fts, 1.0, 0.0) FROM messages_fts f CROSS JOIN messages m ON m.id = f.rowid "
-    "WHERE messages_fts MATCH ?1 AND m.user_id = ?2 AND m.created_at <= ?3 "
-    "AND m.id NOT IN (SELECT value FROM json_each(?4)) "
-    "AND (?5 IS NULL OR NOT (m.conversation_id IS ?6 AND m.role = 'user' AND m.id > ?5)) "
-    "ORDER BY bm25(messages_fts, 1.0, 0.0), m.id DESC LIMIT ?7"
+    "SELECT rowid, -bm25(messages_fts, 1.0, 0.0) FROM messages_fts WHERE messages_fts MATCH ?1 "
+    "ORDER BY bm25(messages_fts, 1.0, 0.0), rowid DESC LIMIT ?2"
 )
-#: $1 FTS5 query, $2 user, $3 at, $4 limit: the episodes that best match, by BM25 over their whole text.
+#: $1 FTS5 query (the owner's token ANDed in), $2 limit: the episodes that best match, by BM25 over their whole
+#: text (an episode started after `at` only lends its score to messages ROWS keeps).
 EPISODES = (
-    "SELECT e.id, -bm25(episodes_fts, 1.0, 0.0) FROM episodes_fts f CROSS JOIN episodes e ON e.id = f.rowid "
-    "WHERE episodes_fts MATCH ?1 AND e.user_id = ?2 AND e.started_at <= ?3 "
-    "ORDER BY bm25(episodes_fts, 1.0, 0.0), e.id DESC LIMIT ?4"
+    "SELECT rowid, -bm25(episodes_fts, 1.0, 0.0) FROM episodes_fts WHERE episodes_fts MATCH ?1 "
+    "ORDER BY bm25(episodes_fts, 1.0, 0.0), rowid DESC LIMIT ?2"
 )
+#: Hits asked beyond the limit and the excluded ids: queued turns and messages after `at` (`hilo context --at`)
+#: that ROWS leaves out.
+EXTRA_HITS = 20
 BULK_INSERT = (
     f"INSERT INTO messages({INSERT_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) "
     "ON CONFLICT(surface, external_id) DO NOTHING"
@@ -119,12 +119,11 @@ class SqliteDb(Db):
         match = fts_query(q.user_id, terms)
         if match is None:
             return []
-        return await self.all(LEXICAL, match, q.user_id, to_ts(q.at), json.dumps(excluded), q.current_message_id,
-                              q.conversation_id, limit)
+        return await self.all(LEXICAL, match, limit + len(excluded) + EXTRA_HITS)
 
     async def episodes(self, user_id: int, terms: list[str], at: Any, limit: int) -> list[Any]:
         match = fts_query(user_id, terms, "terms")
-        return [] if match is None else await self.all(EPISODES, match, user_id, at, limit)
+        return [] if match is None else await self.all(EPISODES, match, limit)
 
 
 def fts_query(user_id: int, words: list[str], column: str = "content") -> str | None:

@@ -2,9 +2,11 @@
 
 ts_rank knows no inverse document frequency: a common word counts as much as a rare one, which is what cost
 Postgres recall against SQLite (docs/memory-benchmark.md). Here each matched row's score is FTS5's BM25 (k1 1.2,
-b 0.75), computed over the row's lexemes in SQL: for each query term t in the row, idf(t) * tf * (k1 + 1) /
-(tf + k1 * (1 - b + b * dl / avgdl)), with tf the term's positions in the row, dl its lexemes (the owner's token
-left out) and idf(t) = ln((N - df + 0.5) / (df + 0.5)) (at least 1e-6), FTS5's formula.
+b 0.75) with each term's frequency in the row taken as 1: for each query term t the row holds, idf(t) * (k1 + 1) /
+(1 + k1 * (1 - b + b * dl / avgdl)), with dl the row's lexemes (the owner's token left out) and idf(t) =
+ln((N - df + 0.5) / (df + 0.5)) (at least 1e-6), FTS5's formula. Each term is one lookup in the row's sorted
+tsvector (`search @@ 'term'`): unnesting every matched row's lexemes to count positions cost 3 times as much at
+100k messages (121 against 36 ms per question, bench/memory_bench.py's latency questions).
 
 df and N come from the planner's statistics (pg_stats.most_common_elems of messages.search / episodes.search,
 refreshed by ANALYZE: autovacuum, `hilo import`, the benchmark after seeding): catalog reads only, no scan of
@@ -50,29 +52,29 @@ COUNT_SQL = (
 AVGDL_SQL = ("SELECT coalesce(avg(length(x.search) - 1), 1) FROM (SELECT search FROM {table} "
              "ORDER BY id DESC LIMIT 1000) x")
 
-#: The BM25 of one row against the query's terms ($1 terms, $2 their idf, $3 avgdl), over its lexemes `u`.
+#: The BM25 of one row against the query's terms ($1 terms, $2 their idf, $3 avgdl), each term's frequency taken
+#: as 1 (short messages rarely repeat a word): idf(t) * (k1 + 1) / (1 + k1 * (1 - b + b * dl / avgdl)) summed over
+#: the terms the row holds, each a lookup in its sorted tsvector (no unnest of the row's lexemes).
 _BM25 = (
-    "sum(t.idf * cardinality(u.positions) * {k1p1} / (cardinality(u.positions) + {k1} * "
-    "({one_b} + {b} * greatest(length({alias}.search) - 1, 1) / $3::float8)))"
+    "(SELECT sum(t.idf) FROM unnest($1::text[], $2::float8[]) AS t(term, idf) "
+    "WHERE {alias}.search @@ t.term::tsquery) * {k1p1} / (1 + {k1} * ({one_b} + {b} * "
+    "greatest(length({alias}.search) - 1, 1) / $3::float8))"
 ).format(k1p1=K1 + 1, k1=K1, one_b=1 - B, b=B, alias="{alias}")
-_TERMS = "unnest($1::text[], $2::float8[]) AS t(term, idf)"
 #: $1..$3 as _BM25, $4 tsquery text, $5 user, $6 at, $7 excluded ids, $8 current message, $9 its conversation,
 #: $10 limit. The owner's token is ANDed in: the GIN index skips other people's rows.
 LEXICAL = (
-    "SELECT m.id, " + _BM25.format(alias="m") + " FROM messages m CROSS JOIN LATERAL unnest(m.search) "
-    f"AS u(lexeme, positions, weights) JOIN {_TERMS} ON t.term = u.lexeme "
+    "SELECT m.id, " + _BM25.format(alias="m") + " AS score FROM messages m "
     "WHERE m.search @@ (to_tsquery('simple', $4) && quote_literal('_u' || $5::bigint::text)::tsquery) "
     "AND m.user_id = $5 AND m.created_at <= $6 AND m.id <> ALL($7::bigint[]) "
     "AND ($8::bigint IS NULL OR NOT (m.conversation_id IS NOT DISTINCT FROM $9::bigint "
     "AND m.role = 'user' AND m.id > $8)) "
-    "GROUP BY m.id ORDER BY 2 DESC, m.id DESC LIMIT $10"
+    "ORDER BY score DESC, m.id DESC LIMIT $10"
 )
 #: $1..$3 as _BM25, $4 tsquery text, $5 user, $6 at, $7 limit.
 EPISODES = (
-    "SELECT e.id, " + _BM25.format(alias="e") + " FROM episodes e CROSS JOIN LATERAL unnest(e.search) "
-    f"AS u(lexeme, positions, weights) JOIN {_TERMS} ON t.term = u.lexeme "
+    "SELECT e.id, " + _BM25.format(alias="e") + " AS score FROM episodes e "
     "WHERE e.search @@ (to_tsquery('simple', $4) && quote_literal('_u' || $5::bigint::text)::tsquery) "
-    "AND e.user_id = $5 AND e.started_at <= $6 GROUP BY e.id ORDER BY 2 DESC, e.id DESC LIMIT $7"
+    "AND e.user_id = $5 AND e.started_at <= $6 ORDER BY score DESC, e.id DESC LIMIT $7"
 )
 
 

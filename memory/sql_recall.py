@@ -18,27 +18,31 @@ from memory.rows import MSG_COLS, Db, as_dt, to_message
 from memory.stems import query_terms
 from memory.store import ContextQuery, StoredMessage
 
-#: Lexical hits scored per question; episode hits; episodes whose every message is a candidate (and at most how
-#: many such messages). Measured on bench/memory_bench.py (docs/memory-benchmark.md).
+#: Lexical hits scored per question; episode hits; episodes whose every message is a candidate, if they hold at
+#: most MEMBERS_CAP messages (a longer run is a day of chatter, not a scene: its messages come only as hits and
+#: neighbours). Measured on bench/memory_bench.py (docs/memory-benchmark.md).
 LEXICAL_HITS = 100
 EPISODE_HITS = 20
 EPISODE_MEMBERS = 8
-MEMBERS_CAP = 200
+MEMBERS_CAP = 40
 
 #: $1 lexical hits, $2 user, $3 at, $4 excluded ids, $5 current message, $6 its conversation, $7 episodes whose
-#: messages all come, $8 cap of those. Each row: MSG_COLS, episode id, the previous and next message's id.
+#: messages all come, $8 the longest such episode. Each row: MSG_COLS, episode id, the previous and next message's id.
+#: The message before / after message `x` of its conversation: ORDER BY ... LIMIT 1 is one seek of
+#: (conversation_id, id) in both dialects (SQLite's max() with a range would walk the conversation).
+_PREV = ("(SELECT p.id FROM messages p WHERE p.conversation_id = {x}.conversation_id AND p.id < {x}.id "
+         "ORDER BY p.id DESC LIMIT 1)")
+_NEXT = ("(SELECT n.id FROM messages n WHERE n.conversation_id = {x}.conversation_id AND n.id > {x}.id "
+         "ORDER BY n.id LIMIT 1)")
 ROWS = (
     "WITH hit AS (SELECT m.id, m.conversation_id FROM messages m WHERE m.id = ANY($1::bigint[])), "
-    "member AS (SELECT m.id FROM messages m WHERE m.episode_id = ANY($7::bigint[]) ORDER BY m.id DESC LIMIT $8), "
-    "wanted AS (SELECT id FROM hit "
-    "UNION SELECT (SELECT max(p.id) FROM messages p WHERE p.conversation_id = h.conversation_id AND p.id < h.id) "
-    "FROM hit h UNION SELECT (SELECT min(n.id) FROM messages n WHERE n.conversation_id = h.conversation_id "
-    "AND n.id > h.id) FROM hit h UNION SELECT id FROM member) "
-    f"SELECT {MSG_COLS}, m.episode_id, "
-    "(SELECT max(p.id) FROM messages p WHERE p.conversation_id = m.conversation_id AND p.id < m.id), "
-    "(SELECT min(n.id) FROM messages n WHERE n.conversation_id = m.conversation_id AND n.id > m.id) "
-    # SQLite spells it CROSS JOIN: it looks each wanted id up by its key
-    "FROM wanted w JOIN messages m ON m.id = w.id WHERE m.user_id = $2 AND m.created_at <= $3 "
+    "member AS (SELECT m.id FROM messages m WHERE m.episode_id IN (SELECT e.id FROM episodes e "
+    "WHERE e.id = ANY($7::bigint[]) AND e.message_count <= $8)), "
+    f"wanted AS (SELECT id FROM hit UNION SELECT {_PREV.format(x='h')} FROM hit h "
+    f"UNION SELECT {_NEXT.format(x='h')} FROM hit h UNION SELECT id FROM member) "
+    f"SELECT {MSG_COLS}, m.episode_id, {_PREV.format(x='m')}, {_NEXT.format(x='m')} "
+    # by key: a join here lets SQLite build a Bloom filter over every message
+    "FROM messages m WHERE m.id IN (SELECT id FROM wanted) AND m.user_id = $2 AND m.created_at <= $3 "
     "AND m.id <> ALL($4::bigint[]) "
     "AND ($5::bigint IS NULL OR NOT (m.conversation_id IS NOT DISTINCT FROM $6::bigint AND m.role = 'user' "
     "AND m.id > $5))"

@@ -20,6 +20,9 @@ import unicodedata
 #: Word tokens as FTS5's unicode61 tokenizer sees them: letters and digits; '_' and punctuation separate.
 WORD = re.compile(r"[^\W_]+")
 MAX_TERMS = 16
+#: A longer run of letters is no word (a pasted key, a blob): neither indexed nor searched (Postgres refuses a
+#: tsquery word over 2,047 bytes).
+MAX_WORD = 64
 
 _STOPWORD_TEXT = """
 a about after all also am an and any are as at be because been but by can could did do does doing for
@@ -52,9 +55,9 @@ STOPWORDS = frozenset(fold(_STOPWORD_TEXT).split())
 
 
 def words(text: str) -> list[str]:
-    """The folded words of `text` worth indexing or searching, in order, repeats kept: 2+ characters, no
-    stopword."""
-    return [w for w in WORD.findall(fold(text)) if len(w) > 1 and w not in STOPWORDS]
+    """The folded words of `text` worth indexing or searching, in order, repeats kept: 2 to MAX_WORD characters,
+    no stopword."""
+    return [w for w in WORD.findall(fold(text)) if 1 < len(w) <= MAX_WORD and w not in STOPWORDS]
 
 
 def search_terms(text: str, max_terms: int = MAX_TERMS) -> list[str]:

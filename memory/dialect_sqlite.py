@@ -6,9 +6,9 @@ transaction is ONE hop to it (`loop.run_in_executor`). There the logic's corouti
 StopIteration in that one hop. This also serializes writers inside the process (SQLite has one writer anyway);
 `busy_timeout` covers other processes (`hilo import` while `hilo serve` runs).
 
-What differs from Postgres lives here: the plumbing, the error mapping, the spellings (`translate`), FTS5 recall
-with its term statistics (fts5vocab), and the bulk insert (executemany). `db.lock` is a no-op: BEGIN IMMEDIATE
-already serializes every writer.
+What differs from Postgres lives here: the plumbing, the error mapping, the spellings (`translate`; list
+parameters as JSON arrays), BM25 ranking by FTS5 (messages_fts, episodes_fts), and the bulk insert (executemany).
+`db.lock` is a no-op: BEGIN IMMEDIATE already serializes every writer.
 """
 
 from __future__ import annotations
@@ -84,11 +84,8 @@ class SqliteDb(Db):
     """The connection as the logic sees it (rows.Db): every statement is fully stepped (RETURNING rows are
     read before COMMIT) and counted; an executemany counts once (one prepared statement)."""
 
-    def __init__(self, conn: sqlite3.Connection, counters: dict[str, int], df_cache: dict[str, tuple[float, float]],
-                 clock: Callable[[], datetime]) -> None:
+    def __init__(self, conn: sqlite3.Connection, counters: dict[str, int], clock: Callable[[], datetime]) -> None:
         self.conn, self.counters, self.clock = conn, counters, clock
-        #: term -> (document frequency, monotonic expiry): see selective_terms
-        self.df_cache = df_cache
 
     async def all(self, sql: str, *args: Any) -> list[Any]:
         self.counters["statements"] += 1
@@ -158,7 +155,6 @@ class SqliteStore(SqlStore):
         super().__init__(clock)
         self.path = os.fspath(path)
         self.busy_timeout_ms = busy_timeout_ms
-        self._df_cache: dict[str, tuple[float, float]] = {}  # touched on the worker thread only
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
 
@@ -246,7 +242,7 @@ class SqliteStore(SqlStore):
             conn.execute("BEGIN" if mode == "read" else "BEGIN IMMEDIATE")
             self.counters["transactions"] += 1
             try:
-                result = step(logic(SqliteDb(conn, self.counters, self._df_cache, self.clock), *args))
+                result = step(logic(SqliteDb(conn, self.counters, self.clock), *args))
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")

@@ -72,7 +72,9 @@ class BlockShares:
 @dataclass(frozen=True, slots=True)
 class ContextItem:
     """One item of the window. `preview` is for the printout only and is not part of the JSON.
-    `scores`: how the pool ranked it ({"pool": s}); empty for what is always kept and the cross-surface window."""
+    `scores`: how the pool ranked it ({"pool": s}; a recalled message also carries its retrieval components:
+    "bm25", "lexical", "episode", "neighbour", "date", "fused", memory/retrieval.py); empty for what is always
+    kept and the cross-surface window."""
 
     block: str
     kind: str
@@ -193,9 +195,9 @@ def assemble(
     # Older exchanges only behind a complete reservation: the conversation never has a gap.
     older = list(reversed(exchanges[:-2])) if len(kept) == len(reserved) else []
     fact_scores = score_memories(rows.facts, new_text, now or datetime.now(UTC), memory_weights)
-    pool = context_pool.fill(rows.facts, recalled, older, rest, now, fact_scores)
+    pool = context_pool.fill(rows.facts, recalled, older, rest, now, fact_scores, rows.recall_scores)
     conversation = _conversation([m for exchange, _ in pool.older for m in exchange], kept, pool)
-    return _build(budget, system, _memory(pool), cross, conversation, new, over_budget=False)
+    return _build(budget, system, _memory(pool, rows.recall_scores), cross, conversation, new, over_budget=False)
 
 
 def _exchanges(messages: Sequence[StoredMessage]) -> list[list[StoredMessage]]:
@@ -225,12 +227,14 @@ def _sources(m: StoredMessage) -> tuple[str, ...]:
     return tuple(str(s) for s in sources) if isinstance(sources, (list, tuple)) else ()
 
 
-def _message_item(block: str, kind: str, m: StoredMessage, cost: int, score: float | None = None) -> ContextItem:
+def _message_item(block: str, kind: str, m: StoredMessage, cost: int, score: float | None = None,
+                  components: Mapping[str, float] | None = None) -> ContextItem:
+    scores = {**(components or {}), "pool": score} if score is not None else {}
     return ContextItem(block, kind, cost, m.id, m.external_id, m.surface, m.created_at, _sources(m),
-                       m.content, {"pool": score} if score is not None else {})
+                       m.content, scores)
 
 
-def _memory(pool: Pool) -> _Block:
+def _memory(pool: Pool, recall_scores: Mapping[int, Mapping[str, float]]) -> _Block:
     """Facts (as stored), then the recalled messages as a timeline of episodes: chosen by rank, shown by date,
     so a question and its answer end up next to each other."""
     if not pool.memory_tokens:
@@ -246,7 +250,8 @@ def _memory(pool: Pool) -> _Block:
     for header, p in pool.recalled.rendered():
         assert p.message is not None
         lines += [header, p.line] if header else [p.line]
-        items.append(_message_item("memory", "recalled_message", p.message, p.cost, p.score))
+        items.append(_message_item("memory", "recalled_message", p.message, p.cost, p.score,
+                                   recall_scores.get(p.message.id, {})))
     return _Block(items, [ChatMessage("system", render_block(MEMORY_HEADER, lines), block="memory")],
                   pool.memory_tokens)
 

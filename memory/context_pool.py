@@ -11,8 +11,9 @@ Scores. Memories score their multi-factor score (memory/memory_score.py: relevan
 then importance, confidence, recency, frequency; in [0, 1]), given by the caller. For the rest the store gives an
 order, not a scale: recalled messages best match first, older exchanges newest first; each scores the reciprocal
 of its rank within its kind, 1 / (1 + rank): the best recalled message and the newest older exchange score 1.0,
-the next ones 0.5, and so on, so the kinds interleave (ties: memory, then recalled, then exchange). A retrieval
-that scores its rows on a common scale replaces `rank_score` with its own.
+the next ones 0.5, and so on, so the kinds interleave (ties: memory, then recalled, then exchange). Recalled
+messages the store scored (`ContextRows.recall_scores`, memory/retrieval.py) score their fused score on the same
+scale instead: the best 1.0, one z-unit below it 0.5, two 0.33 (retrieval.pool_score).
 
 Costs are exact (memory/context_render.py): the memory block's header is paid by its first item, a recalled
 message pays its line plus what it changes in its episode headers.
@@ -26,6 +27,7 @@ from datetime import datetime
 
 from kernel.tokens import MESSAGE_OVERHEAD
 from memory.context_render import MEMORY_HEADER, Timeline, data_line, header_tokens, memory_label, turn_line
+from memory.retrieval import pool_score
 from memory.store import Memory, StoredMessage
 
 _FACT, _RECALLED, _EXCHANGE = 0, 1, 2
@@ -80,8 +82,18 @@ class Pool:
     spent: int = 0
 
 
+def recalled_scores(recalled: Sequence[StoredMessage], fused: Mapping[int, Mapping[str, float]]) -> list[float]:
+    """The pool score of each recalled message: its fused retrieval score on the pool's scale
+    (memory/retrieval.py pool_score: the best 1.0) when the store scored it, else its rank score."""
+    known = [fused[m.id]["fused"] for m in recalled if m.id in fused and "fused" in fused[m.id]]
+    best = max(known, default=0.0)
+    return [pool_score(fused[m.id]["fused"], best) if m.id in fused and "fused" in fused[m.id] else rank_score(r)
+            for r, m in enumerate(recalled)]
+
+
 def fill(facts: Sequence[Memory], recalled: Sequence[StoredMessage], older: Sequence[list[StoredMessage]],
-         limit: int, now: datetime | None, fact_scores: Sequence[Mapping[str, float]] | None = None) -> Pool:
+         limit: int, now: datetime | None, fact_scores: Sequence[Mapping[str, float]] | None = None,
+         fused: Mapping[int, Mapping[str, float]] | None = None) -> Pool:
     """Fill `limit` tokens from the pool (see the module docstring).
 
     facts: the memories, oldest first, as stored; fact_scores: theirs (memory_score.score_memories, in order:
@@ -92,9 +104,10 @@ def fill(facts: Sequence[Memory], recalled: Sequence[StoredMessage], older: Sequ
     n_facts = len(facts)
     if fact_scores is None:
         fact_scores = [{"memory": rank_score(n_facts - 1 - i)} for i in range(n_facts)]
+    recall = recalled_scores(recalled, fused or {})
     candidates = sorted(
         [(fact_scores[i]["memory"], _FACT, i) for i in range(n_facts)]
-        + [(rank_score(r), _RECALLED, r) for r in range(len(recalled))]
+        + [(recall[r], _RECALLED, r) for r in range(len(recalled))]
         + [(rank_score(k), _EXCHANGE, k) for k in range(len(older))],
         key=lambda c: (-c[0], c[1], -c[2] if c[1] == _FACT else c[2]),  # equal memories: the newest first
     )

@@ -31,8 +31,8 @@ from kernel import log
 from kernel.errors import ConfigError
 from kernel.types import utcnow
 from memory import migrate as migrations
-from memory import pg_terms
-from memory.rows import INSERT_COLS, MSG_COLS, Db, Mode, Rollback, aware
+from memory import pg_terms, reindex
+from memory.rows import INSERT_COLS, Db, Mode, Rollback, aware
 from memory.sql_store import Logic, SqlStore
 from memory.sql_vectors import VectorQuery
 from memory.store import ContextQuery, ImportResult, ImportRow, StoreError, StoreUnavailable
@@ -54,15 +54,6 @@ UNAVAILABLE: tuple[type[BaseException], ...] = (
 #: Transaction-scoped advisory locks on an integer key, or on a text key hashed.
 LOCK_INT, LOCK_TEXT = "SELECT pg_advisory_xact_lock($1)", "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
 
-RECALL = (
-    f"SELECT {MSG_COLS} FROM messages m, to_tsquery('simple', $1) AS query "
-    # the owner's token ANDed in: the GIN index skips other people's rows (see 0003_messages_fts.sql)
-    "WHERE m.search @@ (query && quote_literal('_u' || $2::bigint::text)::tsquery) "
-    "AND m.user_id = $2 AND m.created_at <= $3 AND m.id <> ALL($4::bigint[]) "
-    "AND ($5::bigint IS NULL OR NOT (m.conversation_id IS NOT DISTINCT FROM $6::bigint "
-    "AND m.role = 'user' AND m.id > $5)) "
-    "ORDER BY ts_rank(m.search, query) DESC, m.id DESC LIMIT $7"
-)
 #: One batch of vectors in one statement: the owner read from the message (a message gone meanwhile is skipped).
 PUT_VECTORS = (
     "INSERT INTO message_vectors(message_id, user_id, embedder, dim, vector) "
@@ -82,17 +73,18 @@ VECTOR_TYPE = (
 #: Many messages in one statement (one round trip whatever the count); the status line counts the inserted.
 BULK_INSERT = (
     f"INSERT INTO messages({INSERT_COLS}) SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], "
-    "$4::text[], $5::text[], $6::int[], $7::text[], $8::timestamptz[]) ON CONFLICT (surface, external_id) DO NOTHING"
+    "$4::text[], $5::text[], $6::int[], $7::text[], $8::timestamptz[], $9::text[], $10::bigint[]) "
+    "ON CONFLICT (surface, external_id) DO NOTHING"
 )
 
 
 class PgDb(Db):
     """An asyncpg connection (inside the store's transaction) as the logic sees it (rows.Db)."""
 
-    def __init__(self, conn: Any, counters: dict[str, int], df_cache: dict[str, tuple[float, float]],
+    def __init__(self, conn: Any, counters: dict[str, int], df_cache: dict[Any, tuple[float, float]],
                  clock: Callable[[], datetime] = utcnow, indexed: set[tuple[str, int]] | None = None) -> None:
         self.conn, self.counters, self.clock = conn, counters, clock
-        #: term -> (matching messages: estimated, or counted and capped; monotonic expiry): see pg_terms
+        #: (table, term) -> (idf, monotonic expiry); (table, "") -> the mean row length: see pg_terms
         self.df_cache = df_cache
         #: (embedder, dim) whose HNSW index this process made sure of; None: the database keeps no vectors
         self.indexed = indexed
@@ -112,9 +104,6 @@ class PgDb(Db):
 
     def ts(self, moment: datetime) -> datetime:
         return aware(moment)
-
-    def id_list(self, ids: Sequence[int]) -> list[int]:
-        return list(ids)
 
     async def lock(self, key: str | int) -> bool:
         await self.run(LOCK_INT if isinstance(key, int) else LOCK_TEXT, key)
@@ -148,12 +137,18 @@ class PgDb(Db):
                               vq.conversation_id, vq.limit)
         return [(row, float(row[-1])) for row in rows]
 
-    async def recall(self, q: ContextQuery, excluded: list[int]) -> list[Any]:
-        match = pg_terms.tsquery_text(await pg_terms.selective_terms(self, q.search_text))
-        if match is None:
-            return []
-        return await self.all(RECALL, match, q.user_id, aware(q.at), excluded, q.current_message_id,
-                              q.conversation_id, q.search_limit)
+    def ids(self, ids: Sequence[int]) -> list[int]:
+        return list(ids)
+
+    async def lexical(self, q: ContextQuery, terms: list[str], excluded: list[int], limit: int) -> list[Any]:
+        idf, avgdl = await pg_terms.weights(self, "messages", terms)
+        return await self.all(pg_terms.LEXICAL, terms, idf, avgdl, pg_terms.tsquery_text(terms), q.user_id,
+                              aware(q.at), excluded, q.current_message_id, q.conversation_id, limit)
+
+    async def episodes(self, user_id: int, terms: list[str], at: Any, limit: int) -> list[Any]:
+        idf, avgdl = await pg_terms.weights(self, "episodes", terms)
+        return await self.all(pg_terms.EPISODES, terms, idf, avgdl, pg_terms.tsquery_text(terms), user_id, at,
+                              limit)
 
 
 #: The person's nearest vectors of one embedder (its name and dimension spelt in, as its partial HNSW index has
@@ -246,7 +241,7 @@ class PostgresStore(SqlStore):
             options["statement_cache_size"] = statement_cache_size
         self.options = options
         self.command_timeout = command_timeout
-        self._df_cache: dict[str, tuple[float, float]] = {}
+        self._df_cache: dict[Any, tuple[float, float]] = {}
         #: (embedder, dim) whose HNSW index exists; None until open() found a halfvec column (memory/vectors.py)
         self._indexed: set[tuple[str, int]] | None = None
         self._begin_read = BEGIN_READ
@@ -271,6 +266,7 @@ class PostgresStore(SqlStore):
             self._begin_read = BEGIN_READ + (ITERATIVE_SCAN if iterative else "")
         else:
             self.vector_status, self._indexed = NO_PGVECTOR, None
+        await reindex.run(self._tx)
         return self.applied
 
     async def _connect(self) -> None:
@@ -321,7 +317,7 @@ class PostgresStore(SqlStore):
         if result.inserted and await self._tx("lease", pg_terms.stale, self._imported):
             self._imported = 0
             try:
-                await self._tx("lease", lambda db: db.run("ANALYZE messages, conversations, users"))
+                await self._tx("lease", lambda db: db.run("ANALYZE messages, episodes, conversations, users"))
             except StoreError as exc:  # e.g. a role that may not ANALYZE: autovacuum still will
                 logger.warning("import.analyze_failed", error=type(exc.__cause__).__name__)
         return result

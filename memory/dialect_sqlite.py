@@ -6,10 +6,10 @@ transaction is ONE hop to it (`loop.run_in_executor`). There the logic's corouti
 StopIteration in that one hop. This also serializes writers inside the process (SQLite has one writer anyway);
 `busy_timeout` covers other processes (`hilo import` while `hilo serve` runs).
 
-What differs from Postgres lives here: the plumbing, the error mapping, the spellings (`translate`), FTS5 recall
-with its term statistics (fts5vocab), the bulk insert (executemany), and vectors: float16 blobs searched with
-numpy over the person's matrix, cached in process (memory/vectors.py). `db.lock` is a no-op: BEGIN IMMEDIATE
-already serializes every writer.
+What differs from Postgres lives here: the plumbing, the error mapping, the spellings (`translate`; list
+parameters as JSON arrays), BM25 ranking by FTS5 (messages_fts, episodes_fts), the bulk insert (executemany), and
+vectors: float16 blobs searched with numpy over the person's matrix, cached in process (memory/vectors.py).
+`db.lock` is a no-op: BEGIN IMMEDIATE already serializes every writer.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from typing import Any, TypeVar
 
 from memory import jobs
 from memory import migrate as migrations
+from memory import reindex
 from memory import sql_turns as turns
 from memory.rows import INSERT_COLS, MSG_COLS, Db, Mode, Rollback, to_ts
-from memory.search_terms import selective
 from memory.sql_store import Logic, SqlStore
 from memory.sql_vectors import VectorQuery
 from memory.store import ContextQuery, StoreError, StoreUnavailable
@@ -39,7 +39,9 @@ T = TypeVar("T")
 
 #: The shared SQL is spelled as Postgres reads it; these are the SQLite spellings of what differs.
 SPELLINGS = (
-    ("greatest(", "max("), (" IS NOT DISTINCT FROM ", " IS "), (" IS DISTINCT FROM ", " IS NOT "),
+    ("greatest(", "max("), ("least(", "min("), ("string_agg(", "group_concat("),
+    ("nextval(pg_get_serial_sequence('episodes', 'id'))", "NULL"),  # an AUTOINCREMENT key
+    (" IS NOT DISTINCT FROM ", " IS "), (" IS DISTINCT FROM ", " IS NOT "),
     (" FOR UPDATE SKIP LOCKED", ""), (" FOR UPDATE", ""),  # BEGIN IMMEDIATE: writers are serialized already
     ("WHERE singleton DO", "WHERE singleton = 1 DO"),  # the partial index's own predicate
     # '+' keeps SQLite's planner on (conversation_id, id), newest first, whatever the statistics say (on Postgres
@@ -47,8 +49,8 @@ SPELLINGS = (
     ("m.conversation_id = $1 AND m.user_id = $2", "m.conversation_id = $1 AND +m.user_id = $2"),
 )
 _PLACEHOLDER, _CAST = re.compile(r"\$(\d+)"), re.compile(r"::\w+(?:\[\])?")
-#: `= ANY($n::bigint[])`, a list of ids (Db.id_list): SQLite reads the JSON text of the list.
-_ANY = re.compile(r"= ANY\(\$(\d+)::bigint\[\]\)")
+#: A list parameter (`Db.ids`: a JSON array on SQLite), `= ANY($n::bigint[])` / `<> ALL($n::bigint[])`.
+_ANY, _ALL = re.compile(r"= ANY\((\$\d+)::bigint\[\]\)"), re.compile(r"<> ALL\((\$\d+)::bigint\[\]\)")
 
 
 @functools.lru_cache(maxsize=1024)
@@ -57,20 +59,29 @@ def translate(sql: str) -> str:
     `$n` -> `?n` (cached per text)."""
     for postgres, sqlite in SPELLINGS:
         sql = sql.replace(postgres, sqlite)
-    sql = _ANY.sub(r"IN (SELECT value FROM json_each($\1))", sql)
+    sql = _ALL.sub(r"NOT IN (SELECT value FROM json_each(\1))", _ANY.sub(r"IN (SELECT value FROM json_each(\1))", sql))
     return _PLACEHOLDER.sub(r"?\1", _CAST.sub("", sql))
 
 
-RECALL = (
-    # CROSS JOIN keeps FTS5 as the outer loop: rank the matches, then look each row up by id.
-    f"SELECT {MSG_COLS} FROM messages_fts f CROSS JOIN messages m ON m.id = f.rowid "
-    "WHERE messages_fts MATCH ?1 AND m.user_id = ?2 AND m.created_at <= ?3 "
-    "AND m.id NOT IN (SELECT value FROM json_each(?4)) "
-    "AND (?5 IS NULL OR NOT (m.conversation_id IS ?6 AND m.role = 'user' AND m.id > ?5)) "
-    "ORDER BY bm25(messages_fts, 1.0, 0.0), m.id DESC LIMIT ?7"
+#: $1 FTS5 query (the owner's token ANDed in), $2 limit. FTS5 alone ranks the matches (no row of messages is read
+#: per match: that lookup is what grew with the history); load_context's exclusions and `at` are applied to the
+#: best ones by memory/sql_recall.py's ROWS, so this asks for the limit plus what they may take out. bm25 is
+#: negated: a higher score is a better match, as on Postgres (memory/pg_terms.py).
+LEXICAL = (
+    "SELECT rowid, -bm25(messages_fts, 1.0, 0.0) FROM messages_fts WHERE messages_fts MATCH ?1 "
+    "ORDER BY bm25(messages_fts, 1.0, 0.0), rowid DESC LIMIT ?2"
 )
+#: $1 FTS5 query (the owner's token ANDed in), $2 limit: the episodes that best match, by BM25 over their whole
+#: text (an episode started after `at` only lends its score to messages ROWS keeps).
+EPISODES = (
+    "SELECT rowid, -bm25(episodes_fts, 1.0, 0.0) FROM episodes_fts WHERE episodes_fts MATCH ?1 "
+    "ORDER BY bm25(episodes_fts, 1.0, 0.0), rowid DESC LIMIT ?2"
+)
+#: Hits asked beyond the limit and the excluded ids: queued turns and messages after `at` (`hilo context --at`)
+#: that ROWS leaves out.
+EXTRA_HITS = 20
 BULK_INSERT = (
-    f"INSERT INTO messages({INSERT_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "
+    f"INSERT INTO messages({INSERT_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) "
     "ON CONFLICT(surface, external_id) DO NOTHING"
 )
 #: One message's vector (its owner read from the message; a message gone meanwhile inserts nothing).
@@ -99,11 +110,9 @@ class SqliteDb(Db):
 
     vectors = True  # numpy is a dependency: blobs searched in process
 
-    def __init__(self, conn: sqlite3.Connection, counters: dict[str, int], df_cache: dict[str, tuple[float, float]],
-                 clock: Callable[[], datetime], matrices: MatrixCache | None = None) -> None:
+    def __init__(self, conn: sqlite3.Connection, counters: dict[str, int], clock: Callable[[], datetime],
+                 matrices: MatrixCache | None = None) -> None:
         self.conn, self.counters, self.clock = conn, counters, clock
-        #: term -> (document frequency, monotonic expiry): see selective_terms
-        self.df_cache = df_cache
         #: (user_id, embedder) -> the person's vectors as a float32 matrix (memory/vectors.py)
         self.matrices = matrices if matrices is not None else MatrixCache()
 
@@ -121,9 +130,6 @@ class SqliteDb(Db):
 
     def ts(self, moment: datetime) -> str:
         return to_ts(moment)
-
-    def id_list(self, ids: Sequence[int]) -> str:
-        return json.dumps(list(ids))
 
     async def lock(self, key: str | int) -> bool:
         return False  # BEGIN IMMEDIATE: writers are serialized already
@@ -189,41 +195,32 @@ class SqliteDb(Db):
         self.matrices.put(key, loaded)
         return loaded
 
-    async def recall(self, q: ContextQuery, excluded: list[int]) -> list[Any]:
-        match = fts_query(q.user_id, await selective_terms(self, q.search_text))
+    def ids(self, ids: Sequence[int]) -> str:
+        return json.dumps(list(ids))
+
+    async def lexical(self, q: ContextQuery, terms: list[str], excluded: list[int], limit: int) -> list[Any]:
+        match = fts_query(q.user_id, terms)
         if match is None:
             return []
-        return await self.all(RECALL, match, q.user_id, to_ts(q.at), json.dumps(excluded), q.current_message_id,
-                              q.conversation_id, q.search_limit)
+        return await self.all(LEXICAL, match, limit + len(excluded) + EXTRA_HITS)
+
+    async def episodes(self, user_id: int, terms: list[str], at: Any, limit: int) -> list[Any]:
+        match = fts_query(user_id, terms, "terms")
+        return [] if match is None else await self.all(EPISODES, match, limit)
 
 
-def fts_query(user_id: int, words: list[str]) -> str | None:
-    """A safe FTS5 query for search terms, restricted to one owner; None when there is nothing to search.
+def fts_query(user_id: int, words: list[str], column: str = "content") -> str | None:
+    """A safe FTS5 query for index terms (memory/stems.py), restricted to one owner; None when there is nothing
+    to search.
 
-    Each term (memory.search_terms: letters and digits) becomes a quoted string, so nothing the person typed is
-    read as FTS syntax (no column filters, NEAR, '*', '^'). Terms are OR-ed (BM25 ranks rows matching more and
-    rarer words first). The AND with `owner : "u<id>"` lets FTS5 skip other people's rows instead of scoring them.
+    Each term (letters and digits) becomes a quoted string, so nothing the person typed is read as FTS syntax
+    (no column filters, NEAR, '*', '^'). Terms are OR-ed (BM25 ranks rows matching more and rarer terms first).
+    The AND with `owner : "u<id>"` lets FTS5 skip other people's rows instead of scoring them.
     """
     if not words:
         return None
     terms = " OR ".join(f'"{word}"' for word in words)
-    return f'owner : "u{int(user_id)}" AND content : ({terms})'
-
-
-async def selective_terms(db: SqliteDb, text: str) -> list[str]:
-    """memory.search_terms.selective over the FTS5 vocabulary (fts5vocab: a walk of the term's posting list,
-    about 0.5 ms for a common word): terms the index has never seen are not in it."""
-
-    async def lookup(missing: list[str]) -> tuple[dict[str, float], float]:
-        found: dict[str, float] = {}
-        if missing:
-            found = dict(await db.all(
-                "SELECT term, doc FROM messages_fts_vocab WHERE term IN (SELECT value FROM json_each(?1))",
-                json.dumps(missing),
-            ))
-        return found, await db.value("SELECT max(id) FROM messages") or 0
-
-    return await selective(text, db.df_cache, lookup)
+    return f'owner : "u{int(user_id)}" AND {column} : ({terms})'
 
 
 def step(coro: Coroutine[Any, Any, T]) -> T:
@@ -244,7 +241,6 @@ class SqliteStore(SqlStore):
         super().__init__(clock)
         self.path = os.fspath(path)
         self.busy_timeout_ms = busy_timeout_ms
-        self._df_cache: dict[str, tuple[float, float]] = {}  # touched on the worker thread only
         #: the people's vector matrices (memory/vectors.py), touched on the worker thread only
         self.matrices = MatrixCache(max_floats=cache_floats)
         self._executor: ThreadPoolExecutor | None = None
@@ -270,6 +266,7 @@ class SqliteStore(SqlStore):
                 await self.close()  # no connection to close: this stops the worker thread
                 raise
         self.applied = await self._call(self._migrate_sync)
+        await reindex.run(self._tx)
         return self.applied
 
     def _connect_sync(self) -> None:
@@ -337,7 +334,7 @@ class SqliteStore(SqlStore):
             conn.execute("BEGIN" if mode == "read" else "BEGIN IMMEDIATE")
             self.counters["transactions"] += 1
             try:
-                result = step(logic(SqliteDb(conn, self.counters, self._df_cache, self.clock, self.matrices), *args))
+                result = step(logic(SqliteDb(conn, self.counters, self.clock, self.matrices), *args))
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")

@@ -1,44 +1,87 @@
-"""Postgres recall's term statistics: which search terms are worth a full-text query, at no scan of messages."""
+"""Postgres recall: BM25 over the stored tsvector, so that Postgres ranks as SQLite's FTS5 does.
+
+ts_rank knows no inverse document frequency: a common word counts as much as a rare one, which is what cost
+Postgres recall against SQLite (docs/memory-benchmark.md). Here each matched row's score is FTS5's BM25 (k1 1.2,
+b 0.75) with each term's frequency in the row taken as 1: for each query term t the row holds, idf(t) * (k1 + 1) /
+(1 + k1 * (1 - b + b * dl / avgdl)), with dl the row's lexemes (the owner's token left out) and idf(t) =
+ln((N - df + 0.5) / (df + 0.5)) (at least 1e-6), FTS5's formula. Each term is one lookup in the row's sorted
+tsvector (`search @@ 'term'`): unnesting every matched row's lexemes to count positions cost 3 times as much at
+100k messages (121 against 36 ms per question, bench/memory_bench.py's latency questions).
+
+df and N come from the planner's statistics (pg_stats.most_common_elems of messages.search / episodes.search,
+refreshed by ANALYZE: autovacuum, `hilo import`, the benchmark after seeding): catalog reads only, no scan of
+messages; a word the statistics do not list is rarer than the rarest listed. Before any ANALYZE the terms are
+counted through the GIN index instead, capped. avgdl is read from the newest rows. All of it is cached DF_TTL_S.
+"""
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Sequence
 from typing import Any
 
-from memory.search_terms import selective
+K1, B = 1.2, 0.75
+#: How long a term's frequency (and the mean row length) is trusted, seconds: it changes slowly, and a stale
+#: one only shifts a weight.
+DF_TTL_S = 600.0
+DF_CACHE_MAX = 50_000
+#: A count before any ANALYZE stops here (it is only a weight).
+COUNT_CAP = 1000
 
-#: The planner's statistics of the messages' tsvector (pg_stats, refreshed by ANALYZE: autovacuum in production,
-#: `hilo import`, the benchmark after seeding): the table's row estimate, the smallest listed lexeme frequency (a
-#: word absent from most_common_elems is rarer than that), and each term's listed frequency (NULL when absent).
-#: Catalog reads only: no scan of messages. No row of pg_stats (never analyzed, or empty when analyzed):
-#: `analyzed` is false and the terms are counted instead (COUNT_SQL).
+#: $1 table, $2 terms: (analyzed, total rows, the smallest listed frequency, term, its frequency or NULL).
 STATS_SQL = (
     "WITH s AS (SELECT greatest(c.reltuples, 0) AS total, st.attname IS NOT NULL AS analyzed, "
     "  st.most_common_elems::text::text[] AS elems, st.most_common_elem_freqs AS freqs "
     "  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
     "  LEFT JOIN pg_stats st ON st.schemaname = n.nspname AND st.tablename = c.relname AND st.attname = 'search' "
-    "  WHERE c.oid = 'messages'::regclass) "
+    "  WHERE c.oid = $1::text::regclass) "
     "SELECT s.analyzed, s.total, coalesce(s.freqs[cardinality(s.elems) + 1], 0), w.term, "
     "  s.freqs[array_position(s.elems, w.term)] "
-    "FROM s LEFT JOIN unnest($1::text[]) AS w(term) ON true"
+    "FROM s LEFT JOIN unnest($2::text[]) AS w(term) ON true"
 )
-
-#: Before any ANALYZE: the matches of each term, counted through the GIN index and capped just past the "too
-#: common" limit (the count is only compared with that limit, and a capped count costs at most limit+1 index
-#: entries), plus the size of the table (max(id), one index probe), in one statement.
+#: Before any ANALYZE: each term's matches counted (capped), and the table's size (max(id)).
 COUNT_SQL = (
-    "WITH t AS (SELECT coalesce(max(id), 0) AS total FROM messages) "
-    "SELECT t.total, w.term, (SELECT count(*) FROM (SELECT 1 FROM messages m "
-    "  WHERE w.term IS NOT NULL AND m.search @@ to_tsquery('simple', quote_literal(w.term)) "
-    "  LIMIT greatest(50, t.total / 20) + 1) s) "
+    "WITH t AS (SELECT coalesce(max(id), 0) AS total FROM {table}) "
+    "SELECT t.total, w.term, (SELECT count(*) FROM (SELECT 1 FROM {table} x "
+    "  WHERE w.term IS NOT NULL AND x.search @@ to_tsquery('simple', quote_literal(w.term)) LIMIT $2) s) "
     "FROM t LEFT JOIN unnest($1::text[]) AS w(term) ON true"
+)
+#: The mean number of lexemes of the newest rows (the owner's token left out): one bounded read (the newest 1,000
+#: by the primary key), cached like the frequencies.
+AVGDL_SQL = ("SELECT coalesce(avg(length(x.search) - 1), 1) FROM (SELECT search FROM {table} "
+             "ORDER BY id DESC LIMIT 1000) x")
+
+#: The BM25 of one row against the query's terms ($1 terms, $2 their idf, $3 avgdl), each term's frequency taken
+#: as 1 (short messages rarely repeat a word): idf(t) * (k1 + 1) / (1 + k1 * (1 - b + b * dl / avgdl)) summed over
+#: the terms the row holds, each a lookup in its sorted tsvector (no unnest of the row's lexemes).
+_BM25 = (
+    "(SELECT sum(t.idf) FROM unnest($1::text[], $2::float8[]) AS t(term, idf) "
+    "WHERE {alias}.search @@ t.term::tsquery) * {k1p1} / (1 + {k1} * ({one_b} + {b} * "
+    "greatest(length({alias}.search) - 1, 1) / $3::float8))"
+).format(k1p1=K1 + 1, k1=K1, one_b=1 - B, b=B, alias="{alias}")
+#: $1..$3 as _BM25, $4 tsquery text, $5 user, $6 at, $7 excluded ids, $8 current message, $9 its conversation,
+#: $10 limit. The owner's token is ANDed in: the GIN index skips other people's rows.
+LEXICAL = (
+    "SELECT m.id, " + _BM25.format(alias="m") + " AS score FROM messages m "
+    "WHERE m.search @@ (to_tsquery('simple', $4) && quote_literal('_u' || $5::bigint::text)::tsquery) "
+    "AND m.user_id = $5 AND m.created_at <= $6 AND m.id <> ALL($7::bigint[]) "
+    "AND ($8::bigint IS NULL OR NOT (m.conversation_id IS NOT DISTINCT FROM $9::bigint "
+    "AND m.role = 'user' AND m.id > $8)) "
+    "ORDER BY score DESC, m.id DESC LIMIT $10"
+)
+#: $1..$3 as _BM25, $4 tsquery text, $5 user, $6 at, $7 limit.
+EPISODES = (
+    "SELECT e.id, " + _BM25.format(alias="e") + " AS score FROM episodes e "
+    "WHERE e.search @@ (to_tsquery('simple', $4) && quote_literal('_u' || $5::bigint::text)::tsquery) "
+    "AND e.user_id = $5 AND e.started_at <= $6 ORDER BY score DESC, e.id DESC LIMIT $7"
 )
 
 
 def tsquery_text(words: Sequence[str]) -> str | None:
     """A to_tsquery('simple', ...) text OR-ing the words, each quoted; None when there is nothing to search.
 
-    Words come from memory.search_terms (runs of letters and digits), so a quoted word holds no quote or
+    Words are index terms (memory/stems.py: runs of letters and digits), so a quoted word holds no quote or
     backslash and nothing the person typed is read as tsquery syntax (no '&', '!', '<->', ':*').
     """
     if not words:
@@ -46,21 +89,37 @@ def tsquery_text(words: Sequence[str]) -> str | None:
     return " | ".join("'" + w.replace("'", "''").replace("\\", "\\\\") + "'" for w in words)
 
 
-async def selective_terms(db: Any, text: str) -> list[str]:
-    """memory.search_terms.selective over the planner's estimates (STATS_SQL: no scan); a word the statistics
-    do not list counts as the smallest listed frequency (at least one message), so it is kept. Until the table
-    is first analyzed they are counted (COUNT_SQL), and then a term no message holds is dropped."""
+def idf(df: float, total: float) -> float:
+    """FTS5's inverse document frequency."""
+    return max(1e-6, math.log((total - df + 0.5) / (df + 0.5))) if total > 0 else 1e-6
 
-    async def lookup(missing: list[str]) -> tuple[dict[str, float], float]:
-        rows = await db.all(STATS_SQL, missing)
+
+async def weights(db: Any, table: str, terms: list[str]) -> tuple[list[float], float]:
+    """(each term's idf, the table's mean row length), from the cache or the statistics."""
+    cache: dict[tuple[str, str], tuple[float, float]] = db.df_cache
+    now = time.monotonic()
+    if len(cache) > DF_CACHE_MAX:
+        cache.clear()
+    known = {t: hit[0] for t in [*terms, ""] if (hit := cache.get((table, t))) is not None and hit[1] > now}
+    missing = [t for t in terms if t not in known]
+    if missing:
+        rows = await db.all(STATS_SQL, table, missing)
+        total = float(rows[0][1])
         if rows[0][0]:  # analyzed
-            total, floor = float(rows[0][1]), float(rows[0][2]) * float(rows[0][1])
-            return {term: max(1.0, float(share) * total if share is not None else floor)
-                    for *_, term, share in rows if term is not None}, total
-        rows = await db.all(COUNT_SQL, missing)
-        return {term: float(doc) for _, term, doc in rows if term is not None and doc}, float(rows[0][0])
-
-    return await selective(text, db.df_cache, lookup)
+            floor = float(rows[0][2]) * total
+            found = {term: max(1.0, float(share) * total if share is not None else floor)
+                     for *_, term, share in rows if term is not None}
+        else:
+            rows = await db.all(COUNT_SQL.format(table=table), missing, COUNT_CAP)
+            total = float(rows[0][0])
+            found = {term: float(n) for _, term, n in rows if term is not None}
+        for term, df in found.items():
+            known[term] = idf(df, total)
+            cache[(table, term)] = (known[term], now + DF_TTL_S)
+    if "" not in known:
+        known[""] = max(1.0, float(await db.value(AVGDL_SQL.format(table=table))))
+        cache[(table, "")] = (known[""], now + DF_TTL_S)
+    return [known[t] for t in terms], known[""]
 
 
 async def stale(db: Any, imported: int) -> bool:

@@ -32,13 +32,14 @@ class Db(Protocol):
     """One transaction as the logic sees it; a dialect subclasses it (one() and value() are written over all()).
     Every statement counts in the store's `counters["statements"]`: run() returns the rows a statement changed,
     many() is one statement with many parameter rows (counted once), ts() a datetime as the database takes it,
-    lock() serializes writers on a key until commit (False when they are serialized anyway), id_list() a list
-    of ids as the parameter of `= ANY($n::bigint[])` (SQLite: JSON text, spelled json_each), recall() is
-    lexical recall of q.search_text (MSG_COLS rows, best first), and insert_messages() a bulk insert of
-    rows of INSERT_COLS skipping stored (surface, external_id), returning the number inserted. `vectors` says
-    whether the database keeps message vectors (memory/vectors.py); put_vectors() keeps (message_id, vector) rows
-    of one embedder and dimension, returning how many had a message, and nearest() is vector recall:
-    (MSG_COLS row, cosine) pairs, best first."""
+    lock() serializes writers on a key until commit (False when they are serialized anyway), ids() a list of
+    ids as a parameter of `= ANY($n::bigint[])` / `<> ALL($n::bigint[])`, lexical() the best messages of
+    q.user_id for index terms ((id, BM25 score: higher is better) rows, best first, with load_context's
+    exclusions), episodes() the same for episodes, and insert_messages() a bulk insert of rows of INSERT_COLS
+    skipping stored (surface, external_id), returning the number inserted. `vectors` says whether the database
+    keeps message vectors (memory/vectors.py); put_vectors() keeps (message_id, vector) rows of one embedder and
+    dimension, returning how many had a message, and nearest() is vector recall: (MSG_COLS row, cosine) pairs,
+    best first."""
 
     clock: Callable[[], datetime]
     vectors: bool
@@ -56,9 +57,10 @@ class Db(Protocol):
     async def run(self, sql: str, *args: Any) -> int: ...
     async def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
     def ts(self, moment: datetime) -> Any: ...
-    def id_list(self, ids: Sequence[int]) -> Any: ...
     async def lock(self, key: str | int) -> bool: ...
-    async def recall(self, q: ContextQuery, excluded: list[int]) -> list[Any]: ...
+    def ids(self, ids: Sequence[int]) -> Any: ...
+    async def lexical(self, q: ContextQuery, terms: list[str], excluded: list[int], limit: int) -> list[Any]: ...
+    async def episodes(self, user_id: int, terms: list[str], at: Any, limit: int) -> list[Any]: ...
     async def insert_messages(self, rows: list[tuple[Any, ...]]) -> int: ...
     async def put_vectors(self, embedder: str, dim: int, rows: list[tuple[int, Sequence[float]]]) -> int: ...
     async def nearest(self, vq: VectorQuery) -> list[tuple[Any, float]]: ...
@@ -83,7 +85,8 @@ MEMORY_COLS = (
     "source_external_ids, created_at, updated_at, last_accessed_at, access_count, expires_at, ended_at, superseded_by"
 )
 #: The columns of a row of `Db.insert_messages`, in order (each dialect's bulk INSERT names them).
-INSERT_COLS = "conversation_id, user_id, surface, role, content, token_count, external_id, created_at"
+INSERT_COLS = ("conversation_id, user_id, surface, role, content, token_count, external_id, created_at, terms, "
+               "episode_id")
 
 
 def aware(moment: datetime) -> datetime:

@@ -13,8 +13,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from kernel.types import SINGLETON_SURFACES
+from memory import episodes
 from memory.rows import Db, as_dt, dump_metadata, to_ts
 from memory.sql_turns import INSERT_MESSAGE, TOUCH, UPSERT_SINGLETON, identity_user, new_user
+from memory.stems import index_terms
 from memory.store import LinkCodeOwner, LinkPolicy, Redemption, StoredMessage
 
 #: The metadata of a notice (a message hilo sends on its own, answering nothing).
@@ -171,11 +173,12 @@ async def merge_users(db: Db, src: int, dst: int) -> None:
                                     "AND external_ref = $3", dst, surface, ref)
         if target is not None:
             await db.run("UPDATE messages SET conversation_id = $1 WHERE conversation_id = $2", target, conv_id)
+            await db.run("UPDATE episodes SET conversation_id = $1 WHERE conversation_id = $2", target, conv_id)
             await db.run("DELETE FROM conversations WHERE id = $1", conv_id)
         else:
             await db.run("UPDATE conversations SET user_id = $1 WHERE id = $2", dst, conv_id)
     # SQLite: user_id changes re-index the FTS owner token through the messages_fts_update trigger
-    for table in ("messages", "message_vectors", "memories", "model_calls", "deliveries", "identities", "link_codes",
+    for table in ("messages", "message_vectors", "episodes", "memories", "model_calls", "deliveries", "identities",
                   "identity_audit"):
         await db.run(f"UPDATE {table} SET user_id = $1 WHERE user_id = $2", dst, src)
     await db.run("DELETE FROM users WHERE id = $1", src)
@@ -230,8 +233,10 @@ async def post_notice(db: Db, user_id: int, surface: str, ref: str | None, text:
         conv = conv or await db.value("INSERT INTO conversations(user_id, surface, singleton, created_at, updated_at) "
                                       "VALUES ($1, $2, false, $3, $4) RETURNING id", user_id, surface, at, at)
         await db.run(TOUCH, at, conv)
+    terms = index_terms(text)
+    episode = await episodes.join(db, user_id, int(conv), surface, moment, token_count, terms)
     message_id = await db.value(INSERT_MESSAGE, conv, user_id, surface, "assistant", text, token_count, None, at,
-                                dump_metadata(NOTICE), None)
+                                dump_metadata(NOTICE), None, terms, episode)
     return StoredMessage(id=int(message_id), conversation_id=int(conv), user_id=user_id, surface=surface,
                          role="assistant", content=text, token_count=token_count, external_id=None,
                          created_at=as_dt(at), metadata=dict(NOTICE))

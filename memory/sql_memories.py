@@ -62,7 +62,7 @@ async def _sources(db: Db, user_id: int, ids: Sequence[int]) -> tuple[list[int],
     if not ids:
         return [], []
     rows = await db.all("SELECT id, external_id FROM messages WHERE user_id = $1 AND id = ANY($2::bigint[]) "
-                        "ORDER BY id", user_id, db.id_list(sorted(set(ids))))
+                        "ORDER BY id", user_id, db.ids(sorted(set(ids))))
     return [r[0] for r in rows], [r[1] for r in rows if r[1] is not None]
 
 
@@ -136,7 +136,7 @@ async def _merge(db: Db, old: Memory, draft: MemoryDraft, confidence: float, ter
 async def _end(db: Db, user_id: int, ids: list[int], by: int, at: Any) -> None:
     if ids:
         await db.run("UPDATE memories SET ended_at = $1, updated_at = $1, superseded_by = $2 "
-                     "WHERE user_id = $3 AND id = ANY($4::bigint[])", at, by, user_id, db.id_list(ids))
+                     "WHERE user_id = $3 AND id = ANY($4::bigint[])", at, by, user_id, db.ids(ids))
 
 
 async def listed(db: Db, user_id: int, include_ended: bool, limit: int | None) -> list[Memory]:
@@ -168,7 +168,7 @@ async def touch(db: Db, user_id: int, ids: Sequence[int], at: datetime) -> None:
     """The memories a context used: one more access each, last accessed `at`. One statement."""
     if ids:
         await db.run("UPDATE memories SET access_count = access_count + 1, last_accessed_at = $1 "
-                     "WHERE user_id = $2 AND id = ANY($3::bigint[])", db.ts(at), user_id, db.id_list(list(ids)))
+                     "WHERE user_id = $2 AND id = ANY($3::bigint[])", db.ts(at), user_id, db.ids(list(ids)))
 
 
 async def expire(db: Db, threshold: float, idle_since: datetime) -> int:

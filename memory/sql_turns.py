@@ -17,9 +17,9 @@ from typing import Any
 
 from kernel.errors import NotFound
 from kernel.types import SINGLETON_SURFACES, InboundMessage, ModelCallRecord
-from memory import sql_memories
-from memory import sql_vectors as vectors
+from memory import episodes, sql_memories, sql_recall
 from memory.rows import MEMORY_COLS, MSG_COLS, Db, Rollback, as_dt, dump_metadata, to_memory, to_message
+from memory.stems import index_terms
 from memory.store import ContextQuery, ContextRows, ImportResult, ImportRow, Ingested, StoredMessage
 
 #: A redelivered message whose turn never ran is answered if it arrived this recently; older ones (imported
@@ -38,9 +38,10 @@ UPSERT_BY_REF = (
     "ON CONFLICT (user_id, surface, external_ref) WHERE external_ref IS NOT NULL "
     "DO UPDATE SET updated_at = greatest(conversations.updated_at, excluded.updated_at) RETURNING id"
 )
+#: $11 the index terms (memory/stems.py), $12 the episode (memory/episodes.py).
 INSERT_MESSAGE = (
     "INSERT INTO messages(conversation_id, user_id, surface, role, content, token_count, external_id, "
-    "created_at, metadata, reply_to) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) "
+    "created_at, metadata, reply_to, terms, episode_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) "
     "ON CONFLICT (surface, external_id) DO NOTHING RETURNING id"
 )
 INSERT_CALL = (
@@ -84,8 +85,10 @@ async def ingest(db: Db, msg: InboundMessage, token_count: int) -> Ingested:
     assert user_id is not None
     conversation_id = await _conversation(db, msg, user_id, at)
     metadata = dump_metadata(msg.metadata)
+    terms = index_terms(msg.text)
+    episode = await episodes.join(db, user_id, conversation_id, msg.surface, msg.received_at, token_count, terms)
     row = await db.one(INSERT_MESSAGE, conversation_id, user_id, msg.surface, "user", msg.text, token_count,
-                       msg.external_id, at, metadata, None)
+                       msg.external_id, at, metadata, None, terms, episode)
     if row is None:  # (surface, external_id) already stored: undo the user/conversation work
         raise Rollback(await _unanswered(db, msg, user_id))
     stored = StoredMessage(
@@ -175,9 +178,9 @@ async def _conversation(db: Db, msg: InboundMessage, user_id: int, at: Any) -> i
 
 
 async def load_context(db: Db, q: ContextQuery) -> ContextRows:
-    """Facts, the current conversation, cross-surface turns, lexical recall and (with a query vector) vector
-    recall: five SELECTs at most (plus the dialect's term statistics when there is something to search), in one
-    snapshot."""
+    """Memories, the current conversation, cross-surface turns and recall (memory/sql_recall.py: three SELECTs,
+    plus the dialect's term statistics on Postgres when there is something to search, and one vector search with
+    a query vector), in one snapshot."""
     at, cur = db.ts(q.at), q.current_message_id
     facts = []
     if q.facts_limit > 0:
@@ -204,15 +207,12 @@ async def load_context(db: Db, q: ContextQuery) -> ContextRows:
             q.user_id, db.ts(q.cross_since), at, q.surface, q.conversation_id, q.cross_limit,
         ))]
     recalled: list[StoredMessage] = []
-    scores: dict[int, float] = {}
+    scores: dict[int, dict[str, float]] = {}
     if q.search_limit > 0:
         excluded = [m.id for m in conversation] + [m.id for m in cross] + ([cur] if cur is not None else [])
-        recalled = [to_message(r) for r in await db.recall(q, excluded)]
-        hits = await vectors.recall(db, q, excluded)
-        if hits:  # LEAD: at merge, lex's memory/retrieval.py fuses these scores (sql_vectors.merge_recalled)
-            recalled, scores = vectors.merge_recalled(recalled, hits, q.search_limit)
+        recalled, scores = await sql_recall.recall(db, q, excluded)
     return ContextRows(facts=facts, conversation=conversation, cross_surface=cross, recalled=recalled,
-                       vector_scores=scores)
+                       recall_scores=scores)
 
 
 async def finish_turn(
@@ -225,8 +225,11 @@ async def finish_turn(
     stored: StoredMessage | None = None
     if reply is not None:
         meta = dump_metadata(metadata)
+        terms = index_terms(reply)
+        episode = await episodes.join(db, turn.user_id, turn.conversation_id, msg.surface, moment, reply_tokens,
+                                      terms)
         message_id = await db.value(INSERT_MESSAGE, turn.conversation_id, turn.user_id, msg.surface, "assistant",
-                                    reply, reply_tokens, None, at, meta, msg.id)
+                                    reply, reply_tokens, None, at, meta, msg.id, terms, episode)
         stored = StoredMessage(
             id=message_id, conversation_id=turn.conversation_id, user_id=turn.user_id, surface=msg.surface,
             role="assistant", content=reply, token_count=reply_tokens, external_id=None, created_at=moment,
@@ -265,10 +268,18 @@ async def import_rows(db: Db, rows: Sequence[ImportRow]) -> ImportResult:
         else:
             found = await db.value(UPSERT_BY_REF, users[handle], surface, ref, ref, first, last)
         conversations[key] = int(found)
-    inserted = await db.insert_messages([
-        (conversations[k], users[r.user], r.surface, r.role, r.content, r.token_count, r.external_id, at)
-        for r, k, at in zip(rows, keys, stamps, strict=True)
+    terms = [index_terms(r.content) for r in rows]
+    placed, touched = await episodes.assign(db, [
+        episodes.Placed(conversations[k], users[r.user], r.surface, r.created_at, r.token_count, t)
+        for r, k, t in zip(rows, keys, terms, strict=True)
     ])
+    inserted = await db.insert_messages([
+        (conversations[k], users[r.user], r.surface, r.role, r.content, r.token_count, r.external_id, at, t,
+         episode)
+        for r, k, at, t, episode in zip(rows, keys, stamps, terms, placed, strict=True)
+    ])
+    if inserted < len(rows):  # some were stored already: count each message once
+        await episodes.refresh(db, touched)
     return ImportResult(inserted=inserted, skipped=len(rows) - inserted)
 
 

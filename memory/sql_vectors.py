@@ -85,20 +85,3 @@ async def recall(db: Db, q: ContextQuery, excluded: list[int]) -> list[tuple[Any
         excluded=tuple(excluded), at=db.ts(q.at), current_message_id=q.current_message_id,
         conversation_id=q.conversation_id,
     ))
-
-
-def merge_recalled(lexical: list[StoredMessage], hits: list[tuple[Any, float]],
-                   limit: int) -> tuple[list[StoredMessage], dict[int, float]]:
-    """(recalled, message_id -> cosine). INTERIM RULE, for the lead to replace at merge by lex's fusion
-    (memory/retrieval.py: 0.5*z(BM25) + 0.5*z(cosine) over the candidates, fed `vector_scores`): the lexical and
-    the vector lists taken in turns, best first, without repeats, up to `limit`."""
-    scores = {to_message(row).id: cosine for row, cosine in hits}
-    by_vector = [to_message(row) for row, _ in hits]
-    merged: list[StoredMessage] = []
-    seen: set[int] = set()
-    for pair in zip(lexical + [None] * len(by_vector), by_vector + [None] * len(lexical), strict=True):
-        for m in pair:
-            if m is not None and m.id not in seen and len(merged) < limit:
-                seen.add(m.id)
-                merged.append(m)
-    return merged, scores

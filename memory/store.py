@@ -74,14 +74,14 @@ class ContextQuery:
 @dataclass(frozen=True, slots=True)
 class ContextRows:
     """Raw material of context assembly. Lists are oldest first, except `recalled` (best match first).
-    `facts`: the person's current memories (memory/context_pool.py ranks them by memory/memory_score.py)."""
+    `facts`: the person's current memories (memory/context_pool.py ranks them by memory/memory_score.py);
+    `recall_scores`: each recalled message's score components and fused score (memory/retrieval.py), by id."""
 
     facts: list[Memory]
     conversation: list[StoredMessage]
     cross_surface: list[StoredMessage]
     recalled: list[StoredMessage]
-    #: message_id -> cosine of the vector hits among `recalled` (empty without a query vector)
-    vector_scores: dict[int, float] = field(default_factory=dict)
+    recall_scores: dict[int, dict[str, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

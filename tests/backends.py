@@ -54,6 +54,9 @@ class Backend(Protocol):
 
     def counts(self, user_id: int) -> dict[str, int]: ...
     def count(self, table: str) -> int: ...
+    def select(self, sql: str) -> list[tuple[Any, ...]]:
+        """The rows of a parameterless SELECT, as tuples."""
+        ...
     def fts_hits(self, word: str) -> list[int]: ...
     def migrations(self) -> list[str]: ...
 
@@ -91,6 +94,9 @@ class SqliteBackend:
 
     def count(self, table: str) -> int:
         return int(self._all(f"SELECT count(*) FROM {table}")[0][0])
+
+    def select(self, sql: str) -> list[tuple[Any, ...]]:
+        return [tuple(r) for r in self._all(sql)]
 
     def fts_hits(self, word: str) -> list[int]:
         return [r[0] for r in self._all("SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?", (f'"{word}"',))]
@@ -136,6 +142,9 @@ class PostgresBackend:
 
     def count(self, table: str) -> int:
         return int(self._all(f"SELECT count(*) FROM {table}")[0][0])
+
+    def select(self, sql: str) -> list[tuple[Any, ...]]:
+        return [tuple(r) for r in self._all(sql)]
 
     def fts_hits(self, word: str) -> list[int]:
         return [r[0] for r in self._all(

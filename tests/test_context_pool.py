@@ -157,3 +157,21 @@ def test_a_cross_surface_message_beyond_the_cap_can_still_be_recalled() -> None:
     assert 300 not in ids(ctx, "cross_surface") and ids(ctx, "memory") == [300]
     shown = [i.message_id for i in ctx.items if i.message_id is not None]
     assert len(shown) == len(set(shown))
+
+
+def test_recalled_messages_compete_by_their_fused_score_and_carry_its_components() -> None:
+    past = recalled(3)
+    # the store's best-first order and its fused scores: the third is far below the first two
+    scores = {m.id: {"bm25": b, "lexical": f, "episode": 0.0, "neighbour": 0.0, "date": 0.0, "fused": f}
+              for m, b, f in zip(past, (3.0, 2.9, 0.1), (1.0, 0.9, -2.0), strict=True)}
+    ctx = run(ContextRows([], [], [], past, scores), budget=2000)
+    got = {i.message_id: i.scores for i in items(ctx, "memory") if i.kind == "recalled_message"}
+    assert set(got) == {m.id for m in past}
+    assert got[past[0].id]["pool"] == 1.0
+    assert abs(got[past[1].id]["pool"] - 1 / 1.1) < 1e-9, "0.1 z-unit below the best"
+    assert abs(got[past[2].id]["pool"] - 1 / 4.0) < 1e-9, "3 z-units below: behind a fact's second rank (0.5)"
+    assert got[past[0].id]["bm25"] == 3.0 and got[past[2].id]["fused"] == -2.0
+    facts = [fact(1, "Lives in Porto"), fact(2, "Has a dog called Rufo")]
+    ctx = run(ContextRows(facts, [], [], past, scores), budget=2000)
+    order = sorted(items(ctx, "memory"), key=lambda i: (-i.scores["pool"], i.kind))
+    assert [i.kind for i in order] == ["fact", "recalled_message", "recalled_message", "fact", "recalled_message"]

@@ -198,18 +198,19 @@ async def test_a_word_never_seen_before_is_found_as_soon_as_it_is_said(store: St
     probe = {"search_text": "quokka", "current_message_id": None, "conversation_id": None}
     assert (await store.load_context(query(first, **probe))).recalled == []  # nobody said it yet
     await put(store, msg("cli", "ana", "c2", "I saw a quokka on Rottnest", handle="ana"))
-    assert [m.external_id for m in (await store.load_context(query(first, **probe))).recalled] == ["c2"]
+    recalled = (await store.load_context(query(first, **probe))).recalled
+    assert [m.external_id for m in recalled] == ["c2", "c1"], "the hit first, then its neighbour"
 
 
-async def test_recall_leaves_out_words_found_in_most_messages(store: Store) -> None:
-    for i in range(120):  # "banana" is in every message: searching it would score them all for nothing
+async def test_recall_searches_every_word_and_ranks_rare_ones_first(store: Store) -> None:
+    for i in range(120):  # "banana" is in every message: searched too (no frequency cut), with little weight
         await put(store, msg("cli", "ana", f"h{i}", f"banana number {i}", handle="ana"))
     rare = await put(store, msg("cli", "ana", "r1", "banana, my parrot is called Kiwi", handle="ana"))
     rows = await store.load_context(query(rare, search_text="banana parrot", current_message_id=None,
                                           conversation_id=None))
-    assert [m.external_id for m in rows.recalled] == ["r1"]
+    assert rows.recalled[0].external_id == "r1"
     rows = await store.load_context(query(rare, search_text="banana", current_message_id=None, conversation_id=None))
-    assert rows.recalled == []
+    assert len(rows.recalled) == 20, "every message holds it: the search limit is reached"
 
 
 async def test_facts_newest_limit_oldest_first(store: Store) -> None:
@@ -366,7 +367,8 @@ async def test_a_turn_is_three_transactions(store: Store) -> None:
     await store.finish_turn(turn, "hello", 1, [call()])
     assert counters["transactions"] - before["transactions"] == 3
     assert counters["round_trips"] - before["round_trips"] == 3
-    assert counters["statements"] - before["statements"] <= 10
+    # ingest and finish_turn each place their message in its episode (one statement: memory/episodes.py JOIN)
+    assert counters["statements"] - before["statements"] <= 12
 
 
 async def test_deliveries_are_recorded_updated_and_forgotten(store: Any) -> None:

@@ -88,11 +88,11 @@ async def test_load_context_recalls_by_vector_under_recall_rules(store: Store) -
     rows = await store.load_context(query(current, axis(0, tilt=0.2), conversation_id=current.conversation_id,
                                           current_message_id=current.message.id, cross_limit=0))
     assert [m.id for m in rows.recalled] == [old.message.id, other.message.id]
-    assert rows.vector_scores[old.message.id] > 0.97 > rows.vector_scores[other.message.id]
+    assert rows.recall_scores[old.message.id]["vector"] > 0.97 > rows.recall_scores[other.message.id]["vector"]
     none = await store.load_context(query(current, None))
-    assert (none.recalled, none.vector_scores) == ([], {})
+    assert (none.recalled, none.recall_scores) == ([], {})
     other_name = await store.load_context(query(current, axis(0), embedder="e2"))
-    assert (other_name.recalled, other_name.vector_scores) == ([], {})
+    assert (other_name.recalled, other_name.recall_scores) == ([], {})
 
 
 async def test_forget_removes_the_vectors(store: Store, backend: Backend) -> None:

@@ -88,7 +88,7 @@ async def test_vector_recall_costs_one_more_round_trip_and_no_more() -> None:
                 trips.append(wire.round_trips - before)
         finally:
             await store.close()
-    assert len(rows.recalled) == 5 and set(rows.vector_scores) == {m.id for m in rows.recalled}
+    assert len(rows.recalled) == 5 and all(rows.recall_scores[m.id]["vector"] > 0.5 for m in rows.recalled)
     assert trips[3] == trips[2] + 1, f"round trips without / with a query vector (warm): {trips}"
 
 

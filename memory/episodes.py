@@ -1,0 +1,129 @@
+"""Episodes: one conversation's run of messages with no gap over GAP, written once for both dialects.
+
+An episode row (migration 0013) holds its span, its message and token counts and the index terms of all its
+messages (memory/stems.py), which lexical recall scores as one document (memory/retrieval.py). A message gets
+its episode when it is stored, in the same transaction:
+- a live message or reply (`join`): one statement, an upsert on the conversation's latest episode if it ended
+  at most GAP before, else a new one;
+- a bulk import or the reindex of old rows (`assign`): runs found in Python, each inserted whole as a new
+  episode or added to the conversation's latest one; when an import skipped rows already stored, `refresh`
+  recomputes the touched episodes from their messages (so those rows count once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from memory.rows import Db, as_dt
+
+#: The longest silence inside one episode.
+GAP = timedelta(hours=1)
+
+#: $1 conversation, $2 user, $3 surface, $4 the message's time minus GAP, $5 its time, $6 tokens, $7 terms.
+#: The id is the conversation's latest episode that ended since $4 (its row updated), else a new one (SQLite
+#: spells the nextval NULL: the AUTOINCREMENT key).
+JOIN = (
+    "INSERT INTO episodes(id, user_id, conversation_id, surface, started_at, ended_at, message_count, token_count, "
+    "terms) VALUES (coalesce((SELECT e.id FROM episodes e WHERE e.conversation_id = $1 AND e.ended_at >= $4 "
+    "ORDER BY e.ended_at DESC, e.id DESC LIMIT 1), nextval(pg_get_serial_sequence('episodes', 'id'))), "
+    "$2, $1, $3, $5, $5, 1, $6, $7) "
+    "ON CONFLICT (id) DO UPDATE SET ended_at = greatest(episodes.ended_at, excluded.ended_at), "
+    "started_at = least(episodes.started_at, excluded.started_at), "
+    "message_count = episodes.message_count + 1, token_count = episodes.token_count + excluded.token_count, "
+    "terms = CASE WHEN excluded.terms = '' THEN episodes.terms WHEN episodes.terms = '' THEN excluded.terms "
+    "ELSE episodes.terms || ' ' || excluded.terms END RETURNING id"
+)
+_LATEST = ("SELECT e.conversation_id, e.id, e.ended_at FROM episodes e WHERE e.id IN (SELECT max(x.id) "
+           "FROM episodes x WHERE x.conversation_id = ANY($1::bigint[]) GROUP BY x.conversation_id)")
+_NEW = ("INSERT INTO episodes(user_id, conversation_id, surface, started_at, ended_at, message_count, token_count, "
+        "terms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id")
+#: $1 episode, $2 first, $3 last, $4 messages, $5 tokens, $6 terms: a run added to an existing episode.
+_ADD = ("UPDATE episodes SET started_at = least(started_at, $2), ended_at = greatest(ended_at, $3), "
+        "message_count = message_count + $4, token_count = token_count + $5, "
+        "terms = CASE WHEN $6 = '' THEN terms WHEN terms = '' THEN $6 ELSE terms || ' ' || $6 END WHERE id = $1")
+_REFRESH = (
+    "UPDATE episodes SET message_count = s.n, token_count = s.tokens, started_at = s.first, ended_at = s.last, "
+    "terms = s.terms FROM (SELECT m.episode_id, count(*) AS n, sum(m.token_count) AS tokens, "
+    "min(m.created_at) AS first, max(m.created_at) AS last, "
+    "coalesce(string_agg(nullif(m.terms, ''), ' '), '') AS terms "
+    "FROM messages m WHERE m.episode_id = ANY($1::bigint[]) GROUP BY m.episode_id) s WHERE episodes.id = s.episode_id"
+)
+_ZERO = "UPDATE episodes SET message_count = 0 WHERE id = ANY($1::bigint[])"
+_EMPTY = "DELETE FROM episodes WHERE id = ANY($1::bigint[]) AND message_count = 0"
+
+
+async def join(db: Db, user_id: int, conversation_id: int, surface: str, at: datetime, tokens: int,
+               terms: str) -> int:
+    """The episode of a message stored now at `at` (one statement: see JOIN)."""
+    return int(await db.value(JOIN, conversation_id, user_id, surface, db.ts(at - GAP), db.ts(at), tokens, terms))
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """A message to place in an episode: its conversation, owner, surface, time, tokens and index terms."""
+
+    conversation_id: int
+    user_id: int
+    surface: str
+    at: datetime
+    tokens: int = 0
+    terms: str = ""
+
+
+@dataclass(slots=True)
+class _Run:
+    episode_id: int | None  # an existing episode this run continues, else None (a new one)
+    items: list[Placed]
+
+
+async def assign(db: Db, items: Sequence[Placed]) -> tuple[list[int], set[int]]:
+    """(the episode of each item, in order; every episode touched). A run continuing a conversation's latest
+    episode is added to it; every other run is a new episode, inserted whole. Counts assume every item is
+    stored: when some are not (an import's rows already stored), call `refresh` on the touched episodes."""
+    conversations = sorted({i.conversation_id for i in items})
+    latest: dict[int, tuple[int, datetime]] = {}
+    if conversations:
+        for conv, eid, ended in await db.all(_LATEST, db.ids(conversations)):
+            latest[int(conv)] = (int(eid), as_dt(ended))
+    order = sorted(range(len(items)), key=lambda k: (items[k].conversation_id, items[k].at, k))
+    runs: list[_Run] = []
+    run_of: list[int] = [0] * len(items)
+    current: dict[int, tuple[int, datetime]] = {}  # conversation -> (its run's index, the run's end)
+    for k in order:
+        item = items[k]
+        open_run = current.get(item.conversation_id)
+        if open_run is not None and item.at - open_run[1] <= GAP:
+            index = open_run[0]
+        else:
+            prior = latest.pop(item.conversation_id, None) if open_run is None else None
+            joins = prior is not None and prior[1] - GAP <= item.at <= prior[1] + GAP
+            runs.append(_Run(prior[0] if joins and prior is not None else None, []))
+            index = len(runs) - 1
+        runs[index].items.append(item)
+        run_of[k] = index
+        end = max(open_run[1], item.at) if open_run is not None and open_run[0] == index else item.at
+        current[item.conversation_id] = (index, end)
+    ids: list[int] = []
+    for run in runs:
+        first, last = min(i.at for i in run.items), max(i.at for i in run.items)
+        tokens, terms = sum(i.tokens for i in run.items), " ".join(i.terms for i in run.items if i.terms)
+        if run.episode_id is None:
+            head = run.items[0]
+            ids.append(int(await db.value(_NEW, head.user_id, head.conversation_id, head.surface, db.ts(first),
+                                          db.ts(last), len(run.items), tokens, terms)))
+        else:
+            await db.run(_ADD, run.episode_id, db.ts(first), db.ts(last), len(run.items), tokens, terms)
+            ids.append(run.episode_id)
+    return [ids[run_of[k]] for k in range(len(items))], set(ids)
+
+
+async def refresh(db: Db, episode_ids: set[int]) -> None:
+    """Recompute the episodes' counts, span and terms from their messages; drop those left empty."""
+    if episode_ids:
+        ids: Any = db.ids(sorted(episode_ids))
+        await db.run(_ZERO, ids)  # what no message of theirs holds any more stays 0, and goes
+        await db.run(_REFRESH, ids)
+        await db.run(_EMPTY, ids)

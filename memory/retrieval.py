@@ -1,0 +1,157 @@
+"""Scoring of recalled messages: a pure function of what the store gathered (no I/O).
+
+The store (memory/sql_recall.py) gathers, for one question, over the person's whole history:
+- lexical hits: messages whose index terms (memory/stems.py) meet the question's, with their BM25 score;
+- episode hits: episodes (one conversation's run of messages with no gap over an hour) whose whole text meets
+  the question's terms, with their BM25 score, and every message of the best of them;
+- the neighbours (the message before and after, in the conversation) of every lexical hit;
+- optionally each candidate's cosine with the question (the vector helper: message id -> cosine).
+
+Each candidate's fused score, every term on a common scale (z-scores over the candidates):
+    base      = z(bm25)                              (no vectors)
+              = 0.5 * z(bm25) + 0.5 * z(cosine)      (with vectors: VECTOR_SHARE)
+    fused     = base + EPISODE * z(episode bm25) + NEIGHBOUR * max(base of the message before, after)
+                + DATE * [the question names the month or year the message was written in]
+z(x) = (x - mean) / stdev over the hits (a candidate that is not a hit scores x = 0: below every hit). A
+candidate with no neighbour among the candidates, or no episode hit, takes the floor of that term (the z of 0).
+The weights are the issue's starting points, measured on bench/memory_bench.py (docs/memory-benchmark.md).
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from memory.search_terms import fold
+
+#: The weights of the fused score (docs/memory-benchmark.md: measured one by one).
+EPISODE = 1.0
+NEIGHBOUR = 0.3
+DATE = 1.0
+#: With vectors, the base is (1 - VECTOR_SHARE) * z(bm25) + VECTOR_SHARE * z(cosine).
+VECTOR_SHARE = 0.5
+
+MONTHS = {
+    **{m: i for i, m in enumerate(("january", "february", "march", "april", "may", "june", "july", "august",
+                                   "september", "october", "november", "december"), 1)},
+    **{m: i for i, m in enumerate(("enero", "febrero", "marzo", "abril", "mayo", "junio", "julio", "agosto",
+                                   "septiembre", "octubre", "noviembre", "diciembre"), 1)},
+    "setiembre": 9, "sept": 9,
+}
+_YEAR = re.compile(r"\b(19[7-9]\d|20\d\d)\b")
+_WORD = re.compile(r"[a-z]+")
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A message the store gathered. `bm25`: its lexical score (0: not a lexical hit); `episode_id` and the
+    episode's score come separately; `prev_id` / `next_id`: its neighbours in the conversation, when known."""
+
+    message_id: int
+    created_at: datetime
+    bm25: float = 0.0
+    episode_id: int | None = None
+    prev_id: int | None = None
+    next_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DateCue:
+    """The month (1-12) and/or year a question names ("in March", "en marzo de 2025", "in 2024")."""
+
+    month: int | None = None
+    year: int | None = None
+
+    def matches(self, moment: datetime) -> bool:
+        if self.month is None and self.year is None:
+            return False
+        return (self.month is None or moment.month == self.month) and (self.year is None or moment.year == self.year)
+
+
+def date_cue(question: str) -> DateCue:
+    """The month and year named in `question`, English or Spanish ("may" only with a year or "in May": it is
+    also a verb)."""
+    text = fold(question)
+    year_match = _YEAR.search(text)
+    year = int(year_match.group(1)) if year_match else None
+    month = None
+    words = _WORD.findall(text)
+    for i, w in enumerate(words):
+        if w in MONTHS:
+            if w == "may" and year is None and (i == 0 or words[i - 1] not in ("in", "of", "since", "during")):
+                continue
+            month = MONTHS[w]
+            break
+    return DateCue(month, year)
+
+
+def _z(values: Mapping[int, float]) -> tuple[dict[int, float], float]:
+    """(z-score of each value, the z of 0: the floor for what has no value)."""
+    if not values:
+        return {}, 0.0
+    xs = list(values.values())
+    mean = statistics.fmean(xs)
+    sd = statistics.pstdev(xs) if len(xs) > 1 else 0.0
+    if sd <= 1e-12:
+        sd = abs(mean) or 1.0
+    return {k: (v - mean) / sd for k, v in values.items()}, (0.0 - mean) / sd
+
+
+def score(candidates: Sequence[Candidate], episode_scores: Mapping[int, float], question: str,
+          cosines: Mapping[int, float] | None = None, *, episode: float | None = None,
+          neighbour: float | None = None, date: float | None = None,
+          vector_share: float | None = None) -> dict[int, dict[str, float]]:
+    """Each candidate's components and fused score: {message_id: {"bm25", "lexical", "episode", "neighbour",
+    "date", ["vector",] "fused"}} ("bm25" is the raw score, the others the terms as they were added).
+    `cosines`: message id -> cosine with the question (None or empty: lexical only)."""
+    if not candidates:
+        return {}
+    episode = EPISODE if episode is None else episode
+    neighbour = NEIGHBOUR if neighbour is None else neighbour
+    date = DATE if date is None else date
+    vector_share = VECTOR_SHARE if vector_share is None else vector_share
+    zl, floor_l = _z({c.message_id: c.bm25 for c in candidates if c.bm25 > 0})
+    ze, floor_e = _z({e: s for e, s in episode_scores.items() if s > 0})
+    zc: dict[int, float] = {}
+    floor_c = 0.0
+    if cosines:
+        zc, _ = _z({c.message_id: cosines[c.message_id] for c in candidates if c.message_id in cosines})
+        floor_c = min(zc.values(), default=0.0)
+    base: dict[int, float] = {}
+    for c in candidates:
+        lexical = zl.get(c.message_id, floor_l)
+        if cosines:
+            base[c.message_id] = (1 - vector_share) * lexical + vector_share * zc.get(c.message_id, floor_c)
+        else:
+            base[c.message_id] = lexical
+    floor_b = min(base.values())
+    cue = date_cue(question) if date else DateCue()
+    out: dict[int, dict[str, float]] = {}
+    for c in candidates:
+        near = [base[n] for n in (c.prev_id, c.next_id) if n is not None and n in base]
+        parts = {
+            "bm25": c.bm25,
+            "lexical": base[c.message_id],
+            "episode": episode * (ze.get(c.episode_id, floor_e) if c.episode_id is not None else floor_e),
+            "neighbour": neighbour * (max(near) if near else floor_b),
+            "date": date * float(cue.matches(c.created_at)),
+        }
+        if cosines:
+            parts["vector"] = cosines.get(c.message_id, 0.0)
+        parts["fused"] = parts["lexical"] + parts["episode"] + parts["neighbour"] + parts["date"]
+        out[c.message_id] = parts
+    return out
+
+
+def ranked(scores: Mapping[int, Mapping[str, float]]) -> list[int]:
+    """Message ids, best fused score first (ties: the newer message, the higher id, first)."""
+    return sorted(scores, key=lambda i: (-scores[i]["fused"], -i))
+
+
+def pool_score(fused: float, best: float) -> float:
+    """A fused score on the pool's scale (memory/context_pool.py): the best recalled message scores 1.0, one
+    z-unit below it 0.5, two 0.33..., as the pool's rank scores of the other kinds fall."""
+    return 1.0 / (1.0 + max(0.0, best - fused))

@@ -1,0 +1,74 @@
+"""Recall over the person's whole history, written once: gather candidates, score them (memory/retrieval.py).
+
+Inside load_context's read transaction, three statements whatever the history's size:
+1. lexical hits: the best LEXICAL_HITS messages by BM25 over their index terms (the dialect's `lexical`);
+2. episode hits: the best EPISODE_HITS episodes by BM25 over their whole text (the dialect's `episodes`);
+3. the rows: those messages, their neighbours (the message before and after in the conversation) and every
+   message of the best EPISODE_MEMBERS episodes (MEMBERS_CAP at most), with the same exclusions as (1).
+With a query vector, one more: the person's nearest messages (memory/sql_vectors.py), which join the lexical hits
+in (3). Then `retrieval.score` fuses the terms (0.5 z(BM25) + 0.5 z(cosine)) and the best `search_limit` are
+returned with their components.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memory import retrieval
+from memory import sql_vectors as vectors
+from memory.rows import MSG_COLS, Db, as_dt, to_message
+from memory.stems import query_terms
+from memory.store import ContextQuery, StoredMessage
+
+#: Lexical hits scored per question; episode hits; episodes whose every message is a candidate, if they hold at
+#: most MEMBERS_CAP messages (a longer run is a day of chatter, not a scene: its messages come only as hits and
+#: neighbours). Measured on bench/memory_bench.py (docs/memory-benchmark.md).
+LEXICAL_HITS = 100
+EPISODE_HITS = 20
+EPISODE_MEMBERS = 8
+MEMBERS_CAP = 40
+
+#: $1 lexical hits, $2 user, $3 at, $4 excluded ids, $5 current message, $6 its conversation, $7 episodes whose
+#: messages all come, $8 the longest such episode. Each row: MSG_COLS, episode id, the previous and next message's id.
+#: The message before / after message `x` of its conversation: ORDER BY ... LIMIT 1 is one seek of
+#: (conversation_id, id) in both dialects (SQLite's max() with a range would walk the conversation).
+_PREV = ("(SELECT p.id FROM messages p WHERE p.conversation_id = {x}.conversation_id AND p.id < {x}.id "
+         "ORDER BY p.id DESC LIMIT 1)")
+_NEXT = ("(SELECT n.id FROM messages n WHERE n.conversation_id = {x}.conversation_id AND n.id > {x}.id "
+         "ORDER BY n.id LIMIT 1)")
+ROWS = (
+    "WITH hit AS (SELECT m.id, m.conversation_id FROM messages m WHERE m.id = ANY($1::bigint[])), "
+    "member AS (SELECT m.id FROM messages m WHERE m.episode_id IN (SELECT e.id FROM episodes e "
+    "WHERE e.id = ANY($7::bigint[]) AND e.message_count <= $8)), "
+    f"wanted AS (SELECT id FROM hit UNION SELECT {_PREV.format(x='h')} FROM hit h "
+    f"UNION SELECT {_NEXT.format(x='h')} FROM hit h UNION SELECT id FROM member) "
+    f"SELECT {MSG_COLS}, m.episode_id, {_PREV.format(x='m')}, {_NEXT.format(x='m')} "
+    # by key: a join here lets SQLite build a Bloom filter over every message
+    "FROM messages m WHERE m.id IN (SELECT id FROM wanted) AND m.user_id = $2 AND m.created_at <= $3 "
+    "AND m.id <> ALL($4::bigint[]) "
+    "AND ($5::bigint IS NULL OR NOT (m.conversation_id IS NOT DISTINCT FROM $6::bigint AND m.role = 'user' "
+    "AND m.id > $5))"
+)
+
+
+async def recall(db: Db, q: ContextQuery,
+                 excluded: list[int]) -> tuple[list[StoredMessage], dict[int, dict[str, float]]]:
+    """The recalled messages, best first (at most q.search_limit), and each one's score components."""
+    if q.search_limit <= 0:
+        return [], {}
+    terms = query_terms(q.search_text)
+    at = db.ts(q.at)
+    hits = dict(await db.lexical(q, terms, excluded, LEXICAL_HITS)) if terms else {}
+    episode_scores = dict(await db.episodes(q.user_id, terms, at, EPISODE_HITS)) if terms else {}
+    near = {int(row[0]): cosine for row, cosine in await vectors.recall(db, q, excluded)}
+    if not hits and not episode_scores and not near:
+        return [], {}
+    members = sorted(episode_scores, key=lambda e: -episode_scores[e])[:EPISODE_MEMBERS]
+    rows: list[Any] = await db.all(ROWS, db.ids(sorted({*hits, *near})), q.user_id, at, db.ids(excluded),
+                                   q.current_message_id, q.conversation_id, db.ids(members), MEMBERS_CAP)
+    messages = {int(r[0]): to_message(r[:11]) for r in rows}
+    candidates = [retrieval.Candidate(int(r[0]), as_dt(r[8]), float(hits.get(int(r[0]), 0.0)), r[11], r[12], r[13])
+                  for r in rows]
+    scores = retrieval.score(candidates, episode_scores, q.search_text, near or None)
+    best = retrieval.ranked(scores)[:q.search_limit]
+    return [messages[i] for i in best], {i: scores[i] for i in best}

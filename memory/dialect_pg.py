@@ -32,7 +32,7 @@ from kernel.errors import ConfigError
 from kernel.types import utcnow
 from memory import migrate as migrations
 from memory import pg_terms, reindex
-from memory.rows import INSERT_COLS, Db, Mode, Rollback, aware
+from memory.rows import INSERT_COLS, MSG_COLS, Db, Mode, Rollback, aware
 from memory.sql_store import Logic, SqlStore
 from memory.sql_vectors import VectorQuery
 from memory.store import ContextQuery, ImportResult, ImportRow, StoreError, StoreUnavailable

@@ -25,9 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, TypeVar
 
-from memory import jobs
+from memory import jobs, reindex
 from memory import migrate as migrations
-from memory import reindex
 from memory import sql_turns as turns
 from memory.rows import INSERT_COLS, MSG_COLS, Db, Mode, Rollback, to_ts
 from memory.sql_store import Logic, SqlStore

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernel.errors import StoreError
-from memory.rows import Db, to_message
-from memory.store import ContextQuery, Pending, StoredMessage
+from memory.rows import Db
+from memory.store import ContextQuery, Pending
 
 
 @dataclass(frozen=True, slots=True)

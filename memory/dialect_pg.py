@@ -4,7 +4,9 @@ Each Store method is one pool checkout and one transaction: READ COMMITTED for w
 for reads (so `load_context` sees one snapshot); the turn lease's statements commit on their own. The shared
 logic's SQL is Postgres' own spelling, so it runs as written. What differs from SQLite lives here: the pool and
 its plumbing, the error mapping, transaction-scoped advisory locks (`db.lock`), recall over the tsvector with
-term statistics from the planner (`pg_stats.most_common_elems`), and the bulk insert (INSERT ... unnest).
+term statistics from the planner (`pg_stats.most_common_elems`), the bulk insert (INSERT ... unnest), and vectors:
+pgvector halfvec with one HNSW index per (embedder, dim), searched per person with an iterative scan (or, without
+pgvector, none: `vector_status` says why).
 
 URL options (removed before connecting; anything else in the query string goes to asyncpg/libpq):
     statement_cache_size=N   asyncpg's prepared statement cache (default 100). Supabase's pooler in
@@ -16,7 +18,9 @@ URL options (removed before connecting; anything else in the query string goes t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Sequence
+import contextlib
+import hashlib
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -30,10 +34,14 @@ from memory import migrate as migrations
 from memory import pg_terms
 from memory.rows import INSERT_COLS, MSG_COLS, Db, Mode, Rollback, aware
 from memory.sql_store import Logic, SqlStore
+from memory.sql_vectors import VectorQuery
 from memory.store import ContextQuery, ImportResult, ImportRow, StoreError, StoreUnavailable
 
 T = TypeVar("T")
 logger = log.get("hilo.store")
+
+NO_PGVECTOR = ("this Postgres keeps no vectors (the pgvector extension was not available to hilo's migration, or "
+               "hilo.vectors = off): a superuser runs CREATE EXTENSION vector, see migrations/postgres/0015")
 
 #: Errors that say "the database is not there, or too busy, right now": retry later.
 UNAVAILABLE: tuple[type[BaseException], ...] = (
@@ -45,8 +53,6 @@ UNAVAILABLE: tuple[type[BaseException], ...] = (
 
 #: Transaction-scoped advisory locks on an integer key, or on a text key hashed.
 LOCK_INT, LOCK_TEXT = "SELECT pg_advisory_xact_lock($1)", "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
-#: Reads see one snapshot; writes are READ COMMITTED (a lease's statements run outside a transaction).
-TRANSACTION: dict[str, dict[str, Any]] = {"read": {"isolation": "repeatable_read", "readonly": True}, "write": {}}
 
 RECALL = (
     f"SELECT {MSG_COLS} FROM messages m, to_tsquery('simple', $1) AS query "
@@ -56,6 +62,22 @@ RECALL = (
     "AND ($5::bigint IS NULL OR NOT (m.conversation_id IS NOT DISTINCT FROM $6::bigint "
     "AND m.role = 'user' AND m.id > $5)) "
     "ORDER BY ts_rank(m.search, query) DESC, m.id DESC LIMIT $7"
+)
+#: One batch of vectors in one statement: the owner read from the message (a message gone meanwhile is skipped).
+PUT_VECTORS = (
+    "INSERT INTO message_vectors(message_id, user_id, embedder, dim, vector) "
+    "SELECT m.id, m.user_id, $1, $2, v.vec::halfvec FROM unnest($3::bigint[], $4::text[]) AS v(id, vec) "
+    "JOIN messages m ON m.id = v.id ON CONFLICT (message_id) DO UPDATE SET user_id = excluded.user_id, "
+    "embedder = excluded.embedder, dim = excluded.dim, vector = excluded.vector"
+)
+#: Reads see one snapshot. With pgvector 0.8 or later they begin with the HNSW scan told to go on past its first
+#: candidates until it has `limit` of the person's rows (its iterative scan), in the same round trip as BEGIN.
+BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+ITERATIVE_SCAN = "; SET LOCAL hnsw.iterative_scan = relaxed_order"
+#: What the vector column is (halfvec: pgvector; bytea: none) and pgvector's version.
+VECTOR_TYPE = (
+    "SELECT format_type(a.atttypid, NULL), (SELECT extversion FROM pg_extension WHERE extname = 'vector') "
+    "FROM pg_attribute a WHERE a.attrelid = to_regclass('message_vectors') AND a.attname = 'vector'"
 )
 #: Many messages in one statement (one round trip whatever the count); the status line counts the inserted.
 BULK_INSERT = (
@@ -68,10 +90,13 @@ class PgDb(Db):
     """An asyncpg connection (inside the store's transaction) as the logic sees it (rows.Db)."""
 
     def __init__(self, conn: Any, counters: dict[str, int], df_cache: dict[str, tuple[float, float]],
-                 clock: Callable[[], datetime] = utcnow) -> None:
+                 clock: Callable[[], datetime] = utcnow, indexed: set[tuple[str, int]] | None = None) -> None:
         self.conn, self.counters, self.clock = conn, counters, clock
         #: term -> (matching messages: estimated, or counted and capped; monotonic expiry): see pg_terms
         self.df_cache = df_cache
+        #: (embedder, dim) whose HNSW index this process made sure of; None: the database keeps no vectors
+        self.indexed = indexed
+        self.vectors = indexed is not None
 
     async def all(self, sql: str, *args: Any) -> list[Any]:
         self.counters["statements"] += 1
@@ -96,6 +121,30 @@ class PgDb(Db):
         self.counters["statements"] += 1
         return rowcount(await self.conn.execute(BULK_INSERT, *(list(column) for column in zip(*rows, strict=True))))
 
+    async def put_vectors(self, embedder: str, dim: int, rows: list[tuple[int, Sequence[float]]]) -> int:
+        await self._index(embedder, dim)
+        self.counters["statements"] += 1
+        return rowcount(await self.conn.execute(PUT_VECTORS, embedder, dim, [i for i, _ in rows],
+                                                [pg_literal(v) for _, v in rows]))
+
+    async def _index(self, embedder: str, dim: int) -> None:
+        """The HNSW index of (embedder, dim), made once (concurrent writers wait on one advisory lock)."""
+        assert self.indexed is not None
+        if (embedder, dim) in self.indexed:
+            return
+        name = index_name(embedder, dim)
+        await self.lock(f"vector-index\x1f{name}")
+        await self.run(f"CREATE INDEX IF NOT EXISTS {name} ON message_vectors USING hnsw "
+                       f"((vector::halfvec({int(dim)})) halfvec_cosine_ops) WHERE embedder = {quote(embedder)}")
+        self.indexed.add((embedder, dim))
+
+    async def nearest(self, vq: VectorQuery) -> list[tuple[Any, float]]:
+        dim = len(vq.vector)
+        rows = await self.all(NEAREST.format(dim=int(dim), embedder=quote(vq.embedder)), pg_literal(vq.vector),
+                              vq.user_id, list(vq.excluded), 2 * vq.limit, vq.at, vq.current_message_id,
+                              vq.conversation_id, vq.limit)
+        return [(row, float(row[-1])) for row in rows]
+
     async def recall(self, q: ContextQuery, excluded: list[int]) -> list[Any]:
         match = pg_terms.tsquery_text(await pg_terms.selective_terms(self, q.search_text))
         if match is None:
@@ -104,10 +153,56 @@ class PgDb(Db):
                               q.conversation_id, q.search_limit)
 
 
+#: The person's nearest vectors of one embedder (its name and dimension spelt in, as its partial HNSW index has
+#: them, so that the planner can use it), then their rows under lexical recall's rules. The relaxed order of the
+#: iterative scan is put right by the outer ORDER BY.
+NEAREST = (
+    "WITH hits AS MATERIALIZED (SELECT v.message_id, v.vector::halfvec({dim}) <=> $1::text::halfvec({dim}) AS distance "
+    "FROM message_vectors v WHERE v.user_id = $2 AND v.embedder = {embedder} AND v.message_id <> ALL($3::bigint[]) "
+    f"ORDER BY distance LIMIT $4) SELECT {MSG_COLS}, 1 - h.distance FROM hits h JOIN messages m ON m.id = h.message_id "
+    "WHERE m.user_id = $2 AND ($5::timestamptz IS NULL OR m.created_at <= $5) AND ($6::bigint IS NULL OR NOT "
+    "(m.conversation_id IS NOT DISTINCT FROM $7::bigint AND m.role = 'user' AND m.id > $6)) "
+    "ORDER BY h.distance, m.id DESC LIMIT $8"
+)
+
+
+def quote(text: str) -> str:
+    """A SQL string literal (standard_conforming_strings, on since Postgres 9.1: only quotes are doubled)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def index_name(embedder: str, dim: int) -> str:
+    return "message_vectors_hnsw_" + hashlib.sha1(f"{embedder}\x1f{dim}".encode()).hexdigest()[:12]
+
+
+def pg_literal(vector: Sequence[float]) -> str:
+    """pgvector's text form of a vector: '[0.1,0.2,...]' (6 digits: more than a halfvec keeps)."""
+    return "[" + ",".join(f"{x:.6g}" for x in vector) + "]"
+
+
 def rowcount(status: str) -> int:
     """The row count of a command status ("INSERT 0 3", "UPDATE 2", "DELETE 0"); 0 when there is none."""
     last = status.rsplit(" ", 1)[-1]
     return int(last) if last.isdigit() else 0
+
+
+async def _read(conn: Any, begin: str, work: Coroutine[Any, Any, T]) -> T:
+    """A read transaction: `begin` (BEGIN_READ, maybe with ITERATIVE_SCAN: one round trip), the work, COMMIT;
+    ROLLBACK when it fails (the pool rolls back what a cancelled one left open)."""
+    try:
+        await conn.execute(begin)
+    except BaseException:
+        work.close()
+        raise
+    try:
+        result = await work
+    except BaseException:
+        if not conn.is_closed() and conn.is_in_transaction():
+            with contextlib.suppress(Exception):
+                await conn.execute("ROLLBACK")
+        raise
+    await conn.execute("COMMIT")
+    return result
 
 
 def parse_url(url: str) -> tuple[str, dict[str, int]]:
@@ -148,6 +243,9 @@ class PostgresStore(SqlStore):
         self.options = options
         self.command_timeout = command_timeout
         self._df_cache: dict[str, tuple[float, float]] = {}
+        #: (embedder, dim) whose HNSW index exists; None until open() found a halfvec column (memory/vectors.py)
+        self._indexed: set[tuple[str, int]] | None = None
+        self._begin_read = BEGIN_READ
         self._pool: Any = None
         #: messages imported since the statistics were last refreshed (see import_rows)
         self._imported = 0
@@ -162,6 +260,13 @@ class PostgresStore(SqlStore):
         """Apply pending migrations (connecting first if needed); return the names applied."""
         await self._connect()
         self.applied = await self._tx("lease", lambda db: migrations.apply_postgres(db.conn))
+        kind, version = await self._tx("lease", lambda db: db.one(VECTOR_TYPE)) or (None, None)
+        if kind is not None and str(kind).endswith("halfvec"):
+            self.vector_status, self._indexed = None, self._indexed or set()
+            iterative = tuple(int(p) for p in str(version).split(".")[:2] if p.isdigit()) >= (0, 8)
+            self._begin_read = BEGIN_READ + (ITERATIVE_SCAN if iterative else "")
+        else:
+            self.vector_status, self._indexed = NO_PGVECTOR, None
         return self.applied
 
     async def _connect(self) -> None:
@@ -186,12 +291,14 @@ class PostgresStore(SqlStore):
         self.counters["round_trips"] += 1
         try:
             async with self._pool.acquire() as conn:
-                db = PgDb(conn, self.counters, self._df_cache, self.clock)
+                db = PgDb(conn, self.counters, self._df_cache, self.clock, self._indexed)
                 self.counters["transactions"] += 1
                 try:
                     if mode == "lease":
                         return await logic(db, *args)
-                    async with conn.transaction(**TRANSACTION[mode]):
+                    if mode == "read":
+                        return await _read(conn, self._begin_read, logic(db, *args))
+                    async with conn.transaction():  # READ COMMITTED
                         return await logic(db, *args)
                 except Rollback as rollback:
                     return rollback.value  # type: ignore[no-any-return]

@@ -7,7 +7,8 @@ StopIteration in that one hop. This also serializes writers inside the process (
 `busy_timeout` covers other processes (`hilo import` while `hilo serve` runs).
 
 What differs from Postgres lives here: the plumbing, the error mapping, the spellings (`translate`), FTS5 recall
-with its term statistics (fts5vocab), and the bulk insert (executemany). `db.lock` is a no-op: BEGIN IMMEDIATE
+with its term statistics (fts5vocab), the bulk insert (executemany), and vectors: float16 blobs searched with
+numpy over the person's matrix, cached in process (memory/vectors.py). `db.lock` is a no-op: BEGIN IMMEDIATE
 already serializes every writer.
 """
 
@@ -28,7 +29,9 @@ from memory import migrate as migrations
 from memory.rows import INSERT_COLS, MSG_COLS, Db, Mode, Rollback, to_ts
 from memory.search_terms import selective
 from memory.sql_store import Logic, SqlStore
+from memory.sql_vectors import VectorQuery
 from memory.store import ContextQuery, StoreError, StoreUnavailable
+from memory.vectors import DEFAULT_CACHE_FLOATS, Matrix, MatrixCache, extend, matrix_of, pack, top
 
 T = TypeVar("T")
 
@@ -64,17 +67,35 @@ BULK_INSERT = (
     f"INSERT INTO messages({INSERT_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "
     "ON CONFLICT(surface, external_id) DO NOTHING"
 )
+#: One message's vector (its owner read from the message; a message gone meanwhile inserts nothing).
+PUT_VECTOR = (
+    "INSERT INTO message_vectors(message_id, user_id, embedder, dim, vector) "
+    "SELECT id, user_id, ?2, ?3, ?4 FROM messages WHERE id = ?1 "
+    "ON CONFLICT(message_id) DO UPDATE SET user_id = excluded.user_id, embedder = excluded.embedder, "
+    "dim = excluded.dim, vector = excluded.vector"
+)
+_PERSON = "FROM message_vectors WHERE user_id = ?1 AND embedder = ?2 AND dim = ?3"
+#: The rows of the numpy hits, under lexical recall's rules (no message after `at`, no queued turn).
+NEAREST_ROWS = (
+    f"SELECT {MSG_COLS} FROM messages m WHERE m.id IN (SELECT value FROM json_each(?1)) AND m.user_id = ?2 "
+    "AND (?3 IS NULL OR m.created_at <= ?3) "
+    "AND (?4 IS NULL OR NOT (m.conversation_id IS ?5 AND m.role = 'user' AND m.id > ?4))"
+)
 
 
 class SqliteDb(Db):
     """The connection as the logic sees it (rows.Db): every statement is fully stepped (RETURNING rows are
     read before COMMIT) and counted; an executemany counts once (one prepared statement)."""
 
+    vectors = True  # numpy is a dependency: blobs searched in process
+
     def __init__(self, conn: sqlite3.Connection, counters: dict[str, int], df_cache: dict[str, tuple[float, float]],
-                 clock: Callable[[], datetime]) -> None:
+                 clock: Callable[[], datetime], matrices: MatrixCache | None = None) -> None:
         self.conn, self.counters, self.clock = conn, counters, clock
         #: term -> (document frequency, monotonic expiry): see selective_terms
         self.df_cache = df_cache
+        #: (user_id, embedder) -> the person's vectors as a float32 matrix (memory/vectors.py)
+        self.matrices = matrices if matrices is not None else MatrixCache()
 
     async def all(self, sql: str, *args: Any) -> list[Any]:
         self.counters["statements"] += 1
@@ -97,6 +118,50 @@ class SqliteDb(Db):
     async def insert_messages(self, rows: list[tuple[Any, ...]]) -> int:
         self.counters["statements"] += 1
         return self.conn.executemany(BULK_INSERT, rows).rowcount  # ON CONFLICT DO NOTHING skips count 0
+
+    async def put_vectors(self, embedder: str, dim: int, rows: list[tuple[int, Sequence[float]]]) -> int:
+        self.counters["statements"] += 1
+        return self.conn.executemany(PUT_VECTOR, [(i, embedder, dim, pack(v)) for i, v in rows]).rowcount
+
+    async def nearest(self, vq: VectorQuery) -> list[tuple[Any, float]]:
+        """numpy over the person's matrix (cached), then the rows of the best 2 x limit, filtered."""
+        import numpy as np
+
+        matrix = await self._matrix(vq.user_id, vq.embedder, len(vq.vector))
+        if matrix is None:
+            return []
+        scores = matrix.rows @ np.asarray(vq.vector, dtype=np.float32)
+        best = top(matrix.ids, scores, 2 * vq.limit, vq.excluded)
+        if not best:
+            return []
+        rows = {r[0]: r for r in await self.all(NEAREST_ROWS, json.dumps([i for i, _ in best]), vq.user_id, vq.at,
+                                                vq.current_message_id, vq.conversation_id)}
+        return [(rows[i], cosine) for i, cosine in best if i in rows][:vq.limit]
+
+    async def _matrix(self, user_id: int, embedder: str, dim: int) -> Matrix | None:
+        """The person's vectors of `embedder`, from the cache when the table still has exactly them (extended by
+        the rows written since; reloaded when rows went or moved)."""
+        key = (user_id, embedder)
+        count, max_id = await self.one(f"SELECT count(*), max(message_id) {_PERSON}", user_id, embedder, dim)
+        cached = self.matrices.get(key)
+        if not count:
+            self.matrices.drop(key)
+            return None
+        if cached is not None and len(cached.ids) == count and cached.max_id == max_id:
+            self.matrices.counters["hits"] += 1
+            return cached
+        if cached is not None and len(cached.ids) < count and cached.max_id <= max_id:
+            more = matrix_of(await self.all(f"SELECT message_id, vector {_PERSON} AND message_id > ?4 "
+                                            "ORDER BY message_id", user_id, embedder, dim, cached.max_id), dim)
+            if len(cached.ids) + len(more.ids) == count:
+                self.matrices.counters["extensions"] += 1
+                self.matrices.put(key, grown := extend(cached, more))
+                return grown
+        self.matrices.counters["loads"] += 1
+        loaded = matrix_of(await self.all(f"SELECT message_id, vector {_PERSON} ORDER BY message_id",
+                                          user_id, embedder, dim), dim)
+        self.matrices.put(key, loaded)
+        return loaded
 
     async def recall(self, q: ContextQuery, excluded: list[int]) -> list[Any]:
         match = fts_query(q.user_id, await selective_terms(self, q.search_text))
@@ -149,11 +214,13 @@ class SqliteStore(SqlStore):
     """The Store on a SQLite file (or ":memory:", kept alive by the worker thread's connection)."""
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 5000,
-                 clock: Callable[[], datetime] | None = None) -> None:
+                 clock: Callable[[], datetime] | None = None, cache_floats: int = DEFAULT_CACHE_FLOATS) -> None:
         super().__init__(clock)
         self.path = os.fspath(path)
         self.busy_timeout_ms = busy_timeout_ms
         self._df_cache: dict[str, tuple[float, float]] = {}  # touched on the worker thread only
+        #: the people's vector matrices (memory/vectors.py), touched on the worker thread only
+        self.matrices = MatrixCache(max_floats=cache_floats)
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
 
@@ -240,7 +307,7 @@ class SqliteStore(SqlStore):
             conn.execute("BEGIN" if mode == "read" else "BEGIN IMMEDIATE")
             self.counters["transactions"] += 1
             try:
-                result = step(logic(SqliteDb(conn, self.counters, self._df_cache, self.clock), *args))
+                result = step(logic(SqliteDb(conn, self.counters, self._df_cache, self.clock, self.matrices), *args))
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")

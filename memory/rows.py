@@ -13,10 +13,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from kernel.errors import HiloError
 from memory.store import ContextQuery, Fact, StoredMessage
+
+if TYPE_CHECKING:
+    from memory.sql_vectors import VectorQuery
 
 #: read: one snapshot, read only; write: one write transaction; lease: the turn lease's short statements (SQLite:
 #: a write transaction; Postgres: each statement commits on its own)
@@ -29,9 +32,13 @@ class Db(Protocol):
     many() is one statement with many parameter rows (counted once), ts() a datetime as the database takes it,
     lock() serializes writers on a key until commit (False when they are serialized anyway), recall() is
     lexical recall of q.search_text (MSG_COLS rows, best first), and insert_messages() a bulk insert of
-    rows of INSERT_COLS skipping stored (surface, external_id), returning the number inserted."""
+    rows of INSERT_COLS skipping stored (surface, external_id), returning the number inserted. `vectors` says
+    whether the database keeps message vectors (memory/vectors.py); put_vectors() keeps (message_id, vector) rows
+    of one embedder and dimension, returning how many had a message, and nearest() is vector recall:
+    (MSG_COLS row, cosine) pairs, best first."""
 
     clock: Callable[[], datetime]
+    vectors: bool
 
     async def all(self, sql: str, *args: Any) -> list[Any]: ...
 
@@ -49,6 +56,8 @@ class Db(Protocol):
     async def lock(self, key: str | int) -> bool: ...
     async def recall(self, q: ContextQuery, excluded: list[int]) -> list[Any]: ...
     async def insert_messages(self, rows: list[tuple[Any, ...]]) -> int: ...
+    async def put_vectors(self, embedder: str, dim: int, rows: list[tuple[int, Sequence[float]]]) -> int: ...
+    async def nearest(self, vq: VectorQuery) -> list[tuple[Any, float]]: ...
 
 
 class Rollback(HiloError):

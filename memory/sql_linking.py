@@ -175,7 +175,8 @@ async def merge_users(db: Db, src: int, dst: int) -> None:
         else:
             await db.run("UPDATE conversations SET user_id = $1 WHERE id = $2", dst, conv_id)
     # SQLite: user_id changes re-index the FTS owner token through the messages_fts_update trigger
-    for table in ("messages", "facts", "model_calls", "deliveries", "identities", "link_codes", "identity_audit"):
+    for table in ("messages", "message_vectors", "facts", "model_calls", "deliveries", "identities", "link_codes",
+                  "identity_audit"):
         await db.run(f"UPDATE {table} SET user_id = $1 WHERE user_id = $2", dst, src)
     await db.run("DELETE FROM users WHERE id = $1", src)
 

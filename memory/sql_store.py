@@ -19,6 +19,7 @@ from memory import jobs, turn_lease
 from memory import sql_linking as linking
 from memory import sql_people as people
 from memory import sql_turns as turns
+from memory import sql_vectors as vectors
 from memory.rows import FACT_COLS, Db, Mode, as_dt, to_fact
 from memory.store import (
     ContextQuery,
@@ -31,6 +32,7 @@ from memory.store import (
     Ingested,
     Inspection,
     LinkPolicy,
+    Pending,
     Redemption,
     StoredMessage,
 )
@@ -51,6 +53,8 @@ class SqlStore:
         self.turn_lease_ttl = turn_lease.TTL
         #: migrations applied by the last open() or migrate().
         self.applied: list[str] = []
+        #: None when the database keeps message vectors, else why not (a dialect sets it at open)
+        self.vector_status: str | None = None
 
     async def _tx(self, mode: Mode, logic: Logic[T], *args: Any) -> T:
         raise NotImplementedError
@@ -103,6 +107,23 @@ class SqlStore:
 
     async def import_rows(self, rows: Sequence[ImportRow]) -> ImportResult:
         return await self._tx("write", turns.import_rows, rows)
+
+    # -- message vectors (memory/sql_vectors.py) ---------------------------------------------------------------
+
+    async def unembedded(self, embedder: str, *, after_id: int = 0, limit: int = 64,
+                         user_id: int | None = None) -> list[Pending]:
+        return await self._tx("read", vectors.pending, embedder, after_id, limit, user_id)
+
+    async def write_vectors(self, embedder: str, rows: Sequence[tuple[int, Sequence[float]]]) -> int:
+        return await self._tx("write", vectors.write, embedder, list(rows))
+
+    async def search_vectors(self, user_id: int, vector: Sequence[float], embedder: str, limit: int = 20,
+                             excluded: Sequence[int] = ()) -> dict[int, float]:
+        query = vectors.VectorQuery(user_id, tuple(vector), embedder, limit, tuple(excluded))
+        return await self._tx("read", vectors.search, query)
+
+    async def embedding_progress(self, embedder: str, user_id: int | None = None) -> tuple[int, int]:
+        return await self._tx("read", vectors.progress, embedder, user_id)
 
     # -- people and conversations -----------------------------------------------------------------------
 

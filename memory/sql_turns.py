@@ -17,6 +17,7 @@ from typing import Any
 
 from kernel.errors import NotFound
 from kernel.types import SINGLETON_SURFACES, InboundMessage, ModelCallRecord
+from memory import sql_vectors as vectors
 from memory.rows import FACT_COLS, MSG_COLS, Db, Rollback, as_dt, dump_metadata, to_fact, to_message
 from memory.store import ContextQuery, ContextRows, ImportResult, ImportRow, Ingested, StoredMessage
 
@@ -173,8 +174,9 @@ async def _conversation(db: Db, msg: InboundMessage, user_id: int, at: Any) -> i
 
 
 async def load_context(db: Db, q: ContextQuery) -> ContextRows:
-    """Facts, the current conversation, cross-surface turns and lexical recall: four SELECTs (plus the
-    dialect's term statistics when there is something to search), in one snapshot."""
+    """Facts, the current conversation, cross-surface turns, lexical recall and (with a query vector) vector
+    recall: five SELECTs at most (plus the dialect's term statistics when there is something to search), in one
+    snapshot."""
     at, cur = db.ts(q.at), q.current_message_id
     facts = [to_fact(r) for r in reversed(await db.all(
         f"SELECT {FACT_COLS} FROM facts WHERE user_id = $1 ORDER BY id DESC LIMIT $2", q.user_id, q.facts_limit,
@@ -198,10 +200,15 @@ async def load_context(db: Db, q: ContextQuery) -> ContextRows:
             q.user_id, db.ts(q.cross_since), at, q.surface, q.conversation_id, q.cross_limit,
         ))]
     recalled: list[StoredMessage] = []
+    scores: dict[int, float] = {}
     if q.search_limit > 0:
         excluded = [m.id for m in conversation] + [m.id for m in cross] + ([cur] if cur is not None else [])
         recalled = [to_message(r) for r in await db.recall(q, excluded)]
-    return ContextRows(facts=facts, conversation=conversation, cross_surface=cross, recalled=recalled)
+        hits = await vectors.recall(db, q, excluded)
+        if hits:  # LEAD: at merge, lex's memory/retrieval.py fuses these scores (sql_vectors.merge_recalled)
+            recalled, scores = vectors.merge_recalled(recalled, hits, q.search_limit)
+    return ContextRows(facts=facts, conversation=conversation, cross_surface=cross, recalled=recalled,
+                       vector_scores=scores)
 
 
 async def finish_turn(

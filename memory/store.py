@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -57,6 +57,9 @@ class ContextQuery:
         `cross_limit` of them.
     recent_limit: at most this many messages of the current conversation, newest.
     search_text: lexical search (BM25) over the user's messages outside the two sets above; `search_limit` hits.
+    query_vector: the embedding of the new message (bot/embedders, kind "query"), searched among the user's
+        message vectors of the embedder named `embedder` only (memory/vectors.py), outside the same two sets;
+        None: lexical only.
     """
 
     user_id: int
@@ -70,6 +73,8 @@ class ContextQuery:
     search_text: str = ""
     search_limit: int = 20
     facts_limit: int = 50
+    query_vector: tuple[float, ...] | None = None
+    embedder: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +85,17 @@ class ContextRows:
     conversation: list[StoredMessage]
     cross_surface: list[StoredMessage]
     recalled: list[StoredMessage]
+    #: message_id -> cosine of the vector hits among `recalled` (empty without a query vector)
+    vector_scores: dict[int, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A message without a vector of the embedder asked about: what the embed job and the backfill embed."""
+
+    id: int
+    user_id: int
+    content: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +199,27 @@ class Store(Protocol):
 
     async def import_rows(self, rows: Sequence[ImportRow]) -> ImportResult:
         """Store many messages in one transaction, skipping (surface, external_id) already stored."""
+
+    # -- message vectors (memory/vectors.py): the embed job and `hilo embed` write, load_context searches ------
+
+    #: None when the database keeps vectors; else why retrieval is lexical only here (set by open()).
+    vector_status: str | None
+
+    async def unembedded(self, embedder: str, *, after_id: int = 0, limit: int = 64,
+                         user_id: int | None = None) -> list[Pending]:
+        """Messages (of `user_id`, or everyone's) with no vector of `embedder` (none, or another embedder's), by
+        id above `after_id`, oldest first: a batch to embed. Resumable: pass the last id seen."""
+
+    async def write_vectors(self, embedder: str, rows: Sequence[tuple[int, Sequence[float]]]) -> int:
+        """Keep each (message_id, unit vector) of `embedder`, replacing another embedder's vector of the message;
+        the vector's owner is the message's. Returns how many were kept (0 when the database keeps none)."""
+
+    async def search_vectors(self, user_id: int, vector: Sequence[float], embedder: str, limit: int = 20,
+                             excluded: Sequence[int] = ()) -> dict[int, float]:
+        """message_id -> cosine of the person's `limit` nearest messages among vectors of `embedder`, best first."""
+
+    async def embedding_progress(self, embedder: str, user_id: int | None = None) -> tuple[int, int]:
+        """(messages with a vector of `embedder`, messages), of one person or of everyone."""
 
     async def user_id(self, handle: str, *, create: bool = False) -> int | None:
         """The user with this handle (created when `create`), or None."""

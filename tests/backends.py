@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from memory.open import open_store
 from memory.store import Store
 
-TABLES = ("users", "identities", "conversations", "messages", "model_calls", "facts")
+TABLES = ("users", "identities", "conversations", "messages", "model_calls", "facts", "message_vectors")
 
 
 class TestClock:

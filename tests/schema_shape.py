@@ -5,8 +5,9 @@ triggers into one `Shape`; `differences(sqlite, postgres, allowed)` lists what d
 Used by tests/test_schema_parity.py.
 
 What "the same" means across the two dialects (each rule is the house's spelling, see migrations/*/0001):
-- types compare by family (integer, text, timestamp, boolean, json, real, blob). SQLite has no timestamp,
-  boolean or json type: a Postgres timestamp or json column is TEXT in SQLite (fixed-width UTC ISO text, JSON
+- types compare by family (integer, text, timestamp, boolean, json, real, blob, vector). SQLite has no timestamp,
+  boolean, json or vector type: a pgvector vector or halfvec column is a BLOB in SQLite (float16 bytes); a
+  Postgres timestamp or json column is TEXT in SQLite (fixed-width UTC ISO text, JSON
   text), a boolean is INTEGER with CHECK (col IN (0, 1)) (that check is the spelling, not a constraint of its
   own), and `false`/`true` defaults are 0/1;
 - an identity column (Postgres) is an INTEGER PRIMARY KEY AUTOINCREMENT (SQLite): both never reuse an id;
@@ -25,11 +26,12 @@ from typing import Any
 
 #: How SQLite spells each Postgres type family (the family SQLite's type affinity gives the declared type).
 SQLITE_SPELLING = {"integer": "integer", "text": "text", "timestamp": "text", "boolean": "integer",
-                   "json": "text", "real": "real", "blob": "blob"}
+                   "json": "text", "real": "real", "blob": "blob", "vector": "blob"}
 PG_FAMILIES = {"smallint": "integer", "integer": "integer", "bigint": "integer", "text": "text", "character varying":
                "text", "timestamp with time zone": "timestamp", "timestamp without time zone": "timestamp", "date":
                "timestamp", "boolean": "boolean", "json": "json", "jsonb": "json", "real": "real",
-               "double precision": "real", "numeric": "real", "bytea": "blob"}
+               "double precision": "real", "numeric": "real", "bytea": "blob",
+               "halfvec": "vector", "vector": "vector"}
 PG_ON_DELETE = {"a": "NO ACTION", "r": "RESTRICT", "c": "CASCADE", "n": "SET NULL", "d": "SET DEFAULT"}
 
 

@@ -1,0 +1,104 @@
+"""Message vectors: what memory/ keeps of an embedder's output, and how one person's vectors are searched.
+
+memory/ never embeds (bot/embedders does): it is handed unit vectors as plain floats with the embedder's `name`,
+stores one per message (table message_vectors, migration 0015) and compares only vectors of one name (a changed
+embedder's vectors are never compared with the old ones; the backfill re-embeds them). Cosine = dot product.
+
+- SQLite: a blob of `dim` little-endian float16 (`pack` / `unpack`: 1 KB for 512 floats; float16 loses no
+  measurable recall against float32, int8 with a scale loses a little: bench/vector_bench.py), searched with numpy
+  over the person's matrix, which `MatrixCache` keeps in process as float32 (2 KB per 512-float vector: 100k
+  vectors of one person are 205 MB), least recently used first out past `DEFAULT_CACHE_FLOATS` floats (256 MB),
+  checked against the table at each search (a count and a max over the person's index) and extended with the new
+  rows, or reloaded when rows went (forget) or moved (linking).
+- Postgres: pgvector's halfvec with an HNSW index per (embedder, dim), filtered by person (memory/dialect_pg.py).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+#: At most this many float32 numbers live in one SQLite store's cache (4 bytes each): 256 MB.
+DEFAULT_CACHE_FLOATS = 64 * 1024 * 1024
+_F16 = np.dtype("<f2")
+
+
+def pack(vector: Sequence[float]) -> bytes:
+    """The SQLite blob of a vector: little-endian float16."""
+    return np.asarray(vector, dtype=np.float32).astype(_F16).tobytes()
+
+
+def unpack(blob: bytes) -> np.ndarray:
+    """A blob of `pack` as float32."""
+    return np.frombuffer(blob, dtype=_F16).astype(np.float32)
+
+
+def top(ids: np.ndarray, scores: np.ndarray, limit: int, excluded: Sequence[int]) -> list[tuple[int, float]]:
+    """The `limit` best (id, cosine) pairs, best first (ties: the newer message, a higher id), outside `excluded`."""
+    if excluded:
+        keep = ~np.isin(ids, np.asarray(excluded, dtype=np.int64))
+        ids, scores = ids[keep], scores[keep]
+    if limit <= 0 or not len(ids):
+        return []
+    if limit < len(ids):
+        best = np.argpartition(-scores, limit - 1)[:limit]
+        ids, scores = ids[best], scores[best]
+    order = np.lexsort((-ids, -scores))
+    return [(int(ids[i]), float(scores[i])) for i in order]
+
+
+@dataclass
+class Matrix:
+    """One person's vectors of one embedder: ids ascending, rows of `dim` float32."""
+
+    ids: np.ndarray
+    rows: np.ndarray
+    max_id: int = 0
+
+    @property
+    def floats(self) -> int:
+        return int(self.rows.size)
+
+
+@dataclass
+class MatrixCache:
+    """(user_id, embedder) -> Matrix, least recently used out first past `max_floats`. One thread uses it (the
+    SQLite store's worker), so it takes no lock."""
+
+    max_floats: int = DEFAULT_CACHE_FLOATS
+    entries: OrderedDict[tuple[int, str], Matrix] = field(default_factory=OrderedDict)
+    #: loads (the whole matrix read), extensions (new rows appended), hits (nothing to read)
+    counters: dict[str, int] = field(default_factory=lambda: {"loads": 0, "extensions": 0, "hits": 0})
+
+    def floats(self) -> int:
+        return sum(m.floats for m in self.entries.values())
+
+    def get(self, key: tuple[int, str]) -> Matrix | None:
+        found = self.entries.get(key)
+        if found is not None:
+            self.entries.move_to_end(key)
+        return found
+
+    def put(self, key: tuple[int, str], matrix: Matrix) -> None:
+        self.entries[key] = matrix
+        self.entries.move_to_end(key)
+        while len(self.entries) > 1 and self.floats() > self.max_floats:
+            self.entries.popitem(last=False)
+
+    def drop(self, key: tuple[int, str]) -> None:
+        self.entries.pop(key, None)
+
+
+def matrix_of(rows: Sequence[tuple[int, bytes]], dim: int) -> Matrix:
+    """A Matrix of (message_id, blob) rows, ids ascending."""
+    ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+    data = np.frombuffer(b"".join(r[1] for r in rows), dtype=_F16).astype(np.float32).reshape(len(rows), dim)
+    return Matrix(ids, data, int(ids[-1]) if len(ids) else 0)
+
+
+def extend(matrix: Matrix, more: Matrix) -> Matrix:
+    return Matrix(np.concatenate([matrix.ids, more.ids]), np.concatenate([matrix.rows, more.rows]),
+                  max(matrix.max_id, more.max_id))

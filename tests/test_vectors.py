@@ -1,0 +1,117 @@
+"""Message vectors in the store (memory/vectors.py, sql_vectors.py, the dialects), on every backend: written and
+searched per person and per embedder name, batches of messages still to embed (resumable by id), recall through
+load_context under lexical recall's rules, forget and linking, and a Postgres that keeps no vectors."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from kernel.types import InboundMessage
+from memory.store import ContextQuery, Ingested, Store
+from tests.backends import Backend
+
+T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(days=3)
+DIM = 8
+
+
+def axis(i: int, dim: int = DIM, tilt: float = 0.0) -> list[float]:
+    """A unit vector along axis i, tilted toward axis i+1 by `tilt` radians."""
+    v = [0.0] * dim
+    v[i % dim], v[(i + 1) % dim] = math.cos(tilt), math.sin(tilt)
+    return v
+
+
+async def say(store: Store, who: str, ext: str, text: str, at: datetime = T0, surface: str = "telegram") -> Ingested:
+    turn = await store.ingest(InboundMessage(surface=surface, sender=who, external_id=ext, text=text,
+                                             received_at=at, handle=who), token_count=len(text.split()))
+    assert turn is not None
+    return turn
+
+
+def query(turn: Ingested, vector: list[float] | None, embedder: str = "e1", **kw: Any) -> ContextQuery:
+    base = ContextQuery(user_id=turn.user_id, surface="web", conversation_id=None, current_message_id=None,
+                        at=T0 + timedelta(days=1), cross_since=T0 + timedelta(hours=23),
+                        query_vector=tuple(vector) if vector is not None else None, embedder=embedder)
+    return replace(base, **kw)
+
+
+async def test_vectors_are_searched_per_person_and_per_embedder(store: Store) -> None:
+    ana = [await say(store, "ana", f"a{i}", f"ana message {i}", T0 + timedelta(minutes=i)) for i in range(4)]
+    bob = await say(store, "bob", "b0", "bob message")
+    assert await store.write_vectors("e1", [(t.message.id, axis(i)) for i, t in enumerate(ana)]) == 4
+    assert await store.write_vectors("e1", [(bob.message.id, axis(1))]) == 1
+    hits = await store.search_vectors(ana[0].user_id, axis(1, tilt=0.3), "e1", limit=2)
+    assert list(hits) == [ana[1].message.id, ana[2].message.id]
+    assert abs(hits[ana[1].message.id] - math.cos(0.3)) < 2e-3  # float16 keeps three decimals
+    assert bob.message.id not in await store.search_vectors(ana[0].user_id, axis(1), "e1", limit=10)
+    assert await store.search_vectors(ana[0].user_id, axis(1), "e2", limit=10) == {}, "another embedder's"
+    assert list(await store.search_vectors(ana[0].user_id, axis(1), "e1", limit=1,
+                                           excluded=[ana[1].message.id])) == [ana[2].message.id]
+    assert await store.embedding_progress("e1") == (5, 5)
+    assert await store.embedding_progress("e1", ana[0].user_id) == (4, 4)
+    assert await store.embedding_progress("e2") == (0, 5)
+
+
+async def test_a_new_embedder_re_embeds_and_replaces_the_old_vectors(store: Store) -> None:
+    turns = [await say(store, "ana", f"a{i}", f"message {i}") for i in range(5)]
+    ids = [t.message.id for t in turns]
+    assert [p.id for p in await store.unembedded("e1", limit=10)] == ids
+    await store.write_vectors("e1", [(i, axis(0)) for i in ids[:3]])
+    assert [p.id for p in await store.unembedded("e1", limit=10)] == ids[3:]
+    first = await store.unembedded("e2", limit=2)
+    assert [(p.id, p.content) for p in first] == [(ids[0], "message 0"), (ids[1], "message 1")]
+    rest = await store.unembedded("e2", after_id=first[-1].id, limit=10)
+    assert [p.id for p in rest] == ids[2:]
+    await store.write_vectors("e2", [(i, axis(3, dim=4)) for i in ids[:2]])
+    uid = turns[0].user_id
+    assert list(await store.search_vectors(uid, axis(3, dim=4), "e2", limit=10)) == ids[:2][::-1]
+    assert set(await store.search_vectors(uid, axis(0), "e1", limit=10)) == {ids[2]}, "replaced, not compared"
+    assert await store.embedding_progress("e1") == (1, 5)
+
+
+async def test_unembedded_batches_of_one_person(store: Store) -> None:
+    await say(store, "ana", "a0", "one")
+    bob = await say(store, "bob", "b0", "two")
+    assert [p.id for p in await store.unembedded("e1", user_id=bob.user_id)] == [bob.message.id]
+
+
+async def test_load_context_recalls_by_vector_under_recall_rules(store: Store) -> None:
+    old = await say(store, "ana", "a0", "I am allergic to peanuts")
+    other = await say(store, "ana", "a1", "the weather was nice", T0 + timedelta(minutes=1))
+    late = await say(store, "ana", "a2", "said after the question", T0 + timedelta(days=2))
+    current = await say(store, "ana", "a3", "what should I avoid eating?", T0 + timedelta(days=1), surface="web")
+    await store.write_vectors("e1", [(old.message.id, axis(0)), (other.message.id, axis(4)),
+                                     (late.message.id, axis(0)), (current.message.id, axis(0))])
+    rows = await store.load_context(query(current, axis(0, tilt=0.2), conversation_id=current.conversation_id,
+                                          current_message_id=current.message.id, cross_limit=0))
+    assert [m.id for m in rows.recalled] == [old.message.id, other.message.id]
+    assert rows.vector_scores[old.message.id] > 0.97 > rows.vector_scores[other.message.id]
+    none = await store.load_context(query(current, None))
+    assert (none.recalled, none.vector_scores) == ([], {})
+    other_name = await store.load_context(query(current, axis(0), embedder="e2"))
+    assert (other_name.recalled, other_name.vector_scores) == ([], {})
+
+
+async def test_forget_removes_the_vectors(store: Store, backend: Backend) -> None:
+    ana = await say(store, "ana", "a0", "one")
+    bob = await say(store, "bob", "b0", "two")
+    await store.write_vectors("e1", [(ana.message.id, axis(0)), (bob.message.id, axis(0))])
+    assert await store.search_vectors(ana.user_id, axis(0), "e1") == {ana.message.id: 1.0}
+    assert await store.forget("ana")
+    assert backend.count("message_vectors") == 1
+    assert await store.search_vectors(ana.user_id, axis(0), "e1") == {}
+    assert await store.search_vectors(bob.user_id, axis(0), "e1") == {bob.message.id: 1.0}
+
+
+async def test_linked_people_search_each_other_s_vectors(store: Store) -> None:
+    ana = await say(store, "ana", "a0", "one")
+    other = await store.ingest(InboundMessage(surface="whatsapp", sender="+100", external_id="w0", text="two",
+                                              received_at=T0), token_count=1)
+    assert other is not None
+    await store.write_vectors("e1", [(ana.message.id, axis(0)), (other.message.id, axis(1))])
+    assert set(await store.search_vectors(ana.user_id, axis(0), "e1")) == {ana.message.id}
+    assert await store.link_identity("ana", "whatsapp", "+100", "test") == ana.user_id
+    assert set(await store.search_vectors(ana.user_id, axis(0), "e1")) == {ana.message.id, other.message.id}

@@ -9,8 +9,9 @@
               over the same messages and questions, in a subprocess; "today pg" too with --postgres
   bm25 + emb  bench/memory_vectors.Bm25Emb
 
-Hooks (issue11-vec): `pipeline_with` and `embed_history` are where the vector store's API meets the bench; until
-the store has one they say so (`VECTORS`) and the +emb row is today's retrieval plus nothing.
+Where the vector seam meets the bench: `embed_history` (the embed job's code, or the store's vector API) and
+bench/memory_stores.pipeline_with (the pipeline's embedder). A checkout whose store keeps no vectors says so in
+the row's name ("hilo +emb (no vectors)").
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -31,7 +34,7 @@ from typing import Any
 from bench.memory_corpus import Corpus, Message
 from bench.memory_recall import Baselines, Method
 from bench.memory_stores import Hilo, pg_database
-from bench.memory_vectors import DEFAULT_CACHE, Bm25Emb, CachedEmbedder
+from bench.memory_vectors import BATCH, DEFAULT_CACHE, Bm25Emb, CachedEmbedder
 from bot.embedders.base import Embedder
 
 WORKER = Path(__file__).resolve().parent / "memory_today.py"
@@ -58,13 +61,27 @@ def local_embedder(cache: Path | None) -> Embedder:
 
 
 async def embed_history(store: Any, embedder: Embedder) -> dict[str, Any]:
-    """HOOK (issue11-vec): embed every stored message as the daemon does (the backfill / embedding job, with
-    `embedder`, so the disk cache serves re-runs). Returns what it did; {"vectors": "none"} while the store
-    has no vector API."""
-    # HOOK(issue11-vec): replace with the backfill's call once the store takes vectors
-    del store, embedder
-    VECTORS["api"] = "none"
-    return {"vectors": "none: this checkout's store has no vector API"}
+    """Embed every stored message as the daemon does, with `embedder` (so the disk cache serves re-runs): the
+    embed job's `bot.embedding.embed_pending` where this checkout has it, else the same loop over the store's
+    vector API (`unembedded` -> embed -> `write_vectors`). Returns what it did and what the store holds."""
+    status = getattr(store, "vector_status", "this checkout's store has no vector API")
+    if status is not None:
+        VECTORS["api"] = "none"
+        return {"vectors": f"none: {status}"}
+    VECTORS["api"] = "store"
+    if importlib.util.find_spec("bot.embedding") is not None and hasattr(
+            embedding := importlib.import_module("bot.embedding"), "embed_pending"):
+        via = "bot.embedding.embed_pending"
+        await embedding.embed_pending(store, embedder, batch=BATCH)
+    else:  # HOOK(issue11-vec): the store's API alone, until the embed job's code is on this branch
+        via = "store.unembedded/write_vectors"
+        after = 0
+        while batch := await store.unembedded(embedder.name, after_id=after, limit=BATCH):
+            vectors = await embedder.embed([p.content for p in batch], kind="passage")
+            await store.write_vectors(embedder.name, [(p.id, v) for p, v in zip(batch, vectors, strict=True)])
+            after = batch[-1].id
+    have, total = await store.embedding_progress(embedder.name)
+    return {"vectors": "store", "via": via, "messages_with_vectors": have, "messages": total}
 
 
 def _message(m: Message) -> dict[str, Any]:
@@ -141,9 +158,12 @@ async def issue11_rows(args: argparse.Namespace, tmp: str, opened: dict[str, tup
                 info[f"history_embedding_{backend}"] = {**await embed_history(store, embedder),
                                                         "seconds": time.perf_counter() - t0}
                 name = "hilo +emb" if backend == "sqlite" else "hilo pg +emb"
+                hilo = Hilo(store, url, budgets, corpus.now, {"HILO_EMBEDDER": "local"}, embedder)
                 if VECTORS["api"] == "none":  # say so in the table: the row cannot differ from hilo's
                     name += " (no vectors)"
-                rows["hilo"][name] = Hilo(store, url, budgets, corpus.now, {"HILO_EMBEDDER": "local"}, embedder)
+                elif not hilo.embeds_query:
+                    name += " (no query vector)"
+                rows["hilo"][name] = hilo
             rows["baselines"]["bm25 + emb"] = fused
         for i, (src, label) in enumerate(args.baseline_src):
             databases = {"sqlite": f"sqlite:///{tmp}/base{i}.db"}

@@ -12,16 +12,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench.corpus import import_all
 from bench.memory_bench import NO_EMBEDDER
 from bench.memory_corpus import generate
 from bench.memory_latency import latency_table, run_latency
 from bench.memory_recall import Baselines, evaluate
-from bench.memory_rows import baseline, today_rows
+from bench.memory_rows import baseline, embed_history, today_rows
 from bench.memory_stores import Hilo, load
 from bench.memory_vectors import Bm25Emb, CachedEmbedder, fused_order
 from bot.config import Settings
 from bot.embedders.local import LocalEmbedder
 from memory.open import open_store
+from memory.store import Store
 
 SMALL = {"seed": 3, "people": 2, "messages_per_person": 150, "days": 40}
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,6 +105,28 @@ async def test_today_from_a_checkout_is_the_same_code_run_in_process(tmp_path: P
         baseline(str(tmp_path))
 
 
+async def test_the_loaded_history_is_embedded_into_the_store(store: Store, tmp_path: Path) -> None:
+    corpus = generate(seed=3, people=2, messages_per_person=60, days=10)
+    await import_all(store, [m.import_row() for m in corpus.messages])
+    embedder = CachedEmbedder(LocalEmbedder(), tmp_path / "cache.db")
+    try:
+        done = await embed_history(store, embedder)
+        assert done["vectors"] == "store"
+        assert (done["messages_with_vectors"], done["messages"]) == (len(corpus.messages), len(corpus.messages))
+        assert await store.embedding_progress(embedder.name) == (len(corpus.messages), len(corpus.messages))
+        planted = next(m for m in corpus.messages if m.external_id == corpus.questions[0].evidence[0])
+        uid = await store.user_id(planted.user)
+        assert uid is not None
+        [vector] = await embedder.embed([planted.content], kind="passage")
+        hits = await store.search_vectors(uid, vector, embedder.name, limit=1)  # its own vector comes first
+        [(mid, cosine)] = hits.items()
+        assert cosine > 0.99
+        contents = {p.id: p.content for p in await store.unembedded("another", user_id=uid, limit=1000)}
+        assert contents[mid] == planted.content
+    finally:
+        await embedder.aclose()
+
+
 def test_latency_puts_the_question_embedding_in_the_timed_span(tmp_path: Path) -> None:
     args = argparse.Namespace(sizes=[200], queries=4, seed=3, days=20, postgres=False, pg_max=100_000,
                               no_embedder=False)
@@ -111,5 +135,6 @@ def test_latency_puts_the_question_embedding_in_the_timed_span(tmp_path: Path) -
     plain, emb = latency["hilo"]["sqlite"][200], latency["hilo +emb"]["sqlite"][200]
     assert plain["messages"] == emb["messages"] >= 200 and plain["queries"] == emb["queries"] == 4
     assert 0 < emb["embed_share"] <= 1 and emb["embed_p50_ms"] > 0
+    assert emb["vectors"] == f"{emb['messages']:,} synthetic"
     table = latency_table(latency)
     assert f"| sqlite | {plain['messages']:,} | " in table and "(issue 11)" in table

@@ -1,5 +1,5 @@
 """Benchmark: long-term memory. Evidence recall inside the assembled context, hilo beside baselines, and context
-assembly latency for one person with 1k / 10k / 100k messages.
+assembly latency for one person with 1k / 10k / 100k (/ 300k) messages, with and without the embedder.
 
 Recall. bench/memory_corpus.py generates months of history for several people (English and Spanish, telegram,
 whatsapp and web) with planted facts and questions whose evidence is known. The history goes into a real store
@@ -7,20 +7,26 @@ through its public API (`open_store`, `import_rows`, as `hilo import` does); the
 a new web conversation six hours after the last message, each method assembles a context at 500, 1,000, 2,000
 and 4,000 tokens, and the share of the question's evidence messages inside it is its recall. Rows:
 
-  hilo      today's hilo: `Pipeline.assemble_context` (what a turn and `hilo context --json` run), the items'
-            external ids (every block: memory, cross-surface, conversation)
+  hilo      this checkout's hilo with HILO_EMBEDDER=none: `Pipeline.assemble_context` (what a turn and
+            `hilo context --json` run), the items' external ids (every block: memory, cross-surface, conversation)
+  hilo +emb the same with the local embedder, the history embedded as the daemon does (bench/memory_rows.py)
+  today     with --baseline-src DIR[=LABEL]: DIR's hilo (e.g. main before issue 11) on the same data, in a
+            subprocess (bench/memory_today.py)
   last-N    the person's newest messages until the budget is full (bench/memory_recall.py)
   bm25      plain SQLite FTS5 BM25 over the question's search terms, greedy by score (bench/memory_recall.py)
+  bm25 + emb  BM25 fused with the local embedder's cosine, 0.5 / 0.5 over z-scores (bench/memory_vectors.py)
   bm25 porter  the same with FTS5's porter stemmer (English stems only): what stemming alone adds
 
 Printed: a table per language (rows = method, columns = budget) and one per kind at 2,000 tokens; with
---postgres also hilo on PostgreSQL ("hilo pg"). Latency: p50/p99 of `Pipeline.assemble_context` (the question's
-token count, the store's read, assembly) at 2,000 tokens for one person alone in a fresh database, per size, on
-SQLite and (with --postgres) an embedded PostgreSQL 18. Writes bench/results/memory_bench.json. Not a test.
+--postgres also hilo on PostgreSQL ("hilo pg", "hilo pg +emb", "today pg"). Latency (bench/memory_latency.py):
+p50/p99 of `Pipeline.assemble_context` at 2,000 tokens for one person alone in a fresh database with a vector per
+message, per size, on SQLite and (with --postgres, up to --pg-max) an embedded PostgreSQL 18, the +emb row with
+the question's real embedding inside the timed span. Writes bench/results/memory_bench.json. Not a test.
 
     python bench/memory_bench.py [--people 24] [--messages-per-person 1500] [--days 180] [--seed 11]
-                                 [--sizes 1000,10000] [--queries 200] [--postgres]
-    python bench/memory_bench.py --sizes 1000,10000,100000 --postgres      # the issue's three sizes
+                                 [--sizes 1000,10000] [--queries 200] [--postgres] [--pg-max 100000]
+                                 [--baseline-src DIR[=LABEL]] [--no-embedder] [--vector-cache PATH]
+    python bench/memory_bench.py --sizes 1000,10000,100000 --postgres --baseline-src /tmp/hilo-today=today
     python bench/memory_bench.py --variant 'hilo 48h:HILO_CROSS_SURFACE_HOURS=48'  # one more hilo row
 """
 

@@ -195,6 +195,12 @@ def latency_table(latency: dict[str, dict[str, dict[int, dict[str, Any]]]]) -> s
         share = "-" if emb is None else f"{emb['embed_p50_ms']:.2f} ({emb['embed_share']:.0%})"
         out.append(f"| {backend} | {first['messages']:,} | " + " | ".join(
             "-" if c is None else f"{c['p50_ms']:.2f} / {c['p99_ms']:.2f}" for c in cells) + f" | {share} |")
+    for name in names:  # DESIGN: context assembly sublinear, 300k messages at most 2x 10k
+        for backend, cells in latency[name].items():
+            if 10000 in cells and any(size > 10000 for size in cells):
+                out.append(f"\n{name} {backend}: p50 against 10k: " + ", ".join(
+                    f"{size:,} {cells[size]['p50_ms'] / cells[10000]['p50_ms']:.1f}x"
+                    for size in sorted(cells) if size > 10000))
     for name, by_size in BEFORE.items():
         out.append(f"\nbefore, SQLite p50 ({name}): " + ", ".join(f"{n:,}: {ms} ms" for n, ms in by_size.items()))
     return "\n".join(out)

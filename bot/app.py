@@ -105,9 +105,9 @@ def create_app(
         started: list[Surface] = []
         runtime: Runtime | None = None
         scheduler: Scheduler | None = None
-        # A local model loads on first use, on its own thread. Nothing embeds yet: retrieval over vectors comes with
-        # the vector store. Which embedder runs is said once everything has started (a start that fails says only
-        # why, in one line).
+        # A local model loads on first use, on its own thread (the embed job's first run, due at start; no turn waits
+        # for it longer than HILO_EMBED_QUERY_TIMEOUT); the embed job embeds new messages, each turn its question.
+        # Which embedder runs is said once everything has started (a start that fails says only why, in one line).
         embedder = build_embedder(settings)
 
         async def stop() -> None:
@@ -129,12 +129,12 @@ def create_app(
         try:
             await st.open()
             ch = chain if chain is not None else build_chain(settings)
-            runtime = Runtime(settings, ch, Pipeline(settings, st, ch), TaskSet())
+            runtime = Runtime(settings, ch, Pipeline(settings, st, ch, embedder), TaskSet())
             state["runtime"] = runtime
             for surface in active:
                 await surface.start(runtime)
                 started.append(surface)
-            scheduler = Scheduler(st, jobs if jobs is not None else job_list.registry(settings, st))
+            scheduler = Scheduler(st, jobs if jobs is not None else job_list.registry(settings, st, embedder))
             await scheduler.start()
             state["jobs"] = scheduler
             state["embedder"] = embedder
@@ -144,7 +144,7 @@ def create_app(
             await stop()
             raise
         state["surfaces"] = [s.name for s in started]
-        announce(settings, embedder)
+        announce(settings, embedder, st.vector_status)
         try:
             yield
         finally:

@@ -116,9 +116,17 @@ def cmd_context(args: argparse.Namespace) -> int:
     at = _parse_at(args.at)
 
     async def run(store: Any) -> int:
+        from bot.embedders.factory import build_embedder
+        from bot.embedding import active
+
         pipeline = _pipeline(settings, store, with_model=False)
         user_id = await store.user_id(args.user)
         conversation_id = await store.find_conversation(user_id, args.surface) if user_id is not None else None
+        embedder = build_embedder(settings)
+        # the question is embedded only when the person has vectors of this embedder to compare it with
+        if user_id is not None and active(embedder, store) and (await store.embedding_progress(embedder.name,
+                                                                                               user_id))[0]:
+            pipeline.embedder = embedder
 
         async def one(text: str) -> Any:
             return await pipeline.assemble_context(
@@ -126,29 +134,38 @@ def cmd_context(args: argparse.Namespace) -> int:
                 current_message_id=None, text=text, at=at,
             )
 
-        if args.message == ["-"]:
-            while line := await asyncio.to_thread(sys.stdin.readline):
-                if line.strip():
-                    print(json.dumps((await one(line.rstrip("\n"))).to_json(), ensure_ascii=False), flush=True)
+        try:
+            if args.message == ["-"]:
+                while line := await asyncio.to_thread(sys.stdin.readline):
+                    if line.strip():
+                        print(json.dumps((await one(line.rstrip("\n"))).to_json(), ensure_ascii=False), flush=True)
+                return 0
+            ctx = await one(" ".join(args.message))
+            print(json.dumps(ctx.to_json(), ensure_ascii=False, indent=2) if args.json else render_text(ctx))
             return 0
-        ctx = await one(" ".join(args.message))
-        print(json.dumps(ctx.to_json(), ensure_ascii=False, indent=2) if args.json else render_text(ctx))
-        return 0
+        finally:
+            await embedder.aclose()
 
     return asyncio.run(_with_store(settings, run))
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from memory.importer import import_file
-
     settings = _settings(args)
 
     async def run(store: Any) -> int:
-        result = await import_file(store, args.file)
+        from bot.cli_batch import import_with_progress
+
+        result = await import_with_progress(store, args.file)
         print(f"imported {result.inserted} messages, skipped {result.skipped} already stored")
         return 0
 
     return asyncio.run(_with_store(settings, run))
+
+
+def cmd_embed(args: argparse.Namespace) -> int:
+    from bot import cli_batch
+
+    return cli_batch.cmd_embed(args, _settings(args), _with_store)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -256,6 +273,12 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("import", parents=[common], help="import messages from a JSONL file (idempotent)")
     s.add_argument("file", metavar="FILE.jsonl")
     s.set_defaults(fn=cmd_import)
+
+    s = sub.add_parser("embed", parents=[common], help="give every message a vector of the configured embedder "
+                       "(resumes where it stopped)")
+    s.add_argument("--user", metavar="U", help="only this person's messages")
+    s.add_argument("--batch", type=int, metavar="N", help="messages per embedding call (default HILO_EMBED_BATCH)")
+    s.set_defaults(fn=cmd_embed)
 
     s = sub.add_parser("inspect", parents=[common], help="everything stored about a person")
     s.add_argument("--user", required=True, metavar="U")

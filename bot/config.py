@@ -167,7 +167,9 @@ class Settings:
     #: then is cancelled. It must stay below the supervisor's kill timeout (40 s in deploy/), with a margin.
     stop_timeout: float = 36.0
     #: HILO_EMBEDDER: none | local | openai; unset ("auto") is local where its package is installed, else none.
-    embedder: str = "auto"
+    #: Settings() built in code (tests, embedding programs) is lexical only unless it names one: "auto" is what
+    #: from_env / from_mapping read when HILO_EMBEDDER is unset.
+    embedder: str = "none"
     #: HILO_EMBEDDING_MODEL: the embedder's model; empty is its default (bot.embedders.factory).
     embedding_model: str = ""
     #: HILO_EMBEDDING_URL (an OpenAI-compatible server for embeddings only), else OPENAI_BASE_URL; empty: OpenAI.
@@ -175,6 +177,13 @@ class Settings:
     #: HILO_EMBEDDING_API_KEY: its key. OPENAI_API_KEY is used only when HILO_EMBEDDING_URL is not set, so the
     #: OpenAI key is never sent to another server.
     embedding_api_key: str = ""
+    #: HILO_EMBED_SECONDS: how often the embed job embeds new messages (bot/embedding.py; one process runs it).
+    embed_seconds: int = 30
+    #: HILO_EMBED_BATCH: messages per embedding call of the embed job and `hilo embed` (a turn's question waits for
+    #: at most one batch on the local model's one thread).
+    embed_batch: int = 32
+    #: HILO_EMBED_QUERY_TIMEOUT: seconds a turn waits for its question's embedding; then lexical recall only.
+    embed_query_timeout: float = 2.0
 
     @property
     def models(self) -> tuple[ModelSpec, ...]:
@@ -282,6 +291,9 @@ class Settings:
             embedding_model=env.get("HILO_EMBEDDING_MODEL", "").strip(),
             embedding_url=embedding_url or openai_base,
             embedding_api_key=embedding_key,
+            embed_seconds=_int(env, "HILO_EMBED_SECONDS", 30),
+            embed_batch=_int(env, "HILO_EMBED_BATCH", 32),
+            embed_query_timeout=_float(env, "HILO_EMBED_QUERY_TIMEOUT", 2.0),
         )
 
     @classmethod

@@ -3,9 +3,11 @@
 A turn costs five database calls: `ingest` (one write transaction: dedup, identity, conversation and
 the person's message, stored BEFORE the model is called), taking the conversation's turn lease (with the
 check that the message is still unanswered), `load_context` (one read transaction), `finish_turn` (one write
-transaction: reply and usage rows) and releasing the lease. Turns of one conversation run one at a time, in
-arrival order within a process (an in-process lock per conversation), and one at a time across processes (the
-lease on the conversation row, memory/turn_lease.py, which works through a transaction pooler too).
+transaction: reply and usage rows) and releasing the lease. With an embedder, the question is embedded (bounded by
+HILO_EMBED_QUERY_TIMEOUT) just before `load_context`: the one embedding on a turn's path (bot/embedding.py).
+Turns of one conversation run one at a time, in arrival order within a process (an in-process lock per
+conversation), and one at a time across processes (the lease on the conversation row, memory/turn_lease.py, which
+works through a transaction pooler too).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from datetime import datetime, timedelta
 
 from bot import answers, commands
 from bot.config import Settings
+from bot.embedders.base import Embedder
+from bot.embedding import active, embed_query
 from bot.keyed import KeyedLocks
 from bot.models.base import AllModelsFailed, Chain, ChainResult, Completion, Reset
 from bot.notices import Notices
@@ -41,10 +45,12 @@ IngestSink = Callable[[Ingested], Awaitable[None]]
 class Pipeline:
     """Turns InboundMessages into OutboundMessages. Owns no connections: the app's lifespan owns store and chain."""
 
-    def __init__(self, settings: Settings, store: Store, chain: Chain) -> None:
+    def __init__(self, settings: Settings, store: Store, chain: Chain, embedder: Embedder | None = None) -> None:
         self.settings = settings
         self.store = store
         self.chain = chain
+        #: embeds each turn's question (bot/embedding.py) for vector recall; None or `none`: lexical only
+        self.embedder = embedder
         #: what hilo tells a person outside their turn; surfaces that can write to people register senders
         self.notices = Notices(store)
         #: what surfaces reach of the store (they import no memory module): reads, deliveries, opt-out
@@ -162,6 +168,9 @@ class Pipeline:
             n_tokens = await _count(text)
         rows = None
         if user_id is not None:
+            vector = None
+            if private and self.embedder is not None and active(self.embedder, self.store):
+                vector = await embed_query(self.embedder, text, s.embed_query_timeout, user_id=user_id)
             rows = await self.store.load_context(ContextQuery(
                 user_id=user_id, surface=surface, conversation_id=conversation_id,
                 current_message_id=current_message_id, at=at,
@@ -169,6 +178,7 @@ class Pipeline:
                 cross_limit=s.cross_surface_limit if private else 0,
                 search_text=text, search_limit=recall_limit(s.context_budget) if private else 0,
                 facts_limit=50 if private else 0,
+                query_vector=vector, embedder=self.embedder.name if vector is not None and self.embedder else "",
             ))
         return assemble(
             rows or ContextRows([], [], [], []), system_prompt=s.system_prompt, new_text=text,

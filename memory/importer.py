@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -75,11 +75,15 @@ def _batches(rows: list[ImportRow]) -> Iterator[list[ImportRow]]:
         yield rows[start:start + BATCH]
 
 
-async def import_file(store: Store, path: str | Path) -> ImportResult:
+async def import_file(store: Store, path: str | Path,
+                      on_batch: Callable[[int, int], None] | None = None) -> ImportResult:
+    """Validate the whole file, then store it BATCH rows a transaction; `on_batch(rows, total)` after each."""
     rows = await asyncio.to_thread(read_rows, path)
     inserted = skipped = 0
     for batch in _batches(rows):
         result = await store.import_rows(batch)
         inserted += result.inserted
         skipped += result.skipped
+        if on_batch is not None:
+            on_batch(len(batch), len(rows))
     return ImportResult(inserted, skipped)

@@ -1,10 +1,12 @@
 """Isolation as a property: random sequences of messages, links, unlinks and forgets over many people and
-surfaces never let one person's content reach another's context, inspect output or reply.
+surfaces never let one person's content reach another's context, inspect output, reply or vector search.
 
 A model of who is who runs beside the real store: `owner[word]` is the person a secret word belongs to,
 `person[identity]` the person an identity is now. Links merge people, unlinks split an identity off (its
 history stays behind), forgets delete a person. After every step each identity's context, echo reply and
-inspect output may hold only its own person's words.
+inspect output may hold only its own person's words, and a vector search of its person only its person's
+messages: every message gets the same vector (SameVector), so a search returns the newest of all it may see, and
+any vector of someone else's would show.
 
 On every backend (the `backend` fixture of conftest.py), each example on a blank database: one database per
 test, reset between examples. Postgres runs fewer examples (EXAMPLES): each of its steps is a few round trips
@@ -15,12 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Sequence
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bot.config import Settings
+from bot.embedders.base import Kind, Vector
+from bot.embedding import embed_pending
 from bot.linking import Linker
 from bot.models.factory import build_chain
 from bot.pipeline import Pipeline
@@ -36,6 +41,23 @@ operation = st.one_of(
     st.tuples(st.just("unlink"), identity),
     st.tuples(st.just("forget"), identity),
 )
+
+
+class SameVector:
+    """An embedder (bot.embedders.base.Embedder) giving every text one unit vector: every message is as near as
+    any other to every question, so vector recall returns the newest of what it searches."""
+
+    name = "test:same"
+    dim = 4
+
+    async def start(self) -> None:
+        return None
+
+    async def embed(self, texts: Sequence[str], *, kind: Kind) -> list[Vector]:
+        return [[0.5, 0.5, 0.5, 0.5] for _ in texts]
+
+    async def aclose(self) -> None:
+        return None
 
 
 class Model:
@@ -67,7 +89,8 @@ async def run(backend: Backend, ops: list[tuple[Any, ...]]) -> None:
     store = backend.make()
     await store.open()
     s = Settings(context_budget=4000)
-    pipeline, linker, model = Pipeline(s, store, build_chain(s)), Linker(store), Model()
+    embedder = SameVector()
+    pipeline, linker, model = Pipeline(s, store, build_chain(s), embedder), Linker(store), Model()
     words = itertools.count()
     try:
         for op in ops:
@@ -121,6 +144,8 @@ def check_text(model: Model, ident: tuple[str, str], text: str) -> None:
 
 
 async def check_everyone(store: Any, pipeline: Pipeline, model: Model) -> None:
+    assert pipeline.embedder is not None
+    await embed_pending(store, pipeline.embedder)  # what the embed job does: every message gets its vector
     query = " ".join(["remember", *model.owner])  # a question that would recall every word there is
     for ident in IDENTITIES:
         user_id = await store.identity_user(*ident)
@@ -133,6 +158,10 @@ async def check_everyone(store: Any, pipeline: Pipeline, model: Model) -> None:
         check_text(model, ident, "\n".join(m.content for m in ctx.messages[:-1]))
         data = await store.inspect(await store.identity_handle(*ident))
         check_text(model, ident, "\n".join(m["content"] for c in data["conversations"] for m in c["messages"]))
+        mine = {m["id"] for c in data["conversations"] for m in c["messages"]}
+        found = await store.search_vectors(user_id, [0.5, 0.5, 0.5, 0.5], SameVector.name, limit=100)
+        assert set(found) <= mine, f"{ident} finds vectors of messages {set(found) - mine} not theirs"
+        assert len(found) == len(mine), f"{ident}: {len(mine)} messages, {len(found)} with vectors found"
 
 
 def test_no_person_ever_sees_another_persons_words(backend: Backend) -> None:

@@ -44,8 +44,12 @@ def build_embedder(settings: Settings, *, policy: RetryPolicy | None = None) -> 
                           policy=policy or RetryPolicy(attempts=settings.model_attempts))
 
 
-def announce(settings: Settings, embedder: Embedder) -> None:
-    """The one start-up line: which embedder runs, or that retrieval is lexical only and why."""
+def announce(settings: Settings, embedder: Embedder, vector_status: str | None = None) -> None:
+    """The one start-up line: which embedder runs, or that retrieval is lexical only and why (`vector_status`:
+    why the database keeps no vectors, e.g. a Postgres without pgvector)."""
+    if embedder.name != "none" and vector_status is not None:
+        logger.info("embedder.none", retrieval="lexical only", reason=vector_status, embedder=embedder.name)
+        return
     if embedder.name != "none":
         logger.info("embedder.ready", embedder=embedder.name, dim=embedder.dim)
         return

@@ -6,7 +6,7 @@ one person), imported through the store's public API, ANALYZE after, and a vecto
 (`synthetic_vectors`: random unit vectors of the local model's name and dimension, written through the store's
 vector API: embedding 100k messages with the real model would take longer than the whole run; the search costs
 the same whatever the vectors say). Then `--queries` questions (the person's, cycled) at 2,000 tokens, the two
-rows interleaved question by question:
+rows taking turns in blocks of 25 questions:
 
   hilo        Pipeline.assemble_context with HILO_EMBEDDER=none: the question's token count, the store's read,
               assembly
@@ -36,6 +36,8 @@ from bench.memory_stores import Hilo, analyze, load, pg_database, stores
 from bot.embedders.base import Embedder, Kind, Vector
 
 BUDGET = 2000
+#: questions timed in a row before the other row takes its turn
+BLOCK = 25
 
 
 class TimedEmbedder:
@@ -156,16 +158,20 @@ async def _time_rows(store: Any, url: str, corpus: Any, queries: int,
         if emb is not None:
             await with_embedding(q)
     ms: dict[str, list[float]] = {"hilo": [], "hilo +emb": [], "embed": [], "share": []}
-    for k in range(queries):
-        q = qs[k % len(qs)]
-        t0 = time.perf_counter()
-        await plain.context(q, BUDGET)
-        ms["hilo"].append((time.perf_counter() - t0) * 1000)
+    # blocks of BLOCK questions, the rows taking turns: a row's load drift is shared, and the model's threads
+    # (BLAS) do not spill into the lexical row's timings as they would question by question
+    for start in range(0, queries, BLOCK):
+        block = [qs[k % len(qs)] for k in range(start, min(queries, start + BLOCK))]
+        for q in block:
+            t0 = time.perf_counter()
+            await plain.context(q, BUDGET)
+            ms["hilo"].append((time.perf_counter() - t0) * 1000)
         if emb is not None and embedder is not None:
-            total = await with_embedding(q)
-            ms["hilo +emb"].append(total)
-            ms["embed"].append(embedder.last_ms)
-            ms["share"].append(embedder.last_ms / total)
+            for q in block:
+                total = await with_embedding(q)
+                ms["hilo +emb"].append(total)
+                ms["embed"].append(embedder.last_ms)
+                ms["share"].append(embedder.last_ms / total)
     rows: dict[str, dict[str, Any]] = {"hilo": {**_stats(ms["hilo"]), "queries": queries}}
     if emb is not None:
         rows["hilo +emb"] = {**_stats(ms["hilo +emb"]), "queries": queries,

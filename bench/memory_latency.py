@@ -71,7 +71,7 @@ async def synthetic_vectors(store: Any, name: str, dim: int, seed: int) -> str:
         return f"none ({status})"
     rng = np.random.default_rng(seed)
     after, written = 0, 0
-    while batch := await store.unembedded(name, after_id=after, limit=5000):
+    while batch := await store.unembedded(name, after_id=after, limit=1000):
         rows = rng.standard_normal((len(batch), dim)).astype(np.float32)
         rows /= np.linalg.norm(rows, axis=1, keepdims=True)
         written += await store.write_vectors(name, [(p.id, r.tolist()) for p, r in zip(batch, rows, strict=True)])
@@ -189,6 +189,8 @@ BEFORE = {"first run (40c27fb)": {1000: 0.73, 10000: 3.73, 100000: 15.80},
 def latency_table(latency: dict[str, dict[str, dict[int, dict[str, Any]]]]) -> str:
     """Markdown: one line per size and backend; a column pair (p50 / p99) per row; the embedding's share."""
     names = list(latency)
+    if not names:
+        return "\nno latency sizes asked (--sizes)"
     keys = sorted({(backend, size) for row in latency.values() for backend, cells in row.items() for size in cells},
                   key=lambda k: (k[0] != "sqlite", k[1]))
     out = ["\ncontext-assembly latency at 2,000 tokens, one person (ms, p50 / p99)\n",

@@ -126,6 +126,7 @@ def cmd_context(args: argparse.Namespace) -> int:
         # the question is embedded only when the person has vectors of this embedder to compare it with
         if user_id is not None and active(embedder, store) and (await store.embedding_progress(embedder.name,
                                                                                                user_id))[0]:
+            await embedder.start()  # the local model loads now, not inside the question's timeout
             pipeline.embedder = embedder
 
         async def one(text: str) -> Any:

@@ -4,9 +4,9 @@
   again (used, replaced by a newer code, or expired); nothing else deletes them.
 - embed (every HILO_EMBED_SECONDS, 30 s by default; only with an embedder and a database that keeps vectors):
   embeds the messages stored since, HILO_EMBED_BATCH at a time (bot/embedding.py), with the embedder's one retry
-  policy (bot.retry, for a remote one). Each run starts a little before where the last one ended (REWIND ids: a
-  Postgres transaction may commit a lower id after a higher one), the first of a process from the start: what
-  it finds already embedded costs a look-up, not an embedding.
+  policy (bot.retry, for a remote one). Each run starts a little before the last message it embedded (REWIND ids:
+  a Postgres transaction may commit a lower id after a higher one); until this process has embedded one, from the
+  start (what it finds embedded already costs a look-up in the anti-join, not an embedding).
 """
 
 from __future__ import annotations

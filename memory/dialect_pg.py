@@ -158,7 +158,8 @@ class PgDb(Db):
 #: iterative scan is put right by the outer ORDER BY.
 NEAREST = (
     "WITH hits AS MATERIALIZED (SELECT v.message_id, v.vector::halfvec({dim}) <=> $1::text::halfvec({dim}) AS distance "
-    "FROM message_vectors v WHERE v.user_id = $2 AND v.embedder = {embedder} AND v.message_id <> ALL($3::bigint[]) "
+    "FROM message_vectors v WHERE v.user_id = $2 AND v.embedder = {embedder} AND v.dim = {dim} "
+    "AND v.message_id <> ALL($3::bigint[]) "
     f"ORDER BY distance LIMIT $4) SELECT {MSG_COLS}, 1 - h.distance FROM hits h JOIN messages m ON m.id = h.message_id "
     "WHERE m.user_id = $2 AND ($5::timestamptz IS NULL OR m.created_at <= $5) AND ($6::bigint IS NULL OR NOT "
     "(m.conversation_id IS NOT DISTINCT FROM $7::bigint AND m.role = 'user' AND m.id > $6)) "

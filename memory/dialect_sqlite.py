@@ -25,7 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, TypeVar
 
+from memory import jobs
 from memory import migrate as migrations
+from memory import sql_turns as turns
 from memory.rows import INSERT_COLS, MSG_COLS, Db, Mode, Rollback, to_ts
 from memory.search_terms import selective
 from memory.sql_store import Logic, SqlStore
@@ -74,7 +76,11 @@ PUT_VECTOR = (
     "ON CONFLICT(message_id) DO UPDATE SET user_id = excluded.user_id, embedder = excluded.embedder, "
     "dim = excluded.dim, vector = excluded.vector"
 )
-_PERSON = "FROM message_vectors WHERE user_id = ?1 AND embedder = ?2 AND dim = ?3"
+#: Write transactions that never change message_vectors: they leave the vector cache as it was checked.
+KEEPS_VECTORS = frozenset({turns.ingest, turns.finish_turn, turns.import_rows, jobs.register, jobs.claim, jobs.renew,
+                           jobs.finish})
+#: One person's vectors of one embedder: an index range (message_vectors_user), so the count is an index-only scan.
+_PERSON = "FROM message_vectors WHERE user_id = ?1 AND embedder = ?2"
 #: The rows of the numpy hits, under lexical recall's rules (no message after `at`, no queued turn).
 NEAREST_ROWS = (
     f"SELECT {MSG_COLS} FROM messages m WHERE m.id IN (SELECT value FROM json_each(?1)) AND m.user_id = ?2 "
@@ -130,7 +136,9 @@ class SqliteDb(Db):
         matrix = await self._matrix(vq.user_id, vq.embedder, len(vq.vector))
         if matrix is None:
             return []
-        scores = matrix.rows @ np.asarray(vq.vector, dtype=np.float32)
+        # einsum: numpy's own single-threaded loop. A BLAS matrix-vector product wakes its threads for each search,
+        # which on a busy machine costs more than the product itself (bench/vector_bench.py).
+        scores = np.einsum("ij,j->i", matrix.rows, np.asarray(vq.vector, dtype=np.float32))
         best = top(matrix.ids, scores, 2 * vq.limit, vq.excluded)
         if not best:
             return []
@@ -139,27 +147,38 @@ class SqliteDb(Db):
         return [(rows[i], cosine) for i, cosine in best if i in rows][:vq.limit]
 
     async def _matrix(self, user_id: int, embedder: str, dim: int) -> Matrix | None:
-        """The person's vectors of `embedder`, from the cache when the table still has exactly them (extended by
-        the rows written since; reloaded when rows went or moved)."""
+        """The person's vectors of `embedder`, from the cache: as they are when nothing was committed since they were
+        last checked (no other connection's commit: PRAGMA data_version; no write of this store that may touch
+        vectors: `generation`), else when the table still has exactly them (an index-only count and max), extended
+        by the rows written since, or reloaded when rows went or moved."""
         key = (user_id, embedder)
-        count, max_id = await self.one(f"SELECT count(*), max(message_id) {_PERSON}", user_id, embedder, dim)
+        stamp = self.matrices.stamp()
         cached = self.matrices.get(key)
+        if cached is not None and cached.stamp == stamp and cached.rows.shape[1] == dim:
+            self.matrices.counters["hits"] += 1  # nothing committed anywhere since it was checked
+            return cached
+        count, max_id = await self.one(f"SELECT count(*), max(message_id) {_PERSON}", user_id, embedder)
         if not count:
             self.matrices.drop(key)
             return None
+        if cached is not None and cached.rows.shape[1] != dim:  # a question of another size: nothing compares
+            return None
         if cached is not None and len(cached.ids) == count and cached.max_id == max_id:
-            self.matrices.counters["hits"] += 1
+            self.matrices.counters["checks"] += 1
+            cached.stamp = stamp
             return cached
         if cached is not None and len(cached.ids) < count and cached.max_id <= max_id:
-            more = matrix_of(await self.all(f"SELECT message_id, vector {_PERSON} AND message_id > ?4 "
-                                            "ORDER BY message_id", user_id, embedder, dim, cached.max_id), dim)
+            more = matrix_of(await self.all(f"SELECT message_id, vector {_PERSON} AND message_id > ?3 "
+                                            "ORDER BY message_id", user_id, embedder, cached.max_id), dim)
             if len(cached.ids) + len(more.ids) == count:
                 self.matrices.counters["extensions"] += 1
                 self.matrices.put(key, grown := extend(cached, more))
+                grown.stamp = stamp
                 return grown
         self.matrices.counters["loads"] += 1
         loaded = matrix_of(await self.all(f"SELECT message_id, vector {_PERSON} ORDER BY message_id",
-                                          user_id, embedder, dim), dim)
+                                          user_id, embedder), dim)
+        loaded.stamp = stamp
         self.matrices.put(key, loaded)
         return loaded
 
@@ -304,6 +323,10 @@ class SqliteStore(SqlStore):
         if conn is None:
             raise StoreError("the store is closed")
         try:
+            if mode == "write" and logic not in KEEPS_VECTORS:  # ("lease": the turn lease's, never vectors)
+                self.matrices.generation += 1  # it may change vectors: the next search checks the table again
+            # read BEFORE the snapshot begins: any commit of another connection after it shows as a new version
+            self.matrices.version = conn.execute("PRAGMA data_version").fetchone()[0]
             conn.execute("BEGIN" if mode == "read" else "BEGIN IMMEDIATE")
             self.counters["transactions"] += 1
             try:

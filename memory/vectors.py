@@ -57,6 +57,8 @@ class Matrix:
     ids: np.ndarray
     rows: np.ndarray
     max_id: int = 0
+    #: MatrixCache.stamp() when it was last found to match the table
+    stamp: tuple[int, int] | None = None
 
     @property
     def floats(self) -> int:
@@ -70,8 +72,16 @@ class MatrixCache:
 
     max_floats: int = DEFAULT_CACHE_FLOATS
     entries: OrderedDict[tuple[int, str], Matrix] = field(default_factory=OrderedDict)
-    #: loads (the whole matrix read), extensions (new rows appended), hits (nothing to read)
-    counters: dict[str, int] = field(default_factory=lambda: {"loads": 0, "extensions": 0, "hits": 0})
+    #: loads (the whole matrix read), extensions (new rows appended), checks (the table counted: unchanged),
+    #: hits (nothing committed since the last check: not even counted)
+    counters: dict[str, int] = field(default_factory=lambda: {"loads": 0, "extensions": 0, "checks": 0, "hits": 0})
+    #: PRAGMA data_version read before the current transaction began (other connections' commits move it)
+    version: int = 0
+    #: bumped by each of the store's own write transactions that may change vectors
+    generation: int = 0
+
+    def stamp(self) -> tuple[int, int]:
+        return (self.version, self.generation)
 
     def floats(self) -> int:
         return sum(m.floats for m in self.entries.values())
@@ -93,7 +103,9 @@ class MatrixCache:
 
 
 def matrix_of(rows: Sequence[tuple[int, bytes]], dim: int) -> Matrix:
-    """A Matrix of (message_id, blob) rows, ids ascending."""
+    """A Matrix of (message_id, blob) rows, ids ascending; rows of another size than `dim` floats are left out
+    (one embedder name has one size: only a damaged row could differ)."""
+    rows = [r for r in rows if len(r[1]) == 2 * dim]
     ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
     data = np.frombuffer(b"".join(r[1] for r in rows), dtype=_F16).astype(np.float32).reshape(len(rows), dim)
     return Matrix(ids, data, int(ids[-1]) if len(ids) else 0)

@@ -115,3 +115,20 @@ async def test_linked_people_search_each_other_s_vectors(store: Store) -> None:
     assert set(await store.search_vectors(ana.user_id, axis(0), "e1")) == {ana.message.id}
     assert await store.link_identity("ana", "whatsapp", "+100", "test") == ana.user_id
     assert set(await store.search_vectors(ana.user_id, axis(0), "e1")) == {ana.message.id, other.message.id}
+
+
+async def test_vectors_written_or_forgotten_by_another_process_are_seen(store: Store, backend: Backend) -> None:
+    ana = [await say(store, "ana", f"a{i}", f"message {i}", T0 + timedelta(minutes=i)) for i in range(3)]
+    await store.write_vectors("e1", [(ana[0].message.id, axis(0))])
+    uid = ana[0].user_id
+    assert set(await store.search_vectors(uid, axis(0), "e1")) == {ana[0].message.id}  # cached now (SQLite)
+    assert set(await store.search_vectors(uid, axis(0), "e1")) == {ana[0].message.id}
+    other = backend.make()  # another process on the same database (`hilo embed` beside `hilo serve`)
+    await other.open()
+    try:
+        await other.write_vectors("e1", [(ana[1].message.id, axis(0)), (ana[2].message.id, axis(1))])
+        assert set(await store.search_vectors(uid, axis(0), "e1")) == {m.message.id for m in ana}
+        assert await other.forget("ana")
+    finally:
+        await other.close()
+    assert await store.search_vectors(uid, axis(0), "e1") == {}

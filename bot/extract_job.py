@@ -27,7 +27,7 @@ from bot.config import Settings
 from bot.extract import SCHEMA, Parsed, Remembered, UnusableAnswer, parse, request
 from bot.jobs import JobContext
 from bot.models.base import AllModelsFailed, Chain
-from bot.models.structured import StructuredChain
+from bot.models.structured import StructuredChain, background_chain
 from kernel import log, tokens
 from memory.sql_extract import ExtractionDue
 from memory.store import MemoryDraft, Store, StoredMessage
@@ -46,6 +46,9 @@ REMEMBERED_LIMIT = 50
 RETRY_SECONDS, MAX_RETRY_SECONDS = 60.0, 3600.0
 #: Unusable answers in a row after which a batch is passed over.
 GIVE_UP = 4
+#: Why there is no extraction when no model can give structured answers (also the summaries' reason).
+NO_MODEL = ("no model that can write memories: the echo model is offline; set HILO_MODEL to an openai: or "
+            "anthropic: model for automatic memories and episode summaries")
 #: What extracted memories are: inferred by the model (confidence by source: 0.7).
 SOURCE = "inferred"
 
@@ -67,7 +70,7 @@ class Extractor:
         """One person's next batch (see the module docstring); False when every model failed."""
         batch, remembered = await self.store.extraction_batch(person.user_id, person.done_id, BATCH_MESSAGES,
                                                               REMEMBERED_LIMIT)
-        batch = _within(batch, BATCH_CHARS)
+        batch = within(batch, BATCH_CHARS)
         fields = {"run": run_id, "user_id": person.user_id, "messages": len(batch),
                   "first_id": batch[0].id if batch else None, "last_id": batch[-1].id if batch else None}
         if not batch:  # counted, then gone (forgotten): nothing to send
@@ -111,7 +114,7 @@ def drafts(parsed: Parsed) -> list[MemoryDraft]:
                         supersedes=m.supersedes) for m in parsed.kept]
 
 
-def _within(batch: Sequence[StoredMessage], chars: int) -> list[StoredMessage]:
+def within(batch: Sequence[StoredMessage], chars: int) -> list[StoredMessage]:
     """The oldest messages of `batch` within `chars` characters (the first one always)."""
     out: list[StoredMessage] = []
     total = 0
@@ -131,15 +134,11 @@ def _log_dropped(parsed: Parsed, fields: dict[str, object]) -> None:
 def build(settings: Settings, store: Store, chain: Chain | None) -> Extractor | None:
     """The extractor for `settings`, or None (said once, with why): HILO_EXTRACT_EVERY=0, or no model of the
     chain can answer with structured output (the offline echo model cannot)."""
-    from bot.models.chain import ModelChain
-
     if settings.extract_every == 0:
         logger.info("extract.off", reason="HILO_EXTRACT_EVERY=0")
         return None
-    if isinstance(chain, ModelChain) and chain.structured():
-        return Extractor(settings, store, chain.sibling())
-    if chain is not None and not isinstance(chain, ModelChain) and isinstance(chain, StructuredChain):
-        return Extractor(settings, store, chain)
-    logger.info("extract.off", reason="no model that can extract memories: the echo model is offline; set "
-                                      "HILO_MODEL to an openai: or anthropic: model for automatic memories")
-    return None
+    background = background_chain(chain)
+    if background is None:
+        logger.info("extract.off", reason=NO_MODEL)
+        return None
+    return Extractor(settings, store, background)

@@ -26,6 +26,12 @@ def _memory(r: Row) -> str:
             f"importance {r['importance']:.1f}, used {r['access_count']}x{ended})")
 
 
+def summary_line(r: Row) -> str:
+    """One episode summary (`hilo inspect`, `hilo summaries`)."""
+    return (f"episode {r['id']} [{r['started_at']} .. {r['ended_at']}, {r['surface']}, {r['message_count']} "
+            f"messages]: {r['summary']} ({r['summary_model']}, {r['summary_at']})")
+
+
 def _call(r: Row) -> str:
     fallback = f", fallback from {r['fallback_from']}" if r.get("fallback_from") else ""
     error = f": {r['error']}" if r.get("error") else ""
@@ -64,8 +70,8 @@ def _conversation(r: Row) -> list[str]:
 
 
 _ROWS: dict[str, Callable[[Row], str]] = {
-    "identities": _identity, "memories": _memory, "model_calls": _call, "deliveries": _delivery,
-    "identity_audit": _audit,
+    "identities": _identity, "memories": _memory, "summaries": summary_line, "model_calls": _call,
+    "deliveries": _delivery, "identity_audit": _audit,
 }
 
 

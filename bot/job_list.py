@@ -11,13 +11,15 @@
   policy (bot.retry, for a remote one). Each run starts a little before the last message it embedded (REWIND ids:
   a Postgres transaction may commit a lower id after a higher one); until this process has embedded one, from the
   start (what it finds embedded already costs a look-up in the anti-join, not an embedding).
+- summarize (every bot.summary_job.EVERY_SECONDS, under the same condition and HILO_SUMMARY_MIN_MESSAGES not 0):
+  a summary of each ended episode (bot/summary_job.py).
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-from bot import extract_job
+from bot import extract_job, summary_job
 from bot.config import Settings
 from bot.embedders.base import Embedder
 from bot.embedding import active, embed_pending
@@ -56,6 +58,9 @@ def registry(settings: Settings, store: Store, chain: Chain | None = None,
     extractor = extract_job.build(settings, store, chain)
     if extractor is not None:
         jobs.add("extract", extractor.run, every=extract_job.EVERY_SECONDS)
+    summarizer = summary_job.build(settings, store, chain)
+    if summarizer is not None:
+        jobs.add("summarize", summarizer.run, every=summary_job.EVERY_SECONDS)
     if embedder is not None and active(embedder, store):
         seen = {"last_id": 0}
 

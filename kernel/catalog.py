@@ -31,6 +31,9 @@ MESSAGES: dict[str, dict[str, str]] = {
         "forgotten": "Everything about {handle} has been deleted.",
         "nothing_to_forget": "There is nothing stored about {handle}.",
         "remembered": "Noted: I will remember that.",
+        "summaries_dropped": "{count} episode summaries of {handle} dropped (the messages stay; they are not "
+                             "written again).",
+        "no_summaries": "There are no episode summaries of {handle}.",
         # -- commands (bot/commands.py) --
         "cmd_start": (
             "Hi! I'm hilo, your assistant. Just write to me: I remember our conversations here, on WhatsApp "
@@ -148,6 +151,9 @@ MESSAGES: dict[str, dict[str, str]] = {
         "forgotten": "Se ha borrado todo lo relativo a {handle}.",
         "nothing_to_forget": "No hay nada guardado sobre {handle}.",
         "remembered": "Anotado: lo recordaré.",
+        "summaries_dropped": "{count} resúmenes de episodios de {handle} descartados (los mensajes se quedan; no "
+                             "se vuelven a escribir).",
+        "no_summaries": "No hay resúmenes de episodios de {handle}.",
         # -- commands (bot/commands.py) --
         "cmd_start": (
             "¡Hola! Soy hilo, tu asistente. Escríbeme sin más: recuerdo nuestras conversaciones aquí, "

@@ -61,6 +61,8 @@ class Inspection(TypedDict):
     identities: list[InspectedIdentity]
     conversations: list[InspectedConversation]
     memories: list[InspectedMemory]
+    #: episode summaries written by the model (memory/sql_summaries.py SUMMARY_KEYS)
+    summaries: list[Row]
     model_calls: list[Row]
     deliveries: list[Row]
     identity_audit: list[Row]

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from kernel.errors import NotFound
+from memory import sql_summaries
 from memory.inspection import Inspection
 from memory.rows import MSG_COLS, Db, to_message, to_ts
 from memory.sql_turns import identity_user
@@ -112,6 +113,7 @@ async def inspect_json(db: Db, handle: str) -> Inspection | None:
         "identities": identities,
         "conversations": conversations,
         "memories": [_memory_json(m) for m in await records(db, MEMORY_KEYS, "memories", uid)],
+        "summaries": await sql_summaries.listed(db, uid),
         "model_calls": await calls_json(db, uid),
         "deliveries": await deliveries_json(db, uid),
         "identity_audit": await records(db, AUDIT_KEYS, "identity_audit", uid),

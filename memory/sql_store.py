@@ -20,6 +20,7 @@ from memory import sql_extract as extract
 from memory import sql_linking as linking
 from memory import sql_memories as memories
 from memory import sql_people as people
+from memory import sql_summaries as summaries
 from memory import sql_turns as turns
 from memory import sql_vectors as vectors
 from memory.rows import Db, Mode, as_dt
@@ -209,6 +210,23 @@ class SqlStore:
 
     async def extraction_marks(self) -> list[extract.ExtractionMark]:
         return await self._tx("read", extract.marks)
+
+    # -- episode summaries (memory/sql_summaries.py; bot/summary_job.py writes them) ---------------------------
+
+    async def summaries_due(self, min_messages: int, limit: int) -> list[summaries.EpisodeDue]:
+        return await self._tx("read", summaries.due, min_messages, limit)
+
+    async def episode_messages(self, episode_id: int, limit: int) -> list[StoredMessage]:
+        return await self._tx("read", summaries.messages, episode_id, limit)
+
+    async def keep_summary(self, episode_id: int, summary: str | None, model: str) -> bool:
+        return await self._tx("write", summaries.keep, episode_id, summary, model)
+
+    async def summaries(self, user_id: int) -> list[dict[str, Any]]:
+        return await self._tx("read", summaries.listed, user_id)
+
+    async def drop_summaries(self, user_id: int) -> int:
+        return await self._tx("write", summaries.drop, user_id)
 
     async def model_calls(self, user_id: int) -> list[dict[str, Any]]:
         return await self._tx("read", people.calls_json, user_id)

@@ -35,6 +35,7 @@ from memory.link_policy import LinkPolicy as LinkPolicy  # re-exported: part of 
 if TYPE_CHECKING:
     from memory.jobs import JobClaim, JobEnd, JobState
     from memory.sql_extract import ExtractionDue, ExtractionMark
+    from memory.sql_summaries import EpisodeDue
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,3 +373,22 @@ class Store(Protocol):
 
     async def extraction_marks(self) -> list[ExtractionMark]:
         """Every person's extraction watermark, by user id."""
+
+    # -- episode summaries written by the model (memory/sql_summaries.py; bot/summary_job.py writes them) ------
+
+    async def summaries_due(self, min_messages: int, limit: int) -> list[EpisodeDue]:
+        """Up to `limit` episodes that ended (no message for an hour), of at least `min_messages` messages,
+        never summarized, those that ended first first."""
+
+    async def episode_messages(self, episode_id: int, limit: int) -> list[StoredMessage]:
+        """The episode's messages, oldest first, at most `limit`."""
+
+    async def keep_summary(self, episode_id: int, summary: str | None, model: str) -> bool:
+        """Keep the model's summary of the episode (None: passed over, never tried again); False when it had
+        one already."""
+
+    async def summaries(self, user_id: int) -> list[dict[str, Any]]:
+        """The person's episode summaries, oldest episode first (JSON-ready)."""
+
+    async def drop_summaries(self, user_id: int) -> int:
+        """Clear the person's episode summaries (they are not written again; messages are untouched); how many."""

@@ -280,11 +280,12 @@ async def test_echo_means_no_extraction_said_once_at_start(store: Store, capsys:
     assert logged.count("extract.off") == 1 and "the echo model is offline" in logged
     off = Settings.from_mapping({"HILO_MODEL": "openai:m1", "OPENAI_API_KEY": "x", "HILO_EXTRACT_EVERY": "0"})
     chain = build_chain(off)
-    assert "extract" not in [job.name for job in job_list.registry(off, store, chain)]
+    assert [job.name for job in job_list.registry(off, store, chain)] == ["cleanup", "memory_expiry", "summarize"]
     assert "HILO_EXTRACT_EVERY=0" in "".join(capsys.readouterr())
     await chain.aclose()
     on = Settings.from_mapping({"HILO_MODEL": "openai:m1", "OPENAI_API_KEY": "x"})
     assert on.extract_every == 6
     chain = build_chain(on)
-    assert [job.name for job in job_list.registry(on, store, chain)] == ["cleanup", "memory_expiry", "extract"]
+    names = [job.name for job in job_list.registry(on, store, chain)]
+    assert names == ["cleanup", "memory_expiry", "extract", "summarize"]
     await chain.aclose()

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from bot.models.base import ChainResult, Completion
+from bot.models.base import Chain, ChainResult, Completion
 from kernel.types import ChatMessage
 
 
@@ -46,3 +46,14 @@ class StructuredChain(Protocol):
     async def complete_json(self, messages: Sequence[ChatMessage], schema: OutputSchema) -> ChainResult:
         """The first JSON answer of the chain's models that can give one; AllModelsFailed when none did (or
         none can)."""
+
+
+def background_chain(chain: Chain | None) -> StructuredChain | None:
+    """The chain a background job asks for JSON answers: a sibling of the turns' ModelChain (the same models
+    and retry policy, circuit breakers of its own), or a test's own StructuredChain; None when no model of it
+    can answer with structured output (echo only) or there is no chain."""
+    from bot.models.chain import ModelChain
+
+    if isinstance(chain, ModelChain):
+        return chain.sibling() if chain.structured() else None
+    return chain if isinstance(chain, StructuredChain) else None

@@ -32,7 +32,7 @@ from kernel.errors import ConfigError
 from kernel.types import utcnow
 from memory import migrate as migrations
 from memory import pg_terms, reindex
-from memory.rows import INSERT_COLS, MSG_COLS, Db, Mode, Rollback, aware
+from memory.rows import INSERT_COLS, Db, Mode, Rollback, aware
 from memory.sql_store import Logic, SqlStore
 from memory.sql_vectors import VectorQuery
 from memory.store import ContextQuery, ImportResult, ImportRow, StoreError, StoreUnavailable
@@ -130,12 +130,11 @@ class PgDb(Db):
                        f"((vector::halfvec({int(dim)})) halfvec_cosine_ops) WHERE embedder = {quote(embedder)}")
         self.indexed.add((embedder, dim))
 
-    async def nearest(self, vq: VectorQuery) -> list[tuple[Any, float]]:
+    async def nearest(self, vq: VectorQuery) -> list[tuple[int, float]]:
         dim = len(vq.vector)
         rows = await self.all(NEAREST.format(dim=int(dim), embedder=quote(vq.embedder)), pg_literal(vq.vector),
-                              vq.user_id, list(vq.excluded), 2 * vq.limit, vq.at, vq.current_message_id,
-                              vq.conversation_id, vq.limit)
-        return [(row, float(row[-1])) for row in rows]
+                              vq.user_id, list(vq.excluded), vq.limit)
+        return [(int(row[0]), float(row[1])) for row in rows]
 
     def ids(self, ids: Sequence[int]) -> list[int]:
         return list(ids)
@@ -157,11 +156,9 @@ class PgDb(Db):
 NEAREST = (
     "WITH hits AS MATERIALIZED (SELECT v.message_id, v.vector::halfvec({dim}) <=> $1::text::halfvec({dim}) AS distance "
     "FROM message_vectors v WHERE v.user_id = $2 AND v.embedder = {embedder} AND v.dim = {dim} "
-    "AND v.message_id <> ALL($3::bigint[]) "
-    f"ORDER BY distance LIMIT $4) SELECT {MSG_COLS}, 1 - h.distance FROM hits h JOIN messages m ON m.id = h.message_id "
-    "WHERE m.user_id = $2 AND ($5::timestamptz IS NULL OR m.created_at <= $5) AND ($6::bigint IS NULL OR NOT "
-    "(m.conversation_id IS NOT DISTINCT FROM $7::bigint AND m.role = 'user' AND m.id > $6)) "
-    "ORDER BY h.distance, m.id DESC LIMIT $8"
+    "AND v.message_id <> ALL($3::bigint[]) ORDER BY distance LIMIT 2 * $4) "
+    # the index orders by distance alone; ties (equal vectors) go to the newer message, as on SQLite
+    "SELECT message_id, 1 - distance FROM hits ORDER BY distance, message_id DESC LIMIT $4"
 )
 
 

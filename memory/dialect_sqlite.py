@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from memory import jobs, reindex
 from memory import migrate as migrations
 from memory import sql_turns as turns
-from memory.rows import INSERT_COLS, MSG_COLS, Db, Mode, Rollback, to_ts
+from memory.rows import INSERT_COLS, Db, Mode, Rollback, to_ts
 from memory.sql_store import Logic, SqlStore
 from memory.sql_vectors import VectorQuery
 from memory.store import ContextQuery, StoreError, StoreUnavailable
@@ -96,11 +96,6 @@ KEEPS_VECTORS = frozenset({turns.ingest, turns.finish_turn, turns.import_rows, j
 #: One person's vectors of one embedder: an index range (message_vectors_user), so the count is an index-only scan.
 _PERSON = "FROM message_vectors WHERE user_id = ?1 AND embedder = ?2"
 #: The rows of the numpy hits, under lexical recall's rules (no message after `at`, no queued turn).
-NEAREST_ROWS = (
-    f"SELECT {MSG_COLS} FROM messages m WHERE m.id IN (SELECT value FROM json_each(?1)) AND m.user_id = ?2 "
-    "AND (?3 IS NULL OR m.created_at <= ?3) "
-    "AND (?4 IS NULL OR NOT (m.conversation_id IS ?5 AND m.role = 'user' AND m.id > ?4))"
-)
 
 
 class SqliteDb(Db):
@@ -141,8 +136,8 @@ class SqliteDb(Db):
         self.counters["statements"] += 1
         return self.conn.executemany(PUT_VECTOR, [(i, embedder, dim, pack(v)) for i, v in rows]).rowcount
 
-    async def nearest(self, vq: VectorQuery) -> list[tuple[Any, float]]:
-        """numpy over the person's matrix (cached), then the rows of the best 2 x limit, filtered."""
+    async def nearest(self, vq: VectorQuery) -> list[tuple[int, float]]:
+        """numpy over the person's matrix (cached): no statement when the cache is current."""
         import numpy as np
 
         matrix = await self._matrix(vq.user_id, vq.embedder, len(vq.vector))
@@ -151,12 +146,7 @@ class SqliteDb(Db):
         # einsum: numpy's own single-threaded loop. A BLAS matrix-vector product wakes its threads for each search,
         # which on a busy machine costs more than the product itself (bench/vector_bench.py).
         scores = np.einsum("ij,j->i", matrix.rows, np.asarray(vq.vector, dtype=np.float32))
-        best = top(matrix.ids, scores, 2 * vq.limit, vq.excluded)
-        if not best:
-            return []
-        rows = {r[0]: r for r in await self.all(NEAREST_ROWS, json.dumps([i for i, _ in best]), vq.user_id, vq.at,
-                                                vq.current_message_id, vq.conversation_id)}
-        return [(rows[i], cosine) for i, cosine in best if i in rows][:vq.limit]
+        return top(matrix.ids, scores, vq.limit, vq.excluded)
 
     async def _matrix(self, user_id: int, embedder: str, dim: int) -> Matrix | None:
         """The person's vectors of `embedder`, from the cache: as they are when nothing was committed since they were

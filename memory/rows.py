@@ -38,7 +38,7 @@ class Db(Protocol):
     exclusions), episodes() the same for episodes, and insert_messages() a bulk insert of rows of INSERT_COLS
     skipping stored (surface, external_id), returning the number inserted. `vectors` says whether the database
     keeps message vectors (memory/vectors.py); put_vectors() keeps (message_id, vector) rows of one embedder and
-    dimension, returning how many had a message, and nearest() is vector recall: (MSG_COLS row, cosine) pairs,
+    dimension, returning how many had a message, and nearest() is vector recall: (message_id, cosine) pairs,
     best first."""
 
     clock: Callable[[], datetime]
@@ -63,7 +63,7 @@ class Db(Protocol):
     async def episodes(self, user_id: int, terms: list[str], at: Any, limit: int) -> list[Any]: ...
     async def insert_messages(self, rows: list[tuple[Any, ...]]) -> int: ...
     async def put_vectors(self, embedder: str, dim: int, rows: list[tuple[int, Sequence[float]]]) -> int: ...
-    async def nearest(self, vq: VectorQuery) -> list[tuple[Any, float]]: ...
+    async def nearest(self, vq: VectorQuery) -> list[tuple[int, float]]: ...
 
 
 class Rollback(HiloError):

@@ -60,7 +60,7 @@ async def recall(db: Db, q: ContextQuery,
     at = db.ts(q.at)
     hits = dict(await db.lexical(q, terms, excluded, LEXICAL_HITS)) if terms else {}
     episode_scores = dict(await db.episodes(q.user_id, terms, at, EPISODE_HITS)) if terms else {}
-    near = {int(row[0]): cosine for row, cosine in await vectors.recall(db, q, excluded)}
+    near = await vectors.recall(db, q, excluded)
     if not hits and not episode_scores and not near:
         return [], {}
     members = sorted(episode_scores, key=lambda e: -episode_scores[e])[:EPISODE_MEMBERS]

@@ -2,7 +2,7 @@
 
 What differs lives in the dialects: `db.put_vectors` (SQLite: float16 blobs, executemany; Postgres: halfvec
 through unnest, and the HNSW index of the embedder made on first write) and `db.nearest` (SQLite: numpy over the
-person's cached matrix, then one SELECT of the rows; Postgres: one statement, HNSW filtered by person with an
+person's cached matrix, no statement when the cache is current; Postgres: one statement, HNSW filtered by person with an
 iterative scan). Every read is filtered by user_id, and only vectors of one embedder name are compared.
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from kernel.errors import StoreError
 from memory.rows import Db
@@ -19,18 +18,15 @@ from memory.store import ContextQuery, Pending
 
 @dataclass(frozen=True, slots=True)
 class VectorQuery:
-    """Nearest messages of one person to `vector` among the vectors of `embedder`, outside `excluded`; with `at`,
-    only messages created at or before it; with `current_message_id`, user messages of `conversation_id` stored
-    after it (queued turns) are left out, as lexical recall leaves them out."""
+    """The nearest `limit` vectors of one person to `vector` among those of `embedder`, outside `excluded`. Only
+    ids and cosines: load_context reads the rows once, for lexical and vector hits together (memory/sql_recall.py
+    ROWS, which applies recall's rules: nothing after `at`, no queued turn)."""
 
     user_id: int
     vector: tuple[float, ...]
     embedder: str
     limit: int
     excluded: tuple[int, ...] = ()
-    at: Any = None
-    current_message_id: int | None = None
-    conversation_id: int | None = None
 
 
 #: Messages lacking a vector of embedder $3 (none, or another embedder's), by id from $1 up, of user $2 or all.
@@ -73,15 +69,11 @@ async def search(db: Db, vq: VectorQuery) -> dict[int, float]:
     """message_id -> cosine of the person's nearest messages, best first."""
     if not db.vectors or not vq.vector or vq.limit <= 0:
         return {}
-    return {int(row[0]): cosine for row, cosine in await db.nearest(vq)}
+    return {int(i): cosine for i, cosine in await db.nearest(vq)}
 
 
-async def recall(db: Db, q: ContextQuery, excluded: list[int]) -> list[tuple[Any, float]]:
-    """load_context's vector hits: (MSG_COLS row, cosine), best first, under the same rules as lexical recall."""
-    if not (db.vectors and q.query_vector and q.embedder and q.search_limit > 0):
-        return []
-    return await db.nearest(VectorQuery(
-        user_id=q.user_id, vector=q.query_vector, embedder=q.embedder, limit=q.search_limit,
-        excluded=tuple(excluded), at=db.ts(q.at), current_message_id=q.current_message_id,
-        conversation_id=q.conversation_id,
-    ))
+async def recall(db: Db, q: ContextQuery, excluded: list[int]) -> dict[int, float]:
+    """load_context's vector hits: message_id -> cosine, best first (their rows are read with the lexical hits')."""
+    if not (q.query_vector and q.embedder):
+        return {}
+    return await search(db, VectorQuery(q.user_id, q.query_vector, q.embedder, q.search_limit, tuple(excluded)))

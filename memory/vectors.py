@@ -44,9 +44,11 @@ def top(ids: np.ndarray, scores: np.ndarray, limit: int, excluded: Sequence[int]
     if limit <= 0 or not len(ids):
         return []
     if limit < len(ids):
-        best = np.argpartition(-scores, limit - 1)[:limit]
+        # everything as good as the limit-th best, so a tie at the limit goes to the newer message, not to chance
+        kth = np.partition(-scores, limit - 1)[limit - 1]
+        best = -scores <= kth
         ids, scores = ids[best], scores[best]
-    order = np.lexsort((-ids, -scores))
+    order = np.lexsort((-ids, -scores))[:limit]
     return [(int(ids[i]), float(scores[i])) for i in order]
 
 

@@ -48,7 +48,8 @@ async def test_vectors_are_searched_per_person_and_per_embedder(store: Store) ->
     assert abs(hits[ana[1].message.id] - math.cos(0.3)) < 2e-3  # float16 keeps three decimals
     assert bob.message.id not in await store.search_vectors(ana[0].user_id, axis(1), "e1", limit=10)
     assert await store.search_vectors(ana[0].user_id, axis(1), "e2", limit=10) == {}, "another embedder's"
-    assert list(await store.search_vectors(ana[0].user_id, axis(1), "e1", limit=1,
+    # the tilted question: ana 2 is the next best once ana 1 is excluded (with axis(1) alone, 0, 2 and 3 tie)
+    assert list(await store.search_vectors(ana[0].user_id, axis(1, tilt=0.3), "e1", limit=1,
                                            excluded=[ana[1].message.id])) == [ana[2].message.id]
     assert await store.embedding_progress("e1") == (5, 5)
     assert await store.embedding_progress("e1", ana[0].user_id) == (4, 4)

@@ -37,7 +37,7 @@ from kernel import log
 from kernel.errors import InputError, NotFound
 from kernel.types import InboundMessage
 from surfaces.web_auth import SESSION_COOKIE, Authenticator, AuthFailed, Caller, Sessions
-from surfaces.web_common import MAX_BODY_BYTES, MAX_ID, error, lang, message_json, read_message
+from surfaces.web_common import MAX_BODY_BYTES, error, lang, message_json, path_id, read_message
 from surfaces.web_guard import ApiGuard, Endpoint, client_ip, too_many
 from surfaces.web_memories import MemoryView
 from surfaces.web_stream import stream_turn
@@ -215,11 +215,9 @@ class WebSurface:
         if isinstance(reader, Response):
             return reader
         caller, user_id = reader
-        raw = request.path_params["conversation_id"]
-        # digits only, checked before int(): thousands of digits cost time (and past 4,300 raise)
-        if not (raw.isascii() and raw.isdigit() and len(raw) <= len(str(MAX_ID))) or not 0 < int(raw) < MAX_ID:
+        conversation_id = path_id(request.path_params["conversation_id"])
+        if conversation_id is None:
             return error(request, 404, "not_found")
-        conversation_id = int(raw)
         try:
             if user_id is None:
                 raise NotFound(conversation_id)

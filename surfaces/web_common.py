@@ -14,6 +14,16 @@ from surfaces.http_body import BadJson, BodyTooLarge, parse_json, read_body
 
 #: Ids are 64-bit signed integers in every backend.
 MAX_ID = 2**63
+
+
+def path_id(raw: str, prefix: str = "") -> int | None:
+    """A row id from a URL path segment: digits (after `prefix`, any case, when given: "m12"), in (0, MAX_ID);
+    None for anything else. Digits are checked before int(): thousands of them cost time (and past 4,300 raise)."""
+    if prefix and raw[:len(prefix)].lower() == prefix:
+        raw = raw[len(prefix):]
+    if raw.isascii() and raw.isdigit() and len(raw) <= len(str(MAX_ID)) and 0 < int(raw) < MAX_ID:
+        return int(raw)
+    return None
 MAX_BODY_BYTES = 64 * 1024
 
 

@@ -17,10 +17,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from bot.memory_commands import MEMORY_SHOWN, memory_json, parse_id
+from bot.memory_commands import MEMORY_SHOWN, memory_json
 from kernel import catalog
 from surfaces.web_auth import Caller
-from surfaces.web_common import MAX_ID, error, lang
+from surfaces.web_common import error, lang, path_id
 
 Reader = Callable[[Request], Awaitable["tuple[Caller, int | None] | Response"]]
 Answer = Callable[[Request, Caller, dict[str, Any]], JSONResponse]
@@ -51,9 +51,8 @@ class MemoryView:
         if isinstance(found, Response):
             return found
         caller, user_id = found
-        raw = request.path_params["memory_id"]
-        memory_id = parse_id(raw) if len(raw) <= 20 else None
-        if memory_id is None or not 0 < memory_id < MAX_ID or user_id is None \
+        memory_id = path_id(request.path_params["memory_id"], prefix="m")
+        if memory_id is None or user_id is None \
                 or not await self.history().forget_memory(user_id, memory_id):
             return error(request, 404, "not_found")
         return self.answer(request, caller, {"forgotten": f"m{memory_id}"})

@@ -1,8 +1,10 @@
 """Lexical (and vector) matching of memories, pure: their index terms, near-duplicates, the best match of words.
 
-Terms: `memory_terms` (memory.search_terms for now; memory/stems.py, the stemmer of issue 11's lexical work,
-replaces it once it lands, so that "hike" and "hiking" meet). A memory's terms are stored with it (`memories.terms`)
-and those of a query computed when asked; rows stored before terms existed (migrated facts) get theirs on read.
+Terms: `memory_terms`, the English and Spanish stems of a memory's words (memory/stems.py, as recalled messages
+are indexed), so that "hike" meets "hiking" and "senderista" meets "senderismo". A memory's terms are stored with
+it (`memories.terms`); rows stored before they were stems (migration 0018 empties them) get theirs on read until
+memory/reindex.py has stored them. A question, or the words of `/forget <words>`, is `query_words`: each of its
+words with its stems, and a word is named when a memory holds any of them (`covered`).
 
 Near-duplicates (merged by `Store.add_memory`): the same kind and a similarity (Jaccard) of their sets of words
 of at least `MERGE_LEXICAL`, or, when both have a vector of the same embedder, a cosine of at least `MERGE_COSINE`.
@@ -17,6 +19,7 @@ from array import array
 from collections.abc import Iterable, Sequence
 
 from memory.search_terms import WORD, search_terms
+from memory.stems import stems
 
 #: Term-set similarity (Jaccard) from which two memories of one kind are the same memory.
 MERGE_LEXICAL = 0.75
@@ -29,8 +32,26 @@ MAX_MEMORY_TERMS = 32
 
 
 def memory_terms(text: str) -> tuple[str, ...]:
-    """The index terms of a memory or a query."""
-    return tuple(search_terms(text, MAX_MEMORY_TERMS))
+    """The index terms of a memory: the distinct stems of its words (MAX_MEMORY_TERMS words at most)."""
+    return tuple(dict.fromkeys(stems(search_terms(text, MAX_MEMORY_TERMS))))
+
+
+def query_words(text: str) -> tuple[tuple[str, ...], ...]:
+    """The words of a question (or of `/forget <words>`), each as its stems."""
+    return tuple(tuple(stems([w])) for w in search_terms(text, MAX_MEMORY_TERMS))
+
+
+def flat(query: Sequence[Sequence[str]]) -> tuple[str, ...]:
+    """Every stem of `query_words`, once."""
+    return tuple(dict.fromkeys(t for word in query for t in word))
+
+
+def covered(query: Sequence[Sequence[str]], terms: Sequence[str]) -> float:
+    """The share of the query's words a memory names (any of a word's stems among its terms), in [0, 1]."""
+    if not query:
+        return 0.0
+    held = set(terms)
+    return sum(1 for word in query if not held.isdisjoint(word)) / len(query)
 
 
 def words(text: str) -> frozenset[str]:
@@ -46,7 +67,7 @@ def jaccard(a: Iterable[str], b: Iterable[str]) -> float:
 
 
 def overlap(query: Sequence[str], terms: Sequence[str]) -> float:
-    """How much of the query a memory's terms cover, in [0, 1] (0 when the query has no terms)."""
+    """How much of `query`'s terms `terms` hold, in [0, 1] (0 when the query has no terms)."""
     if not query:
         return 0.0
     held = set(terms)
@@ -79,12 +100,13 @@ def best_matches(words: str, candidates: Sequence[tuple[int, Sequence[str]]]) ->
     best ones are too close to choose between (a runner-up within AMBIGUOUS_SHARE of the best); none: no match.
     A memory scores the share of the words' terms it holds, plus a little for the share of its own terms named
     (so that "acme" picks "works at Acme" over a longer memory that also names Acme)."""
-    query = memory_terms(words)
+    query = query_words(words)
+    stemmed = flat(query)
     scored = []
     for memory_id, terms in candidates:
-        hits = overlap(query, terms)
+        hits = covered(query, terms)
         if hits > 0:
-            scored.append((hits + 0.1 * overlap(terms, query), memory_id))
+            scored.append((hits + 0.1 * overlap(terms, stemmed), memory_id))
     if not scored:
         return []
     scored.sort(key=lambda s: (-s[0], -s[1]))

@@ -1,9 +1,9 @@
 """The multi-factor score of a memory for a new message: how the context pool ranks the person's memories.
 
 Pure: no I/O. Five components, each in [0, 1]:
-- relevance   lexical: the share of the message's terms the memory holds, or of the memory's terms the message
-              names, whichever is higher (memory_match.memory_terms on both sides); with a vector, the cosine of
-              the memory and the message when it is higher;
+- relevance   lexical: the share of the message's words the memory names (any of a word's stems), or of the
+              memory's stems the message holds, whichever is higher (memory_match: stems on both sides); with
+              a vector, the cosine of the memory and the message when it is higher;
 - importance  as stored (the extractor's estimate; 0.5 for `/remember`);
 - confidence  as stored (by source: stated 1.0, inferred 0.7, observed 0.5);
 - recency     0.5 ** (days since last used in a context, or since it changed, / RECENCY_HALF_LIFE_DAYS);
@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 
 from kernel.types import Memory
-from memory.memory_match import memory_terms, overlap
+from memory.memory_match import covered, flat, overlap, query_words
 
 RECENCY_HALF_LIFE_DAYS = 30.0
 FREQUENCY_SATURATION = 10
@@ -68,9 +68,11 @@ def _utc(moment: datetime) -> datetime:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
 
 
-def components(memory: Memory, query: Sequence[str], now: datetime, cosine: float | None = None) -> dict[str, float]:
-    """The five components of `memory` for a message of terms `query`, at `now` (see the module docstring)."""
-    relevance = max(overlap(query, memory.terms), overlap(memory.terms, query))
+def components(memory: Memory, query: Sequence[Sequence[str]], now: datetime,
+               cosine: float | None = None) -> dict[str, float]:
+    """The five components of `memory` for a message of words `query` (memory_match.query_words), at `now` (see
+    the module docstring)."""
+    relevance = max(covered(query, memory.terms), overlap(memory.terms, flat(query)))
     if cosine is not None:
         relevance = max(relevance, min(1.0, cosine))
     last = memory.last_accessed_at or memory.updated_at
@@ -88,7 +90,7 @@ def score_memories(memories: Sequence[Memory], text: str, now: datetime, weights
                    cosines: Mapping[int, float] | None = None) -> list[dict[str, float]]:
     """Per memory (in order), its components and its score under "memory" (the weighted mean)."""
     weights = weights or MemoryWeights()
-    query = memory_terms(text)
+    query = query_words(text)
     out = []
     for m in memories:
         parts = components(m, query, now, cosines.get(m.id) if cosines else None)

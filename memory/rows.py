@@ -135,7 +135,8 @@ def _maybe_dt(value: str | datetime | None) -> datetime | None:
 
 
 def to_memory(row: Sequence[Any]) -> Memory:
-    """A row selected with MEMORY_COLS. Rows stored without terms (facts before migration 0016) get theirs here."""
+    """A row selected with MEMORY_COLS. Rows stored without terms (migrations 0016 and 0018, until
+    memory/reindex.py has stored their stems) get theirs here."""
     return Memory(
         id=row[0], user_id=row[1], kind=row[2], key=row[3], content=row[4], token_count=row[5],
         terms=tuple(row[6].split()) or memory_terms(row[4]), importance=float(row[7]), confidence=float(row[8]),

@@ -39,7 +39,7 @@ async def test_stated_memory_defaults_and_short_id(store: Store) -> None:
     assert added.outcome == "added" and added.previous is None
     assert (m.kind, m.key, m.source, m.confidence, m.importance, m.access_count) == (
         "fact", "employer", "stated", 1.0, 0.5, 0)
-    assert m.short_id == f"m{m.id}" and m.terms == ("works", "acme") and m.token_count > 0
+    assert m.short_id == f"m{m.id}" and m.terms == ("work", "works", "acm", "acme") and m.token_count > 0
     inferred = (await store.add_memory(uid, MemoryDraft("likes jazz", kind="preference", source="inferred"))).memory
     assert inferred.confidence == 0.7
     observed = (await store.add_memory(uid, MemoryDraft("writes late at night", source="observed"))).memory

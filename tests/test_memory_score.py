@@ -10,7 +10,7 @@ from bot.config import Settings
 from kernel.errors import ConfigError
 from kernel.tokens import count
 from memory.context import assemble
-from memory.memory_match import memory_terms
+from memory.memory_match import query_words
 from memory.memory_score import MemoryWeights, components, score_memories
 from memory.store import ContextRows
 from tests.test_context import SYSTEM, T0, fact
@@ -19,9 +19,10 @@ from tests.test_context import SYSTEM, T0, fact
 def test_components_are_each_in_their_place() -> None:
     m = fact(1, "works at Acme in Lisbon", importance=0.8, confidence=0.7, access_count=10,
              last_accessed_at=T0 - timedelta(days=30))
-    parts = components(m, memory_terms("does Ana still work at Acme?"), T0)
-    # "acme": one of the memory's three terms (works, acme, lisbon), a smaller share of the query's (no stemming yet)
-    assert parts["relevance"] == pytest.approx(1 / 3)
+    parts = components(m, query_words("does Ana still work at Acme?"), T0)
+    # stems: "work" meets "works"; the message names 3 of the memory's 5 stems (work works acm acme lisbon), a
+    # larger share than its own 2 words of 4 (ana, still, work, acme) the memory names
+    assert parts["relevance"] == pytest.approx(3 / 5)
     assert (parts["importance"], parts["confidence"]) == (0.8, 0.7)
     assert parts["recency"] == pytest.approx(0.5)  # one half-life since it was last used
     assert parts["frequency"] == pytest.approx(1.0)

@@ -276,22 +276,30 @@ def _before_memories(dialect: str) -> list[Migration]:
     return [m for m in discover(dialect) if m.name < "0016"]
 
 
+TS = "2024-01-01T00:00:00.000000Z"
+
+
+def old_sqlite(path: Path, before: str, rows: str) -> None:
+    """A SQLite database migrated up to (not including) migration `before`, with user 1 'ana' and `rows` (an
+    INSERT whose every ? is TS)."""
+    with closing(sqlite3.connect(path, isolation_level=None)) as c:
+        apply_sqlite(c, [m for m in discover("sqlite") if m.name < before])
+        c.execute("INSERT INTO users(handle, created_at) VALUES ('ana', ?)", (TS,))
+        c.execute(rows, (TS,) * rows.count("?"))
+
+
 async def test_facts_become_stated_memories_keeping_their_ids(tmp_path: Path) -> None:
     path = tmp_path / "facts.db"
-    ts = "2024-01-01T00:00:00.000000Z"
-    with closing(sqlite3.connect(path, isolation_level=None)) as c:
-        apply_sqlite(c, _before_memories("sqlite"))
-        c.execute("INSERT INTO users(handle, created_at) VALUES ('ana', ?)", (ts,))
-        c.execute("INSERT INTO facts(id, user_id, content, token_count, created_at) VALUES "
-                  "(3, 1, 'likes tea', 2, ?), (7, 1, 'lives in Porto', 3, ?)", (ts, ts))
+    old_sqlite(path, "0016", "INSERT INTO facts(id, user_id, content, token_count, created_at) VALUES "
+               "(3, 1, 'likes tea', 2, ?), (7, 1, 'lives in Porto', 3, ?)")
     store = SqliteStore(path)
     await store.open()
     try:
         assert "0016_memories" in store.applied
         found = await store.memories(1)
         assert [(m.id, m.content, m.kind, m.source, m.confidence, m.token_count, m.terms) for m in found] == [
-            (7, "lives in Porto", "fact", "stated", 1.0, 3, ("lives", "porto")),
-            (3, "likes tea", "fact", "stated", 1.0, 2, ("likes", "tea"))]
+            (7, "lives in Porto", "fact", "stated", 1.0, 3, ("live", "liv", "porto", "port")),
+            (3, "likes tea", "fact", "stated", 1.0, 2, ("like", "lik", "tea"))]
         assert found[0].created_at == found[0].updated_at == datetime(2024, 1, 1, tzinfo=UTC)
         assert (await store.add_memory(1, MemoryDraft("works at Acme"))).memory.id == 8  # ids never reused
     finally:

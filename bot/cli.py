@@ -125,8 +125,9 @@ def cmd_context(args: argparse.Namespace) -> int:
         conversation_id = await store.find_conversation(user_id, args.surface) if user_id is not None else None
         embedder = build_embedder(settings)
         # the question is embedded only when the person has vectors of this embedder to compare it with
-        if user_id is not None and active(embedder, store) and (await store.embedding_progress(embedder.name,
-                                                                                               user_id))[0]:
+        if user_id is not None and active(embedder, store) and (
+                (await store.embedding_progress(embedder.name, user_id))[0]
+                or (await store.memory_embedding_progress(embedder.name, user_id))[0]):
             await embedder.start()  # the local model loads now, not inside the question's timeout
             pipeline.embedder = embedder
 

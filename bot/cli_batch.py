@@ -1,5 +1,5 @@
-"""The long commands, with their progress on stderr (bot/progress.py): `hilo embed` (the backfill of message
-vectors, bot/embedding.py) and `hilo import` (memory/importer.py)."""
+"""The long commands, with their progress on stderr (bot/progress.py): `hilo embed` (the backfill of message and
+memory vectors, bot/embedding.py) and `hilo import` (memory/importer.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from memory.store import ImportResult, Store
 
 
 def cmd_embed(args: argparse.Namespace, settings: Settings, with_store: Any) -> int:
-    """Embed every message (of --user) lacking a vector of the configured embedder; stopped, it resumes."""
+    """Embed every message and current memory (of --user) lacking a vector of the configured embedder, merging
+    the memories the vectors show to be the same; stopped, it resumes."""
 
     async def run(store: Any) -> int:
         from bot.embedders.factory import build_embedder
@@ -37,13 +38,26 @@ def cmd_embed(args: argparse.Namespace, settings: Settings, with_store: Any) -> 
                     print(f"hilo: no person with handle {args.user!r}", file=sys.stderr)
                     return 1
             had, total = await store.embedding_progress(embedder.name, user_id)
-            bar = Progress(f"embed ({embedder.name})", total - had, plain=True)
+            had_memories, memories = await store.memory_embedding_progress(embedder.name, user_id)
+            bars = [Progress(f"embed ({embedder.name})", total - had, plain=True)]
+
+            def memory_batch(n: int) -> None:
+                if len(bars) == 1:  # the messages are done: their bar ends, the memories' begins
+                    bars[0].close()
+                    bars.append(Progress(f"embed memories ({embedder.name})", memories - had_memories,
+                                         plain=True, unit="memories"))
+                bars[1].advance(n)
+
             try:
                 result = await embed_pending(store, embedder, batch=args.batch or settings.embed_batch,
-                                             user_id=user_id, on_batch=bar.advance)
+                                             user_id=user_id, on_batch=bars[0].advance, on_memory_batch=memory_batch)
             finally:
-                bar.close()
+                for bar in bars:
+                    bar.close()
             print(f"embedded {result.messages} messages with {embedder.name}, {had} had vectors already")
+            if memories:  # a second line, only for a person (or a database) with memories
+                print(f"embedded {result.memories} memories, {had_memories} had vectors already, "
+                      f"{result.merged} merged into a near-duplicate")
             return 0
         finally:
             await embedder.aclose()

@@ -7,8 +7,10 @@
 - extract (every bot.extract_job.EVERY_SECONDS, when a model can answer with structured output and
   HILO_EXTRACT_EVERY is not 0): memories from the new messages of the people due (bot/extract_job.py).
 - embed (every HILO_EMBED_SECONDS, 30 s by default; only with an embedder and a database that keeps vectors):
-  embeds the messages stored since, HILO_EMBED_BATCH at a time (bot/embedding.py), with the embedder's one retry
-  policy (bot.retry, for a remote one). Each run starts a little before the last message it embedded (REWIND ids:
+  embeds the messages stored since, then the memories lacking a vector (merging the near-duplicates their vectors
+  reveal), HILO_EMBED_BATCH at a time (bot/embedding.py), with the embedder's one retry policy (bot.retry, for a
+  remote one). A run that embedded nothing logs at debug (its job.finished line too), one that did at info, with
+  its counts. Each run starts a little before the last message it embedded (REWIND ids:
   a Postgres transaction may commit a lower id after a higher one); until this process has embedded one, from the
   start (what it finds embedded already costs a look-up in the anti-join, not an embedding).
 - summarize (every bot.summary_job.EVERY_SECONDS, under the same condition and HILO_SUMMARY_MIN_MESSAGES not 0):
@@ -64,13 +66,16 @@ def registry(settings: Settings, store: Store, chain: Chain | None = None,
     if embedder is not None and active(embedder, store):
         seen = {"last_id": 0}
 
-        async def embed(ctx: JobContext) -> None:
+        async def embed(ctx: JobContext) -> bool:
             assert embedder is not None
             result = await embed_pending(store, embedder, batch=settings.embed_batch,
                                          after_id=max(0, seen["last_id"] - REWIND))
             seen["last_id"] = max(seen["last_id"], result.last_id)
-            logger.info("embed.done", run=ctx.run_id, embedder=embedder.name, messages=result.messages,
-                        last_id=seen["last_id"])
+            did = bool(result.messages or result.memories or result.merged)
+            (logger.info if did else logger.debug)(
+                "embed.done", run=ctx.run_id, embedder=embedder.name, messages=result.messages,
+                memories=result.memories, merged=result.merged, last_id=seen["last_id"])
+            return did
 
         jobs.add("embed", embed, every=settings.embed_seconds)
     return jobs

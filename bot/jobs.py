@@ -60,10 +60,11 @@ class JobContext:
 @dataclass(frozen=True, slots=True)
 class Job:
     """A named async function. every: seconds from one run's start to the next (None: on demand only);
-    lease: seconds its lease lasts unless renewed (renewed every lease/3 while it runs)."""
+    lease: seconds its lease lasts unless renewed (renewed every lease/3 while it runs). A run that returns False
+    did nothing: its job.finished line is at debug (a frequent job that finds nothing to do is not news)."""
 
     name: str
-    run: Callable[[JobContext], Awaitable[None]]
+    run: Callable[[JobContext], Awaitable[bool | None]]
     every: float | None = None
     lease: float = LEASE_SECONDS
 
@@ -74,7 +75,7 @@ class JobRegistry:
     def __init__(self) -> None:
         self._jobs: dict[str, Job] = {}
 
-    def add(self, name: str, run: Callable[[JobContext], Awaitable[None]], *, every: float | None = None,
+    def add(self, name: str, run: Callable[[JobContext], Awaitable[bool | None]], *, every: float | None = None,
             lease: float = LEASE_SECONDS) -> Job:
         """Register `run` as job `name` (lowercase letters, digits, `_.-`). ValueError for a taken or bad name,
         or a period or lease that is not positive."""
@@ -199,9 +200,9 @@ class Scheduler:
         assert run is not None
         lost = asyncio.Event()
         renewer = asyncio.create_task(self._renew(job, owner, run, lost), name=f"job:{job.name}:lease")
-        outcome, error = "ok", None
+        outcome, error, idle = "ok", None, False
         try:
-            await job.run(JobContext(job.name, owner))
+            idle = await job.run(JobContext(job.name, owner)) is False
         except asyncio.CancelledError:
             outcome = "lost" if lost.is_set() else "cancelled"
             raise
@@ -212,14 +213,14 @@ class Scheduler:
             with contextlib.suppress(asyncio.CancelledError):
                 await renewer
             duration_ms = round((time.monotonic() - started) * 1000)
-            await self._finish(job, owner, JobEnd(outcome, error, claim.at, duration_ms, job.every))
+            await self._finish(job, owner, JobEnd(outcome, error, claim.at, duration_ms, job.every), idle)
         return outcome
 
-    async def _finish(self, job: Job, owner: str, end: JobEnd) -> None:
+    async def _finish(self, job: Job, owner: str, end: JobEnd, idle: bool = False) -> None:
         fields = {"job": job.name, "run": owner, "started_at": end.started_at.isoformat(),
                   "duration_ms": end.duration_ms}
         if end.outcome == "ok":
-            logger.info("job.finished", **fields)
+            (logger.debug if idle else logger.info)("job.finished", **fields)
         elif end.outcome == "failed":
             logger.error("job.failed", error=end.error, **fields)
         else:

@@ -16,8 +16,9 @@ PLAIN_SECONDS = 5.0
 class Progress:
     """`advance(n)` after each batch of n items out of `total`; `close()` at the end (also when stopped)."""
 
-    def __init__(self, what: str, total: int, *, plain: bool = False, out: TextIO | None = None) -> None:
-        self.what, self.total, self.done = what, total, 0
+    def __init__(self, what: str, total: int, *, plain: bool = False, out: TextIO | None = None,
+                 unit: str = "messages") -> None:
+        self.what, self.total, self.done, self.unit, self._closed = what, total, 0, unit, False
         self._out = out or sys.stderr
         self._bar: Any = None
         self._plain = plain and not self._out.isatty()
@@ -25,7 +26,7 @@ class Progress:
         if self._out.isatty() and total:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=total, desc=what, unit=" msg", file=self._out, dynamic_ncols=True)
+            self._bar = tqdm(total=total, desc=what, unit=f" {unit[:3]}", file=self._out, dynamic_ncols=True)
 
     def advance(self, n: int) -> None:
         self.done += n
@@ -36,9 +37,13 @@ class Progress:
 
     def _say(self) -> None:
         self._said = time.monotonic()
-        print(f"{self.what}: {self.done}/{self.total} messages", file=self._out, flush=True)
+        print(f"{self.what}: {self.done}/{self.total} {self.unit}", file=self._out, flush=True)
 
     def close(self) -> None:
+        """Once: a second close does nothing."""
+        if self._closed:
+            return
+        self._closed = True
         if self._bar is not None:
             self._bar.close()
             self._bar = None

@@ -194,7 +194,8 @@ def assemble(
             recalled.append(m)
     # Older exchanges only behind a complete reservation: the conversation never has a gap.
     older = list(reversed(exchanges[:-2])) if len(kept) == len(reserved) else []
-    fact_scores = score_memories(rows.facts, new_text, now or datetime.now(UTC), memory_weights)
+    fact_scores = score_memories(rows.facts, new_text, now or datetime.now(UTC), memory_weights,
+                                 rows.memory_cosines)
     pool = context_pool.fill(rows.facts, recalled, older, rest, now, fact_scores, rows.recall_scores)
     conversation = _conversation([m for exchange, _ in pool.older for m in exchange], kept, pool)
     return _build(budget, system, _memory(pool, rows.recall_scores), cross, conversation, new, over_budget=False)

@@ -95,6 +95,22 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     return dot / (na * nb) if na and nb else 0.0
 
 
+def cosines(query: Sequence[float], blobs: Sequence[tuple[int, bytes | None]]) -> dict[int, float]:
+    """id -> cosine of `query` and each stored vector (`pack`ed) of its size; ids with none are left out."""
+    import numpy as np
+
+    q = np.asarray(query, dtype=np.float32)
+    found = [(i, np.frombuffer(bytes(b), dtype=np.float32)) for i, b in blobs if b]
+    found = [(i, v) for i, v in found if v.shape == q.shape]
+    norm = float(np.linalg.norm(q))
+    if not found or not norm:
+        return {}
+    matrix = np.stack([v for _, v in found])
+    norms = np.linalg.norm(matrix, axis=1)
+    sims = (matrix @ q) / np.where(norms > 0, norms * norm, 1.0)
+    return {i: float(s) for (i, _), s in zip(found, sims, strict=True)}
+
+
 def best_matches(words: str, candidates: Sequence[tuple[int, Sequence[str]]]) -> list[int]:
     """`/forget <words>`: the ids of the memories the words name, best first. One id: that memory; several: the
     best ones are too close to choose between (a runner-up within AMBIGUOUS_SHARE of the best); none: no match.

@@ -2,14 +2,16 @@
 
 Pure: no I/O. Five components, each in [0, 1]:
 - relevance   lexical: the share of the message's words the memory names (any of a word's stems), or of the
-              memory's stems the message holds, whichever is higher (memory_match: stems on both sides); with
-              a vector, the cosine of the memory and the message when it is higher;
+              memory's stems the message holds, whichever is higher (memory_match: stems on both sides); when
+              the message has a vector and the memory one of the same embedder, their cosine mapped to [0, 1]
+              (`vector_relevance`) when it is higher;
 - importance  as stored (the extractor's estimate; 0.5 for `/remember`);
 - confidence  as stored (by source: stated 1.0, inferred 0.7, observed 0.5);
 - recency     0.5 ** (days since last used in a context, or since it changed, / RECENCY_HALF_LIFE_DAYS);
 - frequency   log(1 + uses) / log(1 + FREQUENCY_SATURATION), capped at 1.
-The score is their weighted mean (`MemoryWeights`, HILO_MEMORY_WEIGHTS): relevance must weigh more than any other
-component, so that what the message is about comes first; the rest orders what it does not decide.
+With a vector, the scores also carry the raw "cosine" (not a component: it reaches the score only through
+relevance). The score is their weighted mean (`MemoryWeights`, HILO_MEMORY_WEIGHTS): relevance must weigh more
+than any other component, so that what the message is about comes first; the rest orders what it does not decide.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ from kernel.types import Memory
 from memory.memory_match import covered, flat, overlap, query_words
 
 RECENCY_HALF_LIFE_DAYS = 30.0
+#: A cosine at or below COSINE_FLOOR says nothing (unrelated sentences reach 0.1-0.3 with the local embedder and
+#: OpenAI's); from COSINE_FULL on, the memory is as relevant as one naming every word; linear in between.
+COSINE_FLOOR = 0.2
+COSINE_FULL = 0.6
 FREQUENCY_SATURATION = 10
 COMPONENTS = ("relevance", "importance", "confidence", "recency", "frequency")
 
@@ -68,16 +74,21 @@ def _utc(moment: datetime) -> datetime:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
 
 
+def vector_relevance(cosine: float) -> float:
+    """A cosine as relevance in [0, 1] (COSINE_FLOOR -> 0, COSINE_FULL -> 1)."""
+    return min(1.0, max(0.0, (cosine - COSINE_FLOOR) / (COSINE_FULL - COSINE_FLOOR)))
+
+
 def components(memory: Memory, query: Sequence[Sequence[str]], now: datetime,
                cosine: float | None = None) -> dict[str, float]:
-    """The five components of `memory` for a message of words `query` (memory_match.query_words), at `now` (see
-    the module docstring)."""
+    """The five components of `memory` for a message of words `query` (memory_match.query_words), at `now`, and
+    its "cosine" when given (see the module docstring)."""
     relevance = max(covered(query, memory.terms), overlap(memory.terms, flat(query)))
     if cosine is not None:
-        relevance = max(relevance, min(1.0, cosine))
+        relevance = max(relevance, vector_relevance(cosine))
     last = memory.last_accessed_at or memory.updated_at
     days = max(0.0, (_utc(now) - _utc(last)).total_seconds() / 86400)
-    return {
+    return ({"cosine": cosine} if cosine is not None else {}) | {
         "relevance": relevance,
         "importance": memory.importance,
         "confidence": memory.confidence,

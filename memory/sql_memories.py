@@ -57,6 +57,13 @@ def _slot(key: str | None) -> str | None:
     return " ".join(key.casefold().split()) or None if key else None
 
 
+def mergeable(kind: str, key: str | None, other_kind: str, other_key: str | None) -> bool:
+    """Whether a memory of `kind` and `key` may merge with one of `other_kind` and `other_key`: the same kind,
+    and no two different keys (a memory with no key may merge with one that has)."""
+    slot = _slot(key)
+    return kind == other_kind and (slot is None or _slot(other_key) in (None, slot))
+
+
 async def _sources(db: Db, user_id: int, ids: Sequence[int]) -> tuple[list[int], list[str]]:
     """The person's own messages among `ids` (others' are dropped), and their external ids."""
     if not ids:
@@ -90,7 +97,7 @@ async def add(db: Db, user_id: int, draft: MemoryDraft, vector: Sequence[float] 
              or (slot is not None and r[2] == draft.kind and _slot(r[3]) == slot)]
     best, best_score, draft_words = None, match.MERGE_LEXICAL, match.words(draft.content)
     for r in rows:
-        if r[2] == draft.kind and (slot is None or _slot(r[3]) in (None, slot)) and r[0] != draft.supersedes:
+        if mergeable(draft.kind, draft.key, r[2], r[3]) and r[0] != draft.supersedes:
             score = _similar(draft_words, vector, embedder, r)
             if score >= best_score:
                 best, best_score = r, score
@@ -121,16 +128,34 @@ async def _merge(db: Db, old: Memory, draft: MemoryDraft, confidence: float, ter
     external = list(dict.fromkeys([*old.source_external_ids, *sources[1]]))
     expires = None if old.expires_at is None or draft.expires_at is None else max(old.expires_at, draft.expires_at)
     blob = match.pack(vector[0]) if vector[0] is not None and newer_wording else None
+    # a new wording without its vector: the old vector no longer says what the row says (the embed job embeds it)
+    stale = blob is None and content != old.content
     row = await db.one(
         "UPDATE memories SET content = $1, token_count = $2, terms = $3, confidence = $4, source = $5, "
         "importance = $6, key = coalesce(key, $7), source_message_ids = $8, source_external_ids = $9, "
-        "expires_at = $10, updated_at = $11, vector = coalesce($12, vector), embedder = coalesce($13, embedder) "
+        "expires_at = $10, updated_at = $11, vector = CASE WHEN $15::boolean THEN NULL ELSE coalesce($12, vector) "
+        "END, embedder = CASE WHEN $15::boolean THEN NULL ELSE coalesce($13, embedder) END "
         f"WHERE id = $14 RETURNING {MEMORY_COLS}",
         content, n_tokens, " ".join(words), max(confidence, old.confidence), draft.source,
         max(draft.importance, old.importance), draft.key, json.dumps(ids), json.dumps(external),
-        db.ts(expires) if expires else None, at, blob, vector[1] if blob else None, old.id,
+        db.ts(expires) if expires else None, at, blob, vector[1] if blob else None, old.id, stale,
     )
     return to_memory(row)
+
+
+async def absorb(db: Db, old: Memory, new: Memory, vector: Sequence[float] | None, embedder: str) -> Memory:
+    """Two stored near-duplicates become one (the embed job's vector merge, memory/sql_memory_vectors.py): the
+    older `old` absorbs `new` as `add` merges a draft (`_merge`: highest confidence and importance, the newest
+    source, the union of source messages; `vector`: new's), then `new` is deleted and what it superseded points
+    at `old`."""
+    draft = MemoryDraft(new.content, new.kind, new.key, new.importance, new.source, new.confidence,
+                        new.source_message_ids, new.token_count, new.expires_at)
+    merged = await _merge(db, old, draft, new.confidence, new.terms, new.token_count,
+                          (list(new.source_message_ids), list(new.source_external_ids)), (vector, embedder),
+                          db.ts(db.clock()))
+    await db.run("UPDATE memories SET superseded_by = $1 WHERE superseded_by = $2", old.id, new.id)
+    await db.run("DELETE FROM memories WHERE id = $1 AND user_id = $2", new.id, new.user_id)
+    return merged
 
 
 async def _end(db: Db, user_id: int, ids: list[int], by: int, at: Any) -> None:

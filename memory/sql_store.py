@@ -19,6 +19,7 @@ from memory import jobs, turn_lease
 from memory import sql_extract as extract
 from memory import sql_linking as linking
 from memory import sql_memories as memories
+from memory import sql_memory_vectors as memory_vectors
 from memory import sql_people as people
 from memory import sql_summaries as summaries
 from memory import sql_turns as turns
@@ -37,6 +38,7 @@ from memory.store import (
     Memory,
     MemoryAdded,
     MemoryDraft,
+    MemoryVectors,
     Pending,
     Redemption,
     StoredMessage,
@@ -129,6 +131,19 @@ class SqlStore:
 
     async def embedding_progress(self, embedder: str, user_id: int | None = None) -> tuple[int, int]:
         return await self._tx("read", vectors.progress, embedder, user_id)
+
+    # -- memories' vectors (memory/sql_memory_vectors.py) --------------------------------------------------------
+
+    async def unembedded_memories(self, embedder: str, *, after_id: int = 0, limit: int = 64,
+                                  user_id: int | None = None) -> list[Pending]:
+        return await self._tx("read", memory_vectors.pending, embedder, after_id, limit, user_id)
+
+    async def write_memory_vectors(self, embedder: str,
+                                   rows: Sequence[tuple[Pending, Sequence[float]]]) -> MemoryVectors:
+        return await self._tx("write", memory_vectors.write, embedder, list(rows))
+
+    async def memory_embedding_progress(self, embedder: str, user_id: int | None = None) -> tuple[int, int]:
+        return await self._tx("read", memory_vectors.progress, embedder, user_id)
 
     # -- people and conversations -----------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from typing import Any
 from kernel.errors import NotFound
 from kernel.types import SINGLETON_SURFACES, InboundMessage, ModelCallRecord
 from memory import episodes, sql_memories, sql_recall
+from memory.memory_match import cosines as cosines_of
 from memory.rows import MEMORY_COLS, MSG_COLS, Db, Rollback, as_dt, dump_metadata, to_memory, to_message
 from memory.stems import index_terms
 from memory.store import ContextQuery, ContextRows, ImportResult, ImportRow, Ingested, StoredMessage
@@ -178,16 +179,22 @@ async def _conversation(db: Db, msg: InboundMessage, user_id: int, at: Any) -> i
 
 
 async def load_context(db: Db, q: ContextQuery) -> ContextRows:
-    """Memories, the current conversation, cross-surface turns and recall (memory/sql_recall.py: three SELECTs,
+    """Memories (with their cosines to a query vector), the current conversation, cross-surface turns and recall
+    (memory/sql_recall.py: three SELECTs,
     plus the dialect's term statistics on Postgres when there is something to search, and one vector search with
     a query vector), in one snapshot."""
     at, cur = db.ts(q.at), q.current_message_id
-    facts = []
+    facts, cosines = [], {}
     if q.facts_limit > 0:
-        facts = [to_memory(r) for r in reversed(await db.all(
-            f"SELECT {MEMORY_COLS} FROM memories WHERE user_id = $1 AND ended_at IS NULL AND created_at <= $2 "
-            "AND (expires_at IS NULL OR expires_at > $2) ORDER BY id DESC LIMIT $3", q.user_id, at, q.facts_limit,
-        ))]
+        # with a query vector, each memory's vector of that embedder comes along (NULL otherwise): its cosine
+        rows = list(reversed(await db.all(
+            f"SELECT {MEMORY_COLS}, CASE WHEN embedder = $4 THEN vector END FROM memories WHERE user_id = $1 "
+            "AND ended_at IS NULL AND created_at <= $2 AND (expires_at IS NULL OR expires_at > $2) "
+            "ORDER BY id DESC LIMIT $3", q.user_id, at, q.facts_limit, q.embedder if q.query_vector else "",
+        )))
+        facts = [to_memory(r[:-1]) for r in rows]
+        if q.query_vector:
+            cosines = cosines_of(q.query_vector, [(int(r[0]), r[-1]) for r in rows])
     conversation: list[StoredMessage] = []
     if q.conversation_id is not None and q.recent_limit > 0:
         # Queued turns (user messages stored after the current one) are excluded; assistant messages stay.
@@ -212,7 +219,7 @@ async def load_context(db: Db, q: ContextQuery) -> ContextRows:
         excluded = [m.id for m in conversation] + [m.id for m in cross] + ([cur] if cur is not None else [])
         recalled, scores = await sql_recall.recall(db, q, excluded)
     return ContextRows(facts=facts, conversation=conversation, cross_surface=cross, recalled=recalled,
-                       recall_scores=scores)
+                       recall_scores=scores, memory_cosines=cosines)
 
 
 async def finish_turn(

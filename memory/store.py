@@ -53,8 +53,8 @@ class ContextQuery:
     search_text: lexical search (BM25) over the user's messages outside the two sets above; `search_limit` hits.
     facts_limit: at most this many of the user's current memories (not ended, not expired at `at`), newest.
     query_vector: the embedding of the new message (bot/embedders, kind "query"), searched among the user's
-        message vectors of the embedder named `embedder` only (memory/vectors.py), outside the same two sets;
-        None: lexical only.
+        message vectors of the embedder named `embedder` only (memory/vectors.py), outside the same two sets, and
+        compared with their memories' vectors of that embedder; None: lexical only.
     """
 
     user_id: int
@@ -76,13 +76,16 @@ class ContextQuery:
 class ContextRows:
     """Raw material of context assembly. Lists are oldest first, except `recalled` (best match first).
     `facts`: the person's current memories (memory/context_pool.py ranks them by memory/memory_score.py);
-    `recall_scores`: each recalled message's score components and fused score (memory/retrieval.py), by id."""
+    `recall_scores`: each recalled message's score components and fused score (memory/retrieval.py), by id;
+    `memory_cosines`: with a query vector, each memory's cosine with it (memory_id -> cosine; only memories with a
+    vector of the query's embedder)."""
 
     facts: list[Memory]
     conversation: list[StoredMessage]
     cross_surface: list[StoredMessage]
     recalled: list[StoredMessage]
     recall_scores: dict[int, dict[str, float]] = field(default_factory=dict)
+    memory_cosines: dict[int, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +95,14 @@ class Pending:
     id: int
     user_id: int
     content: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryVectors:
+    """What `Store.write_memory_vectors` did: vectors kept, and memories merged into an older near-duplicate."""
+
+    written: int
+    merged: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +229,20 @@ class Store(Protocol):
 
     async def embedding_progress(self, embedder: str, user_id: int | None = None) -> tuple[int, int]:
         """(messages with a vector of `embedder`, messages), of one person or of everyone."""
+
+    async def unembedded_memories(self, embedder: str, *, after_id: int = 0, limit: int = 64,
+                                  user_id: int | None = None) -> list[Pending]:
+        """Current memories (of `user_id`, or everyone's) with no vector of `embedder` (none, another embedder's,
+        or older than their wording), by id above `after_id`, oldest first: a batch to embed."""
+
+    async def write_memory_vectors(self, embedder: str,
+                                   rows: Sequence[tuple[Pending, Sequence[float]]]) -> MemoryVectors:
+        """Keep each memory's vector (if it still says what was embedded), then merge each one with the person's
+        nearest current memory of the same kind and embedder when their cosine says they are the same
+        (memory/sql_memory_vectors.py). One transaction."""
+
+    async def memory_embedding_progress(self, embedder: str, user_id: int | None = None) -> tuple[int, int]:
+        """(current memories with a vector of `embedder`, current memories), of one person or of everyone."""
 
     async def user_id(self, handle: str, *, create: bool = False) -> int | None:
         """The user with this handle (created when `create`), or None."""

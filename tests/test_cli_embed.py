@@ -102,3 +102,29 @@ def test_hilo_import_shows_a_bar_on_a_terminal_and_keeps_its_one_line(tmp_path: 
     assert proc.returncode == 0
     assert proc.stdout == f"imported {len(LINES)} messages, skipped 0 already stored\n"
     assert b"import: 100%" in shown and f"{len(LINES)}/{len(LINES)}".encode() in shown, shown
+
+
+MEMORIES = ["My sister is called Marta", "I have a dog called Rex", "I work at Acme", "I'm vegetarian"]
+SIBLING = "what is my sibling named?"  # no word in common with any memory
+
+
+def memory_scores(cli: Run, question: str) -> dict[int, dict[str, float]]:
+    out = json.loads(cli("context", "--user", "ana", "--surface", "web", "--json", question).stdout)
+    return {i["memory_id"]: i["scores"] for i in out["items"] if i["kind"] == "fact"}
+
+
+def test_hilo_embed_gives_memories_vectors_and_a_question_finds_one_by_its_cosine(cli: Run) -> None:
+    ids = [int(cli("remember", "--user", "ana", text).stdout.split("(fact ")[1].split(",")[0]) for text in MEMORIES]
+    before = memory_scores(cli, SIBLING)
+    assert all("cosine" not in s and s["relevance"] == 0 for s in before.values()), before
+    done = cli("embed")
+    assert done.stdout == ("embedded 0 messages with local:use-multilingual-v3, 0 had vectors already\n"
+                           f"embedded {len(MEMORIES)} memories, 0 had vectors already, "
+                           "0 merged into a near-duplicate\n")
+    assert done.stderr.splitlines()[-1] == (
+        f"embed memories (local:use-multilingual-v3): {len(MEMORIES)}/{len(MEMORIES)} memories")
+    after = memory_scores(cli, SIBLING)
+    sister = after[ids[0]]
+    assert sister["cosine"] == max(s["cosine"] for s in after.values())
+    assert sister["relevance"] > 0 and sister["pool"] == max(s["pool"] for s in after.values())
+    assert all(s["relevance"] < sister["relevance"] for i, s in after.items() if i != ids[0])

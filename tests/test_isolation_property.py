@@ -8,7 +8,9 @@ A model of who is who runs beside the real store: `owner[word]` is the person a 
 history stays behind), forgets delete a person. After every step each identity's context, echo reply and
 inspect output may hold only its own person's words, and a vector search of its person only its person's
 messages: every message gets the same vector (SameVector), so a search returns the newest of all it may see, and
-any vector of someone else's would show.
+any vector of someone else's would show. Memories get that vector too, so the embed job's vector merge makes one
+memory of each person's (merged into their oldest) and would merge one person's with another's if it ever
+compared them.
 
 On every backend (the `backend` fixture of conftest.py), each example on a blank database: one database per
 test, reset between examples. Postgres runs fewer examples (EXAMPLES): each of its steps is a few round trips
@@ -191,7 +193,24 @@ def check_text(model: Model, ident: tuple[str, str], text: str) -> None:
 
 async def check_everyone(store: Any, pipeline: Pipeline, model: Model) -> None:
     assert pipeline.embedder is not None
-    await embed_pending(store, pipeline.embedder)  # what the embed job does: every message gets its vector
+    # what the embed job does: every message and memory gets its vector; SameVector makes all of one person's
+    # memories near-duplicates, merged into their oldest, and everyone's memories alike: none may merge across
+    merged = (await embed_pending(store, pipeline.embedder)).merged
+    for person in set(model.person.values()):
+        ident = next(i for i, p in model.person.items() if p == person)
+        user_id = await store.identity_user(*ident)
+        mine = {i: w for i, w in model.memory.items() if model.owner[w] == person}
+        kept = {m.id: m.content for m in await store.memories(user_id)}
+        assert set(kept.values()) <= set(mine.values()) and set(kept) <= set(mine), (ident, kept, mine)
+        assert len(kept) == min(1, len(mine)), f"{ident}: {len(mine)} memories became {len(kept)}"
+        assert await store.memory_embedding_progress(SameVector.name, user_id) == (len(kept), len(kept))
+        merged -= len(mine) - len(kept)
+        for i, w in mine.items():  # the model follows: the survivors, with the words they kept
+            del model.memory[i]
+            if w not in kept.values():
+                del model.owner[w]
+        model.memory.update(kept)
+    assert merged == 0, "every merge was of one person's own memories"
     query = " ".join(["remember", *model.owner])  # a question that would recall every word there is
     for ident in IDENTITIES:
         user_id = await store.identity_user(*ident)

@@ -27,7 +27,11 @@ def test_components_are_each_in_their_place() -> None:
     assert parts["recency"] == pytest.approx(0.5)  # one half-life since it was last used
     assert parts["frequency"] == pytest.approx(1.0)
     assert components(m, (), T0)["relevance"] == 0.0
-    assert components(m, (), T0, cosine=0.9)["relevance"] == 0.9  # a vector's word when it is higher
+    assert "cosine" not in components(m, (), T0)
+    vector = components(m, (), T0, cosine=0.5)  # a vector's word when it is higher: (0.5 - 0.2) / (0.6 - 0.2)
+    assert (vector["relevance"], vector["cosine"]) == (pytest.approx(0.75), 0.5)
+    assert components(m, (), T0, cosine=0.1)["relevance"] == 0.0  # unrelated sentences' cosines say nothing
+    assert components(m, query_words("Acme"), T0, cosine=0.95)["relevance"] == 1.0
 
 
 def test_relevance_dominates_and_the_rest_orders_the_unrelated() -> None:

@@ -9,6 +9,7 @@ since their watermark (memory/sql_extract.py), at most PEOPLE_PER_RUN of them, a
    circuit breakers (`ModelChain.sibling`): an extraction that fails never opens a turn's circuit;
 3. keeps what validates as memories of source "inferred" (confidence 0.7) with their source message ids, and
    advances the watermark past the batch, in ONE transaction (a crash before it: the same batch again).
+Every model call it made (answered or failed) is kept in model_calls with purpose "extract", as a turn's are.
 When every model failed (the run stops there: the others wait for the next run), or the answer is no usable
 JSON, nothing is written and the person's batch waits
 (RETRY_SECONDS, doubling per failure, at most MAX_RETRY_SECONDS); after GIVE_UP unusable answers in a row for
@@ -51,6 +52,8 @@ NO_MODEL = ("no model that can write memories: the echo model is offline; set HI
             "anthropic: model for automatic memories and episode summaries")
 #: What extracted memories are: inferred by the model (confidence by source: 0.7).
 SOURCE = "inferred"
+#: Its model calls' purpose in model_calls (every call, failed or not, as a turn's are).
+PURPOSE = "extract"
 
 
 class Extractor:
@@ -80,8 +83,10 @@ class Extractor:
         try:
             result = await self.chain.complete_json(request(batch, shown), SCHEMA)
         except AllModelsFailed as exc:
+            await self.store.record_model_calls(person.user_id, PURPOSE, exc.calls)
             await self._failed(person, fields, "models_failed", calls=len(exc.calls))
             return False
+        await self.store.record_model_calls(person.user_id, PURPOSE, result.calls)
         try:
             if result.completion.outcome != "ok":
                 raise UnusableAnswer(result.completion.outcome)

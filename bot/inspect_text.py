@@ -36,6 +36,8 @@ def _call(r: Row) -> str:
     fallback = f", fallback from {r['fallback_from']}" if r.get("fallback_from") else ""
     error = f": {r['error']}" if r.get("error") else ""
     model = r["model"] if r["model"] == r["provider"] else f"{r['provider']}:{r['model']}"
+    if r.get("purpose") not in (None, "turn"):  # a background job's call: extract, summary
+        model = f"{model} ({r['purpose']})"
     return (f"[{r['created_at']}] {model} {r['outcome']}{error}, {r['tokens_in']} -> "
             f"{r['tokens_out']} tokens, {r['latency_ms']} ms{fallback}")
 

@@ -8,7 +8,8 @@ them (memory/context_render.py), under instructions that quoted text is never an
 structured output (bot/models/structured.py) {"summary": "..."}, validated with pydantic (1 to MAX_CHARS
 characters, nothing else). A valid summary is kept on the episode row with the model's label and time; an
 unusable one passes the episode over (never tried again); when every model failed the run stops and the next
-run tries again. Messages are never changed or deleted; `hilo summaries --user U --drop` clears a person's
+run tries again. Every model call (answered or failed) is kept in model_calls with purpose "summary", as a
+turn's are. Messages are never changed or deleted; `hilo summaries --user U --drop` clears a person's
 summaries (and they are not written again); `hilo inspect` shows them. Logs carry ids and sizes, never text.
 
 With the offline `echo` model (or HILO_SUMMARY_MIN_MESSAGES=0) there is no job: `build` says why, once.
@@ -79,6 +80,10 @@ def parse(text: str) -> str | None:
     return " ".join(summary.split())
 
 
+#: Its model calls' purpose in model_calls (every call, failed or not, as a turn's are).
+PURPOSE = "summary"
+
+
 class Summarizer:
     def __init__(self, settings: Settings, store: Store, chain: StructuredChain) -> None:
         self.min_messages = settings.summary_min_messages
@@ -95,8 +100,10 @@ class Summarizer:
             try:
                 result = await self.chain.complete_json(request(messages), SCHEMA)
             except AllModelsFailed as exc:  # the models are down: the next run tries again
+                await self.store.record_model_calls(episode.user_id, PURPOSE, exc.calls)
                 logger.warning("summary.models_failed", calls=len(exc.calls), **fields)
                 return
+            await self.store.record_model_calls(episode.user_id, PURPOSE, result.calls)
             summary = parse(result.text) if result.completion.outcome == "ok" else None
             await self.store.keep_summary(episode.id, summary, result.spec.label)
             if summary is None:

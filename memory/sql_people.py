@@ -1,21 +1,24 @@
 """People, written once: opt-out, deliveries, conversations, and the read-outs of everything about a person
-(`inspect`, model calls, deliveries: JSON-ready, timestamps as fixed-width UTC text on both dialects)."""
+(`inspect`, model calls and the background jobs' record of theirs, deliveries: JSON-ready, timestamps as
+fixed-width UTC text on both dialects)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from kernel.errors import NotFound
+from kernel.types import ModelCallRecord
 from memory import sql_summaries
 from memory.inspection import Inspection
 from memory.rows import MSG_COLS, Db, to_message, to_ts
-from memory.sql_turns import identity_user
+from memory.sql_turns import INSERT_CALL, identity_user
 from memory.store import Delivery, StoredMessage
 
 CALL_KEYS = ("id", "message_id", "model", "provider", "tokens_in", "tokens_out", "latency_ms", "outcome",
-             "fallback_from", "error", "created_at")
+             "fallback_from", "error", "created_at", "purpose")
 DELIVERY_KEYS = ("id", "message_id", "surface", "recipient", "part", "parts", "status", "provider_ref", "error",
                  "attempts", "created_at", "updated_at")
 AUDIT_KEYS = ("action", "surface", "external_user_id", "actor", "detail", "created_at")
@@ -85,6 +88,14 @@ async def records(db: Db, keys: tuple[str, ...], table: str, user_id: int) -> li
 
 async def calls_json(db: Db, user_id: int) -> list[dict[str, Any]]:
     return await records(db, CALL_KEYS, "model_calls", user_id)
+
+
+async def record_calls(db: Db, user_id: int, purpose: str, calls: Sequence[ModelCallRecord]) -> None:
+    """A background job's model calls for one person (no message: they answer no turn), as a turn's are kept."""
+    if calls:
+        at = db.ts(db.clock())
+        await db.many(INSERT_CALL, [(None, user_id, c.model, c.provider, c.tokens_in, c.tokens_out, c.latency_ms,
+                                     c.outcome, c.fallback_from, c.error, at, purpose) for c in calls])
 
 
 async def deliveries_json(db: Db, user_id: int) -> list[dict[str, Any]]:

@@ -246,6 +246,10 @@ class SqlStore:
     async def model_calls(self, user_id: int) -> list[dict[str, Any]]:
         return await self._tx("read", people.calls_json, user_id)
 
+    async def record_model_calls(self, user_id: int, purpose: str, calls: Sequence[ModelCallRecord]) -> None:
+        if calls:
+            await self._tx("write", people.record_calls, user_id, purpose, list(calls))
+
     async def inspect(self, handle: str) -> Inspection | None:
         return await self._tx("read", people.inspect_json, handle)
 

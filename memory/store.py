@@ -298,6 +298,10 @@ class Store(Protocol):
     async def model_calls(self, user_id: int) -> list[dict[str, Any]]:
         """The user's model_calls rows, oldest first (JSON-ready)."""
 
+    async def record_model_calls(self, user_id: int, purpose: str, calls: Sequence[ModelCallRecord]) -> None:
+        """Keep a background job's model calls for one person ("extract", "summary"), as model_calls rows with no
+        message (a turn's are kept by finish_turn, purpose "turn")."""
+
     async def identity_user(self, surface: str, external_user_id: str, *, create: bool = False) -> int | None:
         """The user an identity (surface, id on that surface) belongs to, or None; `create`: created (with its
         user) on first contact, as a message would (`/remember` before anything else was said)."""

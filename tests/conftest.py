@@ -6,13 +6,24 @@ backend (`[sqlite]`, `[postgres]`), on a fresh database, with a `clock` it can m
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
+from bot.config import Settings
+from bot.models.chain import ModelChain
+from bot.models.factory import build_chain
+from bot.retry import RetryPolicy
 from memory.store import Store
 from tests.backends import BACKENDS, Backend, TestClock
+from tests.waiting import no_sleep
+
+if TYPE_CHECKING:  # imported by pytest_plugins below, before which it may not be imported
+    from tests.fakes.model_server import FakeModelServer
+
+JobChain = Callable[[Mapping[str, str]], tuple[Settings, ModelChain]]
 
 pytest_plugins = ["tests.fakes.model_server", "tests.fakes.postgres"]
 
@@ -42,3 +53,22 @@ async def store(backend: Backend) -> AsyncIterator[Store]:
     await s.open()
     yield s
     await s.close()
+
+
+@pytest.fixture
+async def job_chain(model_server: FakeModelServer) -> AsyncIterator[JobChain]:
+    """Settings from HILO_* `env` (over the fake provider's keys and URLs) and the model chain a background job
+    (extraction, summaries) is built with: one attempt, no sleep. The chains are closed after the test."""
+    chains: list[ModelChain] = []
+
+    def make(env: Mapping[str, str]) -> tuple[Settings, ModelChain]:
+        settings = Settings.from_mapping({
+            "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": model_server.base_url + "/v1",
+            "ANTHROPIC_API_KEY": "ak-test", "ANTHROPIC_BASE_URL": model_server.base_url, **env})
+        chain = build_chain(settings, policy=RetryPolicy(attempts=1, sleep=no_sleep), timeout=5)
+        chains.append(chain)
+        return settings, chain
+
+    yield make
+    for chain in chains:
+        await chain.aclose()

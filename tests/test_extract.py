@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,38 +19,26 @@ from bot.config import Settings
 from bot.extract import INSTRUCTIONS, MESSAGES_HEADER, REMEMBERED_HEADER
 from bot.extract_job import Extractor
 from bot.jobs import JobContext
-from bot.models.chain import ModelChain
 from bot.models.factory import build_chain
-from bot.retry import RetryPolicy
 from kernel import log
 from kernel.types import InboundMessage
 from memory.store import Ingested, MemoryDraft, Store
 from tests.backends import TestClock
+from tests.conftest import JobChain
 from tests.fakes.model_server import FakeModelServer, held, ok, status
-from tests.waiting import no_sleep
 
 RUN = JobContext("extract", "test-run")
 
 
 @pytest.fixture
-async def extractor(model_server: FakeModelServer) -> AsyncIterator[Callable[..., Extractor]]:
-    chains: list[ModelChain] = []
-
+def extractor(job_chain: JobChain) -> Callable[..., Extractor]:
     def make(store: Store, model: str = "openai:m1", every: int = 3) -> Extractor:
-        settings = Settings.from_mapping({
-            "HILO_MODEL": model, "HILO_EXTRACT_EVERY": str(every), "OPENAI_API_KEY": "sk-test",
-            "OPENAI_BASE_URL": model_server.base_url + "/v1", "ANTHROPIC_API_KEY": "ak-test",
-            "ANTHROPIC_BASE_URL": model_server.base_url,
-        })
-        chain = build_chain(settings, policy=RetryPolicy(attempts=1, sleep=no_sleep), timeout=5)
-        chains.append(chain)
+        settings, chain = job_chain({"HILO_MODEL": model, "HILO_EXTRACT_EVERY": str(every)})
         built = extract_job.build(settings, store, chain)
         assert built is not None
         return built
 
-    yield make
-    for chain in chains:
-        await chain.aclose()
+    return make
 
 
 async def said(store: Store, text: str, ext: str, handle: str = "ana", surface: str = "telegram") -> Ingested:
@@ -215,6 +203,12 @@ async def test_when_the_models_are_down_a_run_stops_at_the_first_person(
     await ex.run(RUN)
     marks = {m.user_id: m for m in await store.extraction_marks()}
     assert marks[ana.user_id].done_id == ana.message.id and len(model_server.requests) == 3
+    # every call is in model_calls, as a turn's are, each person's with them: the failed one and the answers
+    calls = {t.user_id: await store.model_calls(t.user_id) for t in (ana, bob)}
+    assert [(c["purpose"], c["message_id"], c["model"], c["outcome"]) for c in calls[ana.user_id]] == [
+        ("extract", None, "openai:m1", "server_error"), ("extract", None, "openai:m1", "ok")]
+    assert [(c["purpose"], c["outcome"]) for c in calls[bob.user_id]] == [("extract", "ok")]
+    assert calls[bob.user_id][0]["tokens_in"] > 0 and calls[bob.user_id][0]["tokens_out"] > 0
 
 
 async def test_a_batch_is_passed_over_after_repeated_unusable_answers(

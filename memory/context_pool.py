@@ -33,11 +33,12 @@ from memory.store import Memory, StoredMessage
 _FACT, _RECALLED, _EXCHANGE = 0, 1, 2
 #: Recalled messages asked of the store per budget token, and the bounds: enough hits that the pool can fill
 #: the budget (a recalled line with its episode header costs about 20-40 tokens), few enough to stay cheap.
-#: Measured (bench/memory_bench.py, bench/context_bench.py, side by side): a cap of 250 and of 64 give the same
-#: recall at 500-4,000 tokens (lexical recall rarely returns more: 29 hits on average at 2,000), but at the
-#: default 8,000-token budget 250 hits took SQLite's pre-model p99 from 18 to 41-45 ms; 64 keeps it at 18.
+#: Measured (bench/recall_lab.py on bench/memory_bench.py's corpus, seed 11; bench/context_bench.py side by side):
+#: a cap of 64 left 4,000 tokens at the recall of 2,000 (with the embedder 0.582 / 0.648 EN / ES, 2,200 tokens
+#: spent), 128 reaches 0.678 / 0.705 (3,964 spent) and 250 no more (0.674 / 0.700); at the default 8,000-token
+#: budget 128 costs assemble() 2.0 -> 2.2 ms p50 (SQLite, 10k messages), the store's read the same within noise.
 RECALL_PER_TOKEN = 1 / 16
-RECALL_MIN, RECALL_MAX = 20, 64
+RECALL_MIN, RECALL_MAX = 20, 128
 #: Nothing in the pool costs less (a conversation message costs its overhead, a data line more): below it the
 #: pool is full.
 _MIN_COST = MESSAGE_OVERHEAD

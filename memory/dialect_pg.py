@@ -136,6 +136,21 @@ class PgDb(Db):
                               vq.user_id, list(vq.excluded), vq.limit)
         return [(int(row[0]), float(row[1])) for row in rows]
 
+    def cosine_sql(self, vector: Sequence[float], embedder: str) -> tuple[str, str, Any] | None:
+        """Recall's row read joins each candidate's vector of `embedder` and computes its cosine with $9."""
+        dim = len(vector)
+        return (f"LEFT JOIN message_vectors v ON v.message_id = m.id AND v.embedder = {quote(embedder)} "
+                f"AND v.dim = {int(dim)}", f"1 - (v.vector::halfvec({int(dim)}) <=> $9::text::halfvec({int(dim)}))",
+                pg_literal(vector))
+
+    async def cosines(self, vq: VectorQuery, ids: Sequence[int]) -> dict[int, float]:
+        dim = len(vq.vector)
+        rows = await self.all(f"SELECT v.message_id, 1 - (v.vector::halfvec({dim}) <=> $1::text::halfvec({dim})) "
+                              f"FROM message_vectors v WHERE v.message_id = ANY($2::bigint[]) AND v.user_id = $3 "
+                              f"AND v.embedder = {quote(vq.embedder)} AND v.dim = {dim}",
+                              pg_literal(vq.vector), list(ids), vq.user_id)
+        return {int(r[0]): float(r[1]) for r in rows}
+
     def ids(self, ids: Sequence[int]) -> list[int]:
         return list(ids)
 

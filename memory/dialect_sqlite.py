@@ -32,7 +32,7 @@ from memory.rows import INSERT_COLS, Db, Mode, Rollback, to_ts
 from memory.sql_store import Logic, SqlStore
 from memory.sql_vectors import VectorQuery
 from memory.store import ContextQuery, StoreError, StoreUnavailable
-from memory.vectors import DEFAULT_CACHE_FLOATS, Matrix, MatrixCache, extend, matrix_of, pack, top
+from memory.vectors import DEFAULT_CACHE_FLOATS, Matrix, MatrixCache, extend, matrix_cosines, matrix_of, pack, top
 
 T = TypeVar("T")
 
@@ -147,6 +147,14 @@ class SqliteDb(Db):
         # which on a busy machine costs more than the product itself (bench/vector_bench.py).
         scores = np.einsum("ij,j->i", matrix.rows, np.asarray(vq.vector, dtype=np.float32))
         return top(matrix.ids, scores, vq.limit, vq.excluded)
+
+    def cosine_sql(self, vector: Sequence[float], embedder: str) -> tuple[str, str, Any] | None:
+        return None  # numpy over the cached matrix instead: cosines()
+
+    async def cosines(self, vq: VectorQuery, ids: Sequence[int]) -> dict[int, float]:
+        """The cosine of each of `ids` that has a vector of vq.embedder (the matrix nearest() used: no statement)."""
+        matrix = await self._matrix(vq.user_id, vq.embedder, len(vq.vector)) if ids else None
+        return {} if matrix is None else matrix_cosines(matrix, vq.vector, ids)
 
     async def _matrix(self, user_id: int, embedder: str, dim: int) -> Matrix | None:
         """The person's vectors of `embedder`, from the cache: as they are when nothing was committed since they were

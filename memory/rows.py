@@ -39,7 +39,9 @@ class Db(Protocol):
     skipping stored (surface, external_id), returning the number inserted. `vectors` says whether the database
     keeps message vectors (memory/vectors.py); put_vectors() keeps (message_id, vector) rows of one embedder and
     dimension, returning how many had a message, and nearest() is vector recall: (message_id, cosine) pairs,
-    best first."""
+    best first. Every recall candidate's cosine: either cosine_sql() gives the join, the column (over $9) and $9 (the
+    query vector) that recall's row read adds (Postgres), or it gives None and cosines() computes them for
+    the candidates' ids (SQLite, over the cached matrix)."""
 
     clock: Callable[[], datetime]
     vectors: bool
@@ -64,6 +66,8 @@ class Db(Protocol):
     async def insert_messages(self, rows: list[tuple[Any, ...]]) -> int: ...
     async def put_vectors(self, embedder: str, dim: int, rows: list[tuple[int, Sequence[float]]]) -> int: ...
     async def nearest(self, vq: VectorQuery) -> list[tuple[int, float]]: ...
+    def cosine_sql(self, vector: Sequence[float], embedder: str) -> tuple[str, str, Any] | None: ...
+    async def cosines(self, vq: VectorQuery, ids: Sequence[int]) -> dict[int, float]: ...
 
 
 class Rollback(HiloError):

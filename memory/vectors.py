@@ -116,3 +116,15 @@ def matrix_of(rows: Sequence[tuple[int, bytes]], dim: int) -> Matrix:
 def extend(matrix: Matrix, more: Matrix) -> Matrix:
     return Matrix(np.concatenate([matrix.ids, more.ids]), np.concatenate([matrix.rows, more.rows]),
                   max(matrix.max_id, more.max_id))
+
+
+def matrix_cosines(matrix: Matrix, vector: Sequence[float], ids: Sequence[int]) -> dict[int, float]:
+    """The cosine with `vector` of each of `ids` found in `matrix` (rows found by binary search over its ids)."""
+    wanted = np.unique(np.asarray(ids, dtype=np.int64))
+    if not len(wanted) or not len(matrix.ids):
+        return {}
+    at = np.minimum(np.searchsorted(matrix.ids, wanted), len(matrix.ids) - 1)
+    found = matrix.ids[at] == wanted
+    # the same einsum as the search over the whole matrix: a candidate's cosine is the one the search gives it
+    scores = np.einsum("ij,j->i", matrix.rows[at[found]], np.asarray(vector, dtype=np.float32))
+    return dict(zip(wanted[found].tolist(), scores.tolist(), strict=True))

@@ -47,3 +47,20 @@ async def test_a_new_conversation_fills_its_budget_with_recalled_memory(store: A
                                        current_message_id=None, text="How was the kayak?", at=at)
     line = max(i.tokens for i in ctx.items if i.kind == "recalled_message")
     assert 1000 - ctx.tokens["total"] < 2 * line + 20, ctx.tokens  # one more line and its episode header
+
+
+async def test_a_wide_budget_takes_more_than_64_recalled_messages(store: Any) -> None:
+    # 80 short messages match (40 name the kayak, 40 the canoe: each term under the common-term cut), four per
+    # session; at 4,000 tokens they all fit, so the store is asked for them all, not for 64
+    out = []
+    for i in range(80):
+        text = f"the {'kayak' if i % 2 else 'canoe'} trip {i} was fine"
+        at = T0 + timedelta(days=i // 4, minutes=10 * (i % 4))
+        out.append(ImportRow("kim", "web", "user", text, at, count(text), f"w{i}", f"day-{i // 4}"))
+    await store.import_rows(out)
+    uid = await store.user_id("kim")
+    wide = Pipeline(Settings(context_budget=4000), store, chain=None)  # type: ignore[arg-type]
+    ctx = await wide.assemble_context(user_id=uid, surface="web", conversation_id=None, current_message_id=None,
+                                      text="kayak or canoe?", at=T0 + timedelta(days=60))
+    recalled = [i for i in ctx.items if i.kind == "recalled_message"]
+    assert len(recalled) == 80, f"{len(recalled)} recalled at 4,000 tokens ({ctx.tokens['total']} spent)"

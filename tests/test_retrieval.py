@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from memory.retrieval import Candidate, DateCue, date_cue, pool_score, ranked, score
+from memory.retrieval import Candidate, DateCue, date_cue, pool_score, ranked, score, tense_cue
 
 MARCH = datetime(2025, 3, 14, 10, tzinfo=UTC)
 JULY = datetime(2025, 7, 2, 10, tzinfo=UTC)
@@ -75,3 +75,26 @@ def test_pool_score_is_one_for_the_best_and_falls_per_z_unit() -> None:
     assert pool_score(3.0, 3.0) == 1.0
     assert pool_score(2.0, 3.0) == 0.5
     assert 0 < pool_score(-10.0, 3.0) < 0.1
+
+
+def test_now_and_before_prefer_the_newer_or_the_older_of_equal_messages() -> None:
+    # 1 (July) and 2 (March) say as much about the question; 3 is a weaker hit
+    cands = [Candidate(1, JULY, 2.0), Candidate(2, MARCH, 2.0), Candidate(3, MARCH, 0.5)]
+    plain = score(cands, {}, "Where do I work?")
+    assert plain[1]["fused"] == plain[2]["fused"] and "recency" not in plain[1]
+    for now in ("Where do I work now?", "¿Dónde trabajo ahora?", "What do I do these days?"):
+        assert ranked(score(cands, {}, now))[0] == 1, now
+    for before in ("Where did I work before my current job?", "¿Dónde trabajaba antes?", "What did I use to do?"):
+        scores = score(cands, {}, before)
+        assert ranked(scores)[0] == 2, before
+        assert scores[2]["recency"] > 0 > scores[1]["recency"]
+    with_vectors = score(cands, {}, "What car do I drive now?", {1: 0.5, 2: 0.5, 3: 0.1})
+    assert ranked(with_vectors)[0] == 1
+
+
+def test_tense_cues_in_english_and_spanish() -> None:
+    assert [tense_cue(q) for q in ("Which city do I live in now?", "What's my current job?",
+                                   "¿Qué coche tengo actualmente?", "¿Dónde vivo hoy en día?")] == [1, 1, 1, 1]
+    assert [tense_cue(q) for q in ("What car did I have before?", "¿Qué coche tenía antes?",
+                                   "Where did I live previously?", "¿Cuál era mi trabajo anterior?")] == [-1] * 4
+    assert [tense_cue(q) for q in ("What is my favourite dish?", "¿Qué libros he leído?", "Nowhere to go")] == [0] * 3

@@ -66,9 +66,10 @@ async def recall(db: Db, q: ContextQuery,
     members = sorted(episode_scores, key=lambda e: -episode_scores[e])[:EPISODE_MEMBERS]
     rows: list[Any] = await db.all(ROWS, db.ids(sorted({*hits, *near})), q.user_id, at, db.ids(excluded),
                                    q.current_message_id, q.conversation_id, db.ids(members), MEMBERS_CAP)
-    messages = {int(r[0]): to_message(r[:11]) for r in rows}
+    by_id = {int(r[0]): r for r in rows}
     candidates = [retrieval.Candidate(int(r[0]), as_dt(r[8]), float(hits.get(int(r[0]), 0.0)), r[11], r[12], r[13])
                   for r in rows]
     scores = retrieval.score(candidates, episode_scores, q.search_text, near or None)
     best = retrieval.ranked(scores)[:q.search_limit]
-    return [messages[i] for i in best], {i: scores[i] for i in best}
+    # only the returned rows become messages (a few of the hundreds of candidates at 100k messages)
+    return [to_message(by_id[i][:11]) for i in best], {i: scores[i] for i in best}

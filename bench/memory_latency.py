@@ -13,7 +13,9 @@ rows taking turns in blocks of 25 questions:
   hilo +emb   the same with the real local embedder (never the bench's cache): the question's embedding is inside
               the timed span, and its own time is reported beside (`embed_p50_ms`, `embed_share`: the median of
               embed / total per question)
-  today       with --baseline-src: that checkout's hilo on the same history (bench/memory_today.py)
+  today       with --baseline-src: that checkout's hilo on the same history (bench/memory_today.py); with the
+              embedder and a checkout that keeps vectors and embeds the question, "today +emb" too (the same
+              synthetic vectors)
 
 `--pg-max` (default 100,000) caps the sizes run on Postgres: 300k is for SQLite (DESIGN: 300k messages at most
 2x 10k).
@@ -120,13 +122,19 @@ async def run_latency(args: argparse.Namespace, tmp: str,
                 if postgres:
                     databases["postgres"] = await pg_database(tmp, f"base{i}_lat{size}")
                 job = corpus_job(corpus)
-                result = await run_worker(src, {"latency": {"queries": args.queries, "budget": BUDGET, "sizes": [
-                    {"size": size, "databases": databases, **job}]}})
+                result = await run_worker(src, {"latency": {
+                    "queries": args.queries, "budget": BUDGET, "embedder": embedder is not None, "seed": args.seed,
+                    "sizes": [{"size": size, "databases": databases, **job}]}})
                 for backend, cells in result["latency"].items():
                     for cell in cells.values():
+                        emb = cell.pop("emb", None)
                         out.setdefault(label, {}).setdefault(backend, {})[size] = cell
+                        if emb is not None:  # the checkout embeds the question and keeps vectors
+                            out.setdefault(f"{label} +emb", {}).setdefault(backend, {})[size] = {
+                                **emb, "messages": cell["messages"]}
                         print(f"latency {label} {backend} {cell['messages']:,} messages: p50 {cell['p50_ms']:.2f} "
-                              f"ms p99 {cell['p99_ms']:.2f} ms", flush=True)
+                              f"ms p99 {cell['p99_ms']:.2f} ms" + ("" if emb is None else
+                              f"; +emb p50 {emb['p50_ms']:.2f} ms p99 {emb['p99_ms']:.2f} ms"), flush=True)
     finally:
         if embedder is not None:
             await embedder.aclose()

@@ -10,10 +10,16 @@ issue 10: `memory.open.open_store`, `memory.store.ImportRow`, `import_rows`, `us
 
 IN: {"src": checkout, "budgets": [...], "now": iso, "databases": {backend: url}, "messages": [{external_id,
 user, surface, role, content, created_at, conversation}], "questions": [{id, user, text}],
-"latency": {"queries": n, "budget": b, "sizes": [{"size": n, "databases": {...}, "messages": [...],
-"questions": [...], "now": iso}]}}
+"latency": {"queries": n, "budget": b, "embedder": bool, "seed": n, "sizes": [{"size": n, "databases": {...},
+"messages": [...], "questions": [...], "now": iso}]}}
 OUT: {"modules": memory's file, "recall": {backend: {budget: {question id: [external ids]}}},
-"spent": {backend: {budget: mean tokens}}, "latency": {backend: {size: {p50_ms, p99_ms, messages}}}}
+"spent": {backend: {budget: mean tokens}}, "latency": {backend: {size: {p50_ms, p99_ms, messages[, emb]}}}}
+
+With "embedder" and a checkout whose store keeps vectors and whose Pipeline takes an embedder (issue 11's), the
+latency job also times the "+emb" row as bench/memory_latency.py does: the same synthetic vectors (numpy's
+generator seeded with "seed", written in the same order through the store's vector API), the local embedder
+embedding each question inside the timed span; blocks of BLOCK questions, the two rows taking turns. Its figures
+are the cell's "emb": {p50_ms, p99_ms, embed_p50_ms}.
 """
 
 from __future__ import annotations
@@ -97,30 +103,88 @@ async def recall(job: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     return found, spent
 
 
+#: questions timed in a row before the other row takes its turn (bench/memory_latency.py's BLOCK)
+BLOCK = 25
+
+
+def _stats(ms: list[float]) -> dict[str, float]:
+    ordered = sorted(ms)
+    return {"p50_ms": statistics.median(ms), "p99_ms": ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]}
+
+
+async def _vectors(store: Any, name: str, dim: int, seed: int) -> bool:
+    """bench/memory_latency.synthetic_vectors, for a checkout that has the vector API; False when it has none."""
+    if getattr(store, "vector_status", "none") is not None or not hasattr(store, "write_vectors"):
+        return False
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    after = 0
+    while batch := await store.unembedded(name, after_id=after, limit=1000):
+        rows = rng.standard_normal((len(batch), dim)).astype(np.float32)
+        rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+        await store.write_vectors(name, [(p.id, r.tolist()) for p, r in zip(batch, rows, strict=True)])
+        after = batch[-1].id
+    return True
+
+
+def _with_embedder(pipeline: Any, embedder: Any) -> Any | None:
+    """A copy of `pipeline` that embeds the question (None: this checkout's Pipeline takes no embedder)."""
+    import inspect
+
+    from bot.pipeline import Pipeline
+
+    if "embedder" not in inspect.signature(Pipeline.__init__).parameters:
+        return None
+    settings = dataclasses.replace(pipeline.settings, embedder="local") if hasattr(pipeline.settings, "embedder") \
+        else pipeline.settings
+    return Pipeline(settings, pipeline.store, chain=None, embedder=embedder)
+
+
 async def latency(job: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     n, budget = job["queries"], job["budget"]
+    embedder = None
+    if job.get("embedder"):
+        try:
+            from bot.embedders.local import LocalEmbedder
+        except ImportError:
+            pass
+        else:
+            embedder = LocalEmbedder()
+            await embedder.start()
     for size in job["sizes"]:
         now = datetime.fromisoformat(size["now"])
         for backend, url in size["databases"].items():
             store = await _open(url, size["messages"])
             try:
                 pipeline = _pipelines(store, url, [budget])[budget]
+                emb = None
+                if embedder is not None and await _vectors(store, embedder.name, embedder.dim, job.get("seed", 0)):
+                    emb = _with_embedder(pipeline, embedder)
                 uid = await store.user_id(size["questions"][0]["user"])
                 texts = [q["text"] for q in size["questions"]]
                 for text in texts[:10]:
                     await _context(pipeline, uid, text, now)
-                ms = []
-                for k in range(n):
-                    t0 = time.perf_counter()
-                    await _context(pipeline, uid, texts[k % len(texts)], now)
-                    ms.append((time.perf_counter() - t0) * 1000)
-                ordered = sorted(ms)
-                out.setdefault(backend, {})[str(size["size"])] = {
-                    "messages": len(size["messages"]), "p50_ms": statistics.median(ms),
-                    "p99_ms": ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]}
+                    if emb is not None:
+                        await _context(emb, uid, text, now)
+                ms: dict[str, list[float]] = {"plain": [], "emb": []}
+                for start in range(0, n, BLOCK):  # as bench/memory_latency.py: the rows take turns by blocks
+                    for row, p in (("plain", pipeline), ("emb", emb)):
+                        if p is None:
+                            continue
+                        for k in range(start, min(n, start + BLOCK)):
+                            t0 = time.perf_counter()
+                            await _context(p, uid, texts[k % len(texts)], now)
+                            ms[row].append((time.perf_counter() - t0) * 1000)
+                cell: dict[str, Any] = {"messages": len(size["messages"]), **_stats(ms["plain"])}
+                if emb is not None:
+                    cell["emb"] = _stats(ms["emb"])
+                out.setdefault(backend, {})[str(size["size"])] = cell
             finally:
                 await store.close()
+    if embedder is not None:
+        await embedder.aclose()
     return out
 
 

@@ -73,11 +73,12 @@ async def recall(db: Db, q: ContextQuery,
     sql, extra = (ROWS, ()) if cosine is None else (_ROWS.format(join=cosine[0], cosine=cosine[1]), (cosine[2],))
     rows: list[Any] = await db.all(sql, db.ids(sorted({*hits, *near})), q.user_id, at, db.ids(excluded),
                                    q.current_message_id, q.conversation_id, db.ids(members), MEMBERS_CAP, *extra)
-    messages = {int(r[0]): to_message(r[:11]) for r in rows}
+    by_id = {int(r[0]): r for r in rows}
     candidates = [retrieval.Candidate(int(r[0]), as_dt(r[8]), float(hits.get(int(r[0]), 0.0)), r[11], r[12], r[13])
                   for r in rows]
     in_rows = None if cosine is None else {int(r[0]): float(r[14]) for r in rows if r[14] is not None}
-    cosines = await vectors.candidate_cosines(db, q, near, list(messages), in_rows)
+    cosines = await vectors.candidate_cosines(db, q, near, list(by_id), in_rows)
     scores = retrieval.score(candidates, episode_scores, q.search_text, cosines or None)
     best = retrieval.ranked(scores)[:q.search_limit]
-    return [messages[i] for i in best], {i: scores[i] for i in best}
+    # only the returned rows become messages (a few of the hundreds of candidates at 100k messages)
+    return [to_message(by_id[i][:11]) for i in best], {i: scores[i] for i in best}

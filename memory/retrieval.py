@@ -12,7 +12,7 @@ Each candidate's fused score, every term on a common scale (z-scores over the ca
     lexical   = base + EPISODE * z(episode bm25) + NEIGHBOUR * max(base of the message before, after)
                 + DATE * [the question names the month or year the message was written in]
     fused     = lexical                                           (no vectors)
-              = 0.5 * z(lexical) + 0.5 * z(cosine)                (with vectors: VECTOR_SHARE)
+              = 0.4 * z(lexical) + 0.6 * z(cosine)                (with vectors: VECTOR_SHARE)
               + TENSE * cue * z(date)                             (recency: the question asks for now / before)
 where cue is +1 when the question asks what holds now ("now", "currently", "these days", "ahora", "actualmente")
 and -1 when it asks what held before ("before", "previously", "used to", "antes", "anterior"; before wins: "where
@@ -22,7 +22,12 @@ recency term without a cue, 0.1 * z(date), lost: 0.551 / 0.620). The cosine is e
 hits', and the lexical, neighbour and episode candidates' too: memory/sql_recall.py).
 The lexical composite is z-scored again before it meets the cosine, so the episode and neighbour terms (which
 only the lexical side has) do not outweigh the vector: measured on bench/memory_bench.py, 0.525 / 0.592 (EN / ES
-at 2,000 tokens) when the cosine entered the base beside z(bm25), 0.551 / 0.618 this way.
+at 2,000 tokens) when the cosine entered the base beside z(bm25), 0.551 / 0.618 this way. The shares: with
+every candidate's cosine, the tense cue and a recall limit up to 128 (bench/recall_lab.py, EN / ES at
+500/1,000/2,000/4,000), seed 11: 0.5 0.463/0.499/0.604/0.722, 0.534/0.566/0.655/0.727; 0.6 0.463/0.534/0.621/0.727,
+0.537/0.566/0.659/0.740; 0.7 0.481/0.529/0.643/0.718, 0.528/0.564/0.659/0.731; seed 23 (held out): 0.5
+0.475/0.506/0.585/0.703, 0.487/0.507/0.583/0.689; 0.6 0.480/0.523/0.620/0.712, 0.490/0.512/0.602/0.690; 0.7
+0.477/0.523/0.633/0.716, 0.474/0.534/0.594/0.681. 0.6 is at or above 0.5 in every cell of both seeds.
 z(x) = (x - mean) / stdev over the hits (a candidate that is not a hit scores x = 0: below every hit). A
 candidate with no neighbour among the candidates, or no episode hit, takes the floor of that term (the z of 0).
 The weights are the issue's starting points, measured on bench/memory_bench.py (docs/memory-benchmark.md).
@@ -44,7 +49,7 @@ EPISODE = 1.0
 NEIGHBOUR = 0.3
 DATE = 1.0
 #: With vectors, fused = (1 - VECTOR_SHARE) * z(lexical composite) + VECTOR_SHARE * z(cosine).
-VECTOR_SHARE = 0.5
+VECTOR_SHARE = 0.6
 #: When the question asks for the present ("now", "ahora") or the past ("before", "antes"): the weight of the
 #: candidate's z(date) (newer higher), signed by the cue.
 TENSE = 0.5

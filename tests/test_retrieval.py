@@ -54,20 +54,21 @@ def test_date_cues_in_english_and_spanish() -> None:
     assert date_cue("¿Qué pasó en SEPTIEMBRE?") == DateCue(9, None)
 
 
-def test_cosines_are_fused_half_and_half_with_the_lexical_score() -> None:
+def test_cosines_are_fused_with_the_lexical_score_at_their_share() -> None:
     # 2 shares no word with the question but is the closest in meaning; 3 neither
     cands = [Candidate(1, MARCH, 2.0), Candidate(2, MARCH, 0.0), Candidate(3, MARCH, 0.0)]
     lexical = score(cands, {}, "dog", neighbour=0)
-    fused = score(cands, {}, "dog", {1: 0.20, 2: 0.90, 3: 0.10}, neighbour=0)
+    fused = score(cands, {}, "dog", {1: 0.50, 2: 0.90, 3: 0.10}, neighbour=0)
     assert lexical[2]["fused"] == lexical[3]["fused"]
     assert ranked(lexical)[0] == 1
     assert ranked(fused) == [1, 2, 3]
     assert fused[2]["vector"] == 0.90
     assert fused[2]["fused"] > fused[3]["fused"], "z(cosine) lifts 2 above 3"
-    # half and half, each side z-scored over the candidates: the lexical composite (1 alone is a hit: 0, -1, -1
+    # 0.4 and 0.6, each side z-scored over the candidates: the lexical composite (1 alone is a hit: 0, -1, -1
     # before the z) and the cosines
-    z_lex_1, z_cos_1 = 2 / 2 ** 0.5, (0.20 - 0.40) / 0.355902608
-    assert abs(fused[1]["fused"] - (0.5 * z_lex_1 + 0.5 * z_cos_1)) < 1e-6
+    z_lex_2, z_cos_2 = -1 / 2 ** 0.5, (0.90 - 0.50) / 0.326598632
+    assert abs(fused[2]["fused"] - (0.4 * z_lex_2 + 0.6 * z_cos_2)) < 1e-6
+    assert ranked(score(cands, {}, "dog", {1: 0.20, 2: 0.90, 3: 0.10}, neighbour=0))[0] == 2, "near in meaning wins"
     assert fused[1]["lexical"] == lexical[1]["lexical"], "the lexical part is the lexical-only score's"
 
 

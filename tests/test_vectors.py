@@ -147,3 +147,19 @@ async def test_every_recall_candidate_carries_its_own_cosine(store: Store) -> No
     rows = await store.load_context(query(hit, axis(0), search_text="pizza", search_limit=3, cross_limit=0))
     assert hit.message.id in [m.id for m in rows.recalled]
     assert abs(rows.recall_scores[hit.message.id]["vector"] - math.cos(1.2)) < 0.01, rows.recall_scores
+
+
+async def test_the_dialects_give_the_candidates_cosines_alike(store: Store) -> None:
+    # the two ways a dialect gives candidates their cosine: in recall's row read (cosine_sql) or apart (cosines);
+    # each dialect's `cosines` answers for the ids asked, of the person and the embedder, whichever it uses
+    from memory.sql_vectors import VectorQuery
+
+    ana = [await say(store, "ana", f"a{i}", f"note {i}", T0 + timedelta(minutes=i)) for i in range(3)]
+    bob = await say(store, "bob", "b0", "bob's note")
+    await store.write_vectors("e1", [(t.message.id, axis(0, tilt=0.4 * i)) for i, t in enumerate(ana)]
+                              + [(bob.message.id, axis(0))])
+    vq = VectorQuery(ana[0].user_id, tuple(axis(0)), "e1", 10)
+    ids = [ana[1].message.id, ana[2].message.id, bob.message.id]
+    got = await store._tx("read", lambda db: db.cosines(vq, ids))  # type: ignore[attr-defined]
+    assert sorted(got) == ids[:2], "bob's vector is not ana's"
+    assert all(abs(got[t.message.id] - math.cos(0.4 * i)) < 0.01 for i, t in enumerate(ana) if i), got

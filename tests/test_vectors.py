@@ -137,13 +137,17 @@ async def test_vectors_written_or_forgotten_by_another_process_are_seen(store: S
 
 async def test_every_recall_candidate_carries_its_own_cosine(store: Store) -> None:
     # three messages nearer the question than the lexical hit take the vector search's places (limit 3): the hit
-    # is a candidate by its words, and it is scored with its own cosine, not the floor of the vector term
+    # is a candidate by its words (its neighbours, far in meaning, by being next to it), and it is scored with its
+    # own cosine, not the floor of the vector term
     near = [await say(store, "ana", f"a{i}", text, T0 + timedelta(minutes=i))
             for i, text in enumerate(("good morning", "nice day", "lovely sun"))]
-    hit = await say(store, "ana", "a9", "I like pizza", T0 + timedelta(minutes=9))
+    before = await say(store, "ana", "a7", "the weather", T0 + timedelta(minutes=7))
+    hit = await say(store, "ana", "a8", "I like pizza", T0 + timedelta(minutes=8))
+    after = await say(store, "ana", "a9", "the news", T0 + timedelta(minutes=9))
     tilts = (0.0, 0.3, 0.5)
     await store.write_vectors("e1", [(t.message.id, axis(0, tilt=tilt)) for t, tilt in zip(near, tilts, strict=True)]
-                              + [(hit.message.id, axis(0, tilt=1.2))])
+                              + [(hit.message.id, axis(0, tilt=1.2)), (before.message.id, axis(4)),
+                                 (after.message.id, axis(5))])
     rows = await store.load_context(query(hit, axis(0), search_text="pizza", search_limit=3, cross_limit=0))
     assert hit.message.id in [m.id for m in rows.recalled]
     assert abs(rows.recall_scores[hit.message.id]["vector"] - math.cos(1.2)) < 0.01, rows.recall_scores

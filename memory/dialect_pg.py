@@ -62,9 +62,12 @@ PUT_VECTORS = (
     "embedder = excluded.embedder, dim = excluded.dim, vector = excluded.vector"
 )
 #: Reads see one snapshot. With pgvector 0.8 or later they begin with the HNSW scan told to go on past its first
-#: candidates until it has `limit` of the person's rows (its iterative scan), in the same round trip as BEGIN.
+#: candidates until it has `limit` of the person's rows (its iterative scan), in the same round trip as BEGIN,
+#: and to keep HNSW_EF_SEARCH candidates in its search list (pgvector's default, 40, is below recall's limit of
+#: up to 128 vector hits: the approximate top then missed what SQLite's exact scan finds).
 BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
-ITERATIVE_SCAN = "; SET LOCAL hnsw.iterative_scan = relaxed_order"
+HNSW_EF_SEARCH = 200
+ITERATIVE_SCAN = f"; SET LOCAL hnsw.iterative_scan = relaxed_order; SET LOCAL hnsw.ef_search = {HNSW_EF_SEARCH}"
 #: What the vector column is (halfvec: pgvector; bytea: none) and pgvector's version.
 VECTOR_TYPE = (
     "SELECT format_type(a.atttypid, NULL), (SELECT extversion FROM pg_extension WHERE extname = 'vector') "

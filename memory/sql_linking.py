@@ -177,6 +177,9 @@ async def merge_users(db: Db, src: int, dst: int) -> None:
             await db.run("DELETE FROM conversations WHERE id = $1", conv_id)
         else:
             await db.run("UPDATE conversations SET user_id = $1 WHERE id = $2", dst, conv_id)
+    # the memories that join lose their vectors: the embed job embeds them again and merges them with the near-
+    # duplicates the person already had (memory/sql_memory_vectors.py compares only what it just embedded)
+    await db.run("UPDATE memories SET vector = NULL, embedder = NULL WHERE user_id = $1", src)
     # SQLite: user_id changes re-index the FTS owner token through the messages_fts_update trigger
     for table in ("messages", "message_vectors", "episodes", "memories", "model_calls", "deliveries", "identities",
                   "identity_audit"):

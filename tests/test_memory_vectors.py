@@ -145,6 +145,22 @@ async def test_a_more_confident_newer_wording_wins_and_is_embedded_again(store: 
     assert (await embed_pending(store, embedder)).memories == 1
 
 
+async def test_two_people_linked_into_one_have_their_near_duplicate_memories_merged(store: Store) -> None:
+    # each embedded while apart (nothing to merge), then linked: the job must compare them again (found by the
+    # isolation property test: remember, remember, link)
+    embedder = Table(TABLE)
+    await remember(store, "I'm vegetarian", sender="1")
+    await remember(store, "I don't eat meat", sender="2")
+    assert (await embed_pending(store, embedder)).merged == 0
+    handle = await store.identity_handle("telegram", "1")
+    assert handle is not None
+    assert await store.link_identity(handle, "telegram", "2", "test") == await uid(store, "1")
+    done = await embed_pending(store, embedder)
+    assert (done.memories, done.merged) == (1, 1)
+    [kept] = await store.memories(await uid(store, "1"))
+    assert kept.content == "I don't eat meat"  # both stated: the newer wording, as a merge keeps it
+
+
 async def test_a_changed_embedder_re_embeds_the_memories(store: Store) -> None:
     first, second = Table(TABLE), Table(TABLE, name="test:second")
     for text in ("I like tea", "Marta is my sister"):

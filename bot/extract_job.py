@@ -27,9 +27,10 @@ from datetime import timedelta
 from bot.config import Settings
 from bot.extract import SCHEMA, Parsed, Remembered, UnusableAnswer, parse, request
 from bot.jobs import JobContext
-from bot.models.base import AllModelsFailed, Chain
-from bot.models.structured import StructuredChain, background_chain
+from bot.models.base import AllModelsFailed, Chain, ChainResult
+from bot.models.structured import OutputSchema, StructuredChain, background_chain
 from kernel import log, tokens
+from kernel.types import ChatMessage
 from memory.sql_extract import ExtractionDue
 from memory.store import MemoryDraft, Store, StoredMessage
 
@@ -81,12 +82,11 @@ class Extractor:
             return True
         shown = [Remembered(m.id, m.kind, m.content) for m in remembered]
         try:
-            result = await self.chain.complete_json(request(batch, shown), SCHEMA)
+            result = await complete_recorded(self.store, self.chain, person.user_id, PURPOSE, request(batch, shown),
+                                             SCHEMA)
         except AllModelsFailed as exc:
-            await self.store.record_model_calls(person.user_id, PURPOSE, exc.calls)
             await self._failed(person, fields, "models_failed", calls=len(exc.calls))
             return False
-        await self.store.record_model_calls(person.user_id, PURPOSE, result.calls)
         try:
             if result.completion.outcome != "ok":
                 raise UnusableAnswer(result.completion.outcome)
@@ -110,6 +110,19 @@ class Extractor:
         wait = min(MAX_RETRY_SECONDS, RETRY_SECONDS * 2 ** person.failures)
         await self.store.fail_extraction(person.user_id, self.store.clock() + timedelta(seconds=wait))
         logger.warning(f"extract.{why}", retry_s=wait, failures=person.failures + 1, **extra, **fields)
+
+
+async def complete_recorded(store: Store, chain: StructuredChain, user_id: int, purpose: str,
+                            messages: Sequence[ChatMessage], schema: OutputSchema) -> ChainResult:
+    """A background job's structured call, every model call of it kept in model_calls with `purpose` (as a turn's
+    are), the failed ones too: AllModelsFailed is raised on after its calls are kept."""
+    try:
+        result = await chain.complete_json(messages, schema)
+    except AllModelsFailed as exc:
+        await store.record_model_calls(user_id, purpose, exc.calls)
+        raise
+    await store.record_model_calls(user_id, purpose, result.calls)
+    return result
 
 
 def drafts(parsed: Parsed) -> list[MemoryDraft]:

@@ -24,7 +24,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 
 from bot.config import Settings
-from bot.extract_job import NO_MODEL, within
+from bot.extract_job import NO_MODEL, complete_recorded, within
 from bot.jobs import JobContext
 from bot.models.base import AllModelsFailed, Chain
 from bot.models.structured import OutputSchema, StructuredChain, background_chain
@@ -98,12 +98,11 @@ class Summarizer:
             if not messages:
                 continue
             try:
-                result = await self.chain.complete_json(request(messages), SCHEMA)
+                result = await complete_recorded(self.store, self.chain, episode.user_id, PURPOSE, request(messages),
+                                                 SCHEMA)
             except AllModelsFailed as exc:  # the models are down: the next run tries again
-                await self.store.record_model_calls(episode.user_id, PURPOSE, exc.calls)
                 logger.warning("summary.models_failed", calls=len(exc.calls), **fields)
                 return
-            await self.store.record_model_calls(episode.user_id, PURPOSE, result.calls)
             summary = parse(result.text) if result.completion.outcome == "ok" else None
             await self.store.keep_summary(episode.id, summary, result.spec.label)
             if summary is None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kernel.types import Memory
 from memory import memory_match as match
 from memory import sql_memories
 from memory.rows import MEMORY_COLS, Db, to_memory
@@ -65,31 +64,26 @@ async def write(db: Db, embedder: str, rows: Sequence[tuple[Pending, Sequence[fl
 
 async def _merge_near(db: Db, embedder: str, fresh: set[int], stored: Sequence[Any]) -> int:
     """Merge each fresh memory with its nearest mergeable one of the same person (see the module docstring)."""
-    import numpy as np
-
-    live: dict[int, Memory] = {}
-    unit: dict[int, Any] = {}
-    for r in stored:
-        vector = np.asarray(match.unpack(r[-1]) or (), dtype=np.float32)
-        norm = float(np.linalg.norm(vector))
-        if norm:
-            live[int(r[0])], unit[int(r[0])] = to_memory(r[:-1]), vector / norm
+    live = {int(r[0]): to_memory(r[:-1]) for r in stored}
+    blobs: dict[int, bytes] = {int(r[0]): r[-1] for r in stored}
     merged = 0
     for mid in sorted(fresh & live.keys()):
         if mid not in live:
             continue  # absorbed by an earlier one of this batch
-        m = live[mid]
-        near = [(float(unit[mid] @ unit[o.id]), o.id) for o in live.values()
-                if o.id != mid and o.user_id == m.user_id and len(unit[o.id]) == len(unit[mid])
-                and sql_memories.mergeable(m.kind, m.key, o.kind, o.key)]
-        best = max(near, default=None)
-        if best is None or best[0] < match.MERGE_COSINE:
+        m, vector = live[mid], match.unpack(blobs[mid])
+        if not vector:
             continue
-        old, new = sorted((m, live[best[1]]), key=lambda x: x.id)
-        survivor = await sql_memories.absorb(db, old, new, unit[new.id].tolist(), embedder)
+        near = match.cosines(vector, [(o.id, blobs[o.id]) for o in live.values()
+                                      if o.id != mid and o.user_id == m.user_id
+                                      and sql_memories.mergeable(m.kind, m.key, o.kind, o.key)])
+        best = max(near.items(), key=lambda kv: (kv[1], kv[0]), default=None)
+        if best is None or best[1] < match.MERGE_COSINE:
+            continue
+        old, new = sorted((m, live[best[0]]), key=lambda x: x.id)
+        survivor = await sql_memories.absorb(db, old, new, list(match.unpack(blobs[new.id]) or ()), embedder)
         merged += 1
         del live[new.id]
         live[old.id] = survivor
         if survivor.content == new.content:
-            unit[old.id] = unit[new.id]
+            blobs[old.id] = blobs[new.id]
     return merged

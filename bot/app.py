@@ -36,6 +36,8 @@ from memory.open import SQLITE_PREFIX, open_store, sqlite_path
 from memory.store import Store
 
 logger = log.get("hilo.app")
+#: At most this much of the stop budget goes to the outbox's sends in flight (after the surfaces' own flush).
+OUTBOX_DRAIN_SECONDS = 5.0
 
 
 def secret_file(settings: Settings) -> Path:
@@ -116,7 +118,8 @@ def create_app(
                 await scheduler.stop(timeout=budget.left(scheduler.drain_timeout))
             for surface in reversed(started):
                 await _stop_surface(surface, budget)
-            if runtime is not None:
+            if runtime is not None:  # the surfaces flushed their parts before closing; the rest waits for a start
+                await runtime.pipeline.outbox.stop(timeout=budget.left(OUTBOX_DRAIN_SECONDS))
                 await runtime.tasks.drain(timeout=budget.left())
             if chain is None and ch is not None:
                 await ch.aclose()
@@ -134,8 +137,12 @@ def create_app(
             for surface in active:
                 await surface.start(runtime)
                 started.append(surface)
-            scheduler = Scheduler(st, jobs if jobs is not None else job_list.registry(settings, st, ch, embedder))
+            runtime.pipeline.outbox.start(runtime.tasks)  # resumes what an earlier run left undelivered
+            scheduler = Scheduler(st, jobs if jobs is not None else job_list.registry(
+                settings, st, ch, embedder, pipeline=runtime.pipeline))
             await scheduler.start()
+            if any(job.name == "recover" for job in scheduler.registry):  # at start too, not only when due
+                runtime.tasks.spawn(scheduler.run_now("recover"), name="recover.start")
             state["jobs"] = scheduler
             state["embedder"] = embedder
             if loader is not None:

@@ -217,6 +217,16 @@ class Settings:
     embed_batch: int = 32
     #: HILO_EMBED_QUERY_TIMEOUT: seconds a turn waits for its question's embedding; then lexical recall only.
     embed_query_timeout: float = 2.0
+    # -- issue 12, outbox (bot/outbox.py, the recovery job of bot/job_list.py) -------------------------------
+    #: HILO_RECOVERY_GRACE: seconds a stored message may wait for its turn before recovery answers it.
+    recovery_grace: float = 30.0
+    #: HILO_RECOVERY_WINDOW: messages stored longer ago than this are never answered by recovery (too late).
+    recovery_window: float = 6 * 3600.0
+    #: HILO_RECOVERY_SECONDS: how often the recovery job looks (it also runs at start).
+    recovery_seconds: int = 60
+    #: HILO_OUTBOX_LEASE: seconds a sender holds a part it is sending; a part of a process that died is sent
+    #: again once it lapsed (longer than any send's timeout).
+    outbox_lease: float = 60.0
 
     @property
     def models(self) -> tuple[ModelSpec, ...]:
@@ -332,6 +342,11 @@ class Settings:
             embed_seconds=_int(env, "HILO_EMBED_SECONDS", 30),
             embed_batch=_int(env, "HILO_EMBED_BATCH", 32),
             embed_query_timeout=_float(env, "HILO_EMBED_QUERY_TIMEOUT", 2.0),
+            # -- issue 12, outbox: recovery of unanswered messages and the outbox's lease ----------------------
+            recovery_grace=_float(env, "HILO_RECOVERY_GRACE", 30.0),
+            recovery_window=_float(env, "HILO_RECOVERY_WINDOW", 6 * 3600.0),
+            recovery_seconds=_int(env, "HILO_RECOVERY_SECONDS", 60),
+            outbox_lease=_float(env, "HILO_OUTBOX_LEASE", 60.0),
         )
 
     @classmethod

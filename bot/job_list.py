@@ -15,11 +15,17 @@
   start (what it finds embedded already costs a look-up in the anti-join, not an embedding).
 - summarize (every bot.summary_job.EVERY_SECONDS, under the same condition and HILO_SUMMARY_MIN_MESSAGES not 0):
   a summary of each ended episode (bot/summary_job.py).
+- recover (at start and every HILO_RECOVERY_SECONDS; with the daemon's pipeline): the people's stored messages
+  older than HILO_RECOVERY_GRACE and younger than HILO_RECOVERY_WINDOW with no reply, no model call and no live
+  turn (the conversation's turn lease free or lapsed: memory/turn_lease.py) get their turn, one at a time, its
+  reply queued in the outbox (bot/outbox.py) where the message names its route; then the outbox is woken.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from bot import extract_job, summary_job
 from bot.config import Settings
@@ -28,18 +34,24 @@ from bot.embedding import active, embed_pending
 from bot.jobs import JobContext, JobRegistry
 from bot.models.base import Chain
 from kernel import log
+from kernel.errors import StoreError
 from memory.store import Store
+
+if TYPE_CHECKING:
+    from bot.pipeline import Pipeline
 
 logger = log.get("hilo.jobs")
 #: How often memory_expiry runs: daily (expiry counts in days).
 MEMORY_EXPIRY_SECONDS = 24 * 3600
 
+#: At most this many unanswered messages per run of the recover job (the next run takes the rest).
+RECOVER_BATCH = 50
 #: How many ids before the last run's end the embed job looks again.
 REWIND = 1000
 
 
 def registry(settings: Settings, store: Store, chain: Chain | None = None,
-             embedder: Embedder | None = None) -> JobRegistry:
+             embedder: Embedder | None = None, *, pipeline: Pipeline | None = None) -> JobRegistry:
     """The app's jobs; `chain` is the turns' model chain (the extractor uses its models, with breakers of its
     own). Without one (or with the echo model only) there is no extraction: said once, here, at start. `embedder`:
     the embed job runs only with one and a database that keeps vectors."""
@@ -78,4 +90,26 @@ def registry(settings: Settings, store: Store, chain: Chain | None = None,
             return did
 
         jobs.add("embed", embed, every=settings.embed_seconds)
+    if pipeline is not None:
+        jobs.add("recover", recovery(settings, store, pipeline), every=settings.recovery_seconds)
     return jobs
+
+
+def recovery(settings: Settings, store: Store, pipeline: Pipeline) -> Callable[[JobContext], Awaitable[bool]]:
+    """The recover job: answer the stored messages nobody answered (a crash or a stop mid-turn, no redelivery)."""
+
+    async def recover(ctx: JobContext) -> bool:
+        turns = await store.unanswered(settings.recovery_grace, settings.recovery_window, RECOVER_BATCH)
+        answered = 0
+        for turn in turns:
+            try:
+                out = await pipeline.answer_stored(turn)
+            except StoreError as exc:
+                logger.error("recover.failed", run=ctx.run_id, message_id=turn.message.id, error=type(exc).__name__)
+                continue
+            answered += out.status != "duplicate"
+        pipeline.outbox.wake()
+        (logger.info if turns else logger.debug)("recover.done", run=ctx.run_id, found=len(turns), answered=answered)
+        return bool(turns)
+
+    return recover

@@ -3,16 +3,17 @@ someone joined their account with it (bot/linking.py), while the turn that cause
 
 A notice is kept like a reply: an assistant message in the person's conversation on that surface
 (`Store.post_notice`), so the web widget shows it when it loads the conversation and `hilo inspect` lists it.
-Surfaces that can write to a person (Telegram, WhatsApp) register a sender at start: it delivers the stored
-notice its usual way (split, retried, one `deliveries` row per part) in a task of its own, so the turn that
-caused the notice never waits for another surface's API. The web and the terminal register none: the stored
-message is the delivery.
+On a surface with a transport in the outbox (Telegram, WhatsApp) its parts are then queued there (bot/outbox.py:
+sent in order, retried, one `deliveries` row per part), so the turn that caused the notice never waits for
+another surface's API. The web and the terminal have none: the stored message is the delivery. `register`
+keeps a sender of its own for a surface without a transport (tests).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from bot.outbox import Outbox
 from kernel import log, tokens
 from memory.store import Store, StoredMessage
 
@@ -24,8 +25,9 @@ Sender = Callable[[str, str, int, int], Awaitable[None]]
 
 
 class Notices:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, outbox: Outbox | None = None) -> None:
         self.store = store
+        self.outbox = outbox
         self._senders: dict[str, Sender] = {}
 
     def register(self, surface: str, sender: Sender) -> None:
@@ -41,12 +43,19 @@ class Notices:
         Store errors propagate; a sender's failure is logged (the notice stays stored)."""
         stored = await self.store.post_notice(user_id, surface, conversation_ref, text, tokens.count(text))
         sender = self._senders.get(surface)
-        if sender is not None:
+        if self.outbox is not None and surface in self.outbox.transports:
+            try:
+                await self.outbox.enqueue(surface, recipient, text, user_id=user_id, message_id=stored.id)
+            except Exception as exc:  # the caller's own work (a link) is done: this must not undo its answer
+                logger.error("notice.not_queued", surface=surface, user_id=user_id, message_id=stored.id,
+                             error=type(exc).__name__)
+            sender = None
+        elif sender is not None:
             try:
                 await sender(recipient, text, user_id, stored.id)
             except Exception as exc:  # the caller's own work (a link) is done: this must not undo its answer
                 logger.error("notice.send_failed", surface=surface, user_id=user_id, message_id=stored.id,
                              error=type(exc).__name__)
         logger.info("notice.posted", surface=surface, user_id=user_id, message_id=stored.id,
-                    pushed=sender is not None)
+                    pushed=sender is not None or (self.outbox is not None and surface in self.outbox.transports))
         return stored

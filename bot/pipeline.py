@@ -25,6 +25,7 @@ from bot.keyed import KeyedLocks
 from bot.models.base import AllModelsFailed, Chain, ChainResult, Completion, Reset
 from bot.notices import Notices
 from bot.opt_out import OptOut
+from bot.outbox import Outbox, route_of
 from bot.ports import Deliveries, History
 from kernel import catalog, log, tokens
 from kernel.errors import InputError
@@ -51,8 +52,10 @@ class Pipeline:
         self.chain = chain
         #: embeds each turn's question (bot/embedding.py) for vector recall; None or `none`: lexical only
         self.embedder = embedder
-        #: what hilo tells a person outside their turn; surfaces that can write to people register senders
-        self.notices = Notices(store)
+        #: what hilo says on Telegram, WhatsApp (any surface with a transport): stored parts, sent in order
+        self.outbox = Outbox(store, lease=settings.outbox_lease)
+        #: what hilo tells a person outside their turn (stored, then sent through the outbox)
+        self.notices = Notices(store, self.outbox)
         #: what surfaces reach of the store (they import no memory module): reads, deliveries, opt-out
         self.history = History(store)
         self.deliveries: Deliveries = store
@@ -86,9 +89,31 @@ class Pipeline:
         turn = await self.store.ingest(msg, n_tokens)
         if turn is None or (turn.resumed and turn.message.id in self._in_flight):
             logger.info("turn.duplicate", surface=msg.surface)  # external ids may hold a person's id: not logged
+            # its reply may be stored and not delivered yet (a crash while sending): the outbox sends it, once
+            self.outbox.wake()
             return OutboundMessage(msg.surface, msg.sender, "", "duplicate")
         if turn.resumed:
             logger.info("turn.resumed", surface=msg.surface, message_id=turn.message.id)
+        return await self._answer(msg, turn, lang, started, on_delta, on_ingested)
+
+    async def answer_stored(self, turn: Ingested) -> OutboundMessage:
+        """Run the turn of a message stored earlier and never answered (recovery, bot/job_list.py): the reply is
+        stored and, where the message names its route, queued in the outbox. "duplicate" when its turn runs in
+        this process already, or another process answered it meanwhile."""
+        m = turn.message
+        route = route_of(m.metadata)
+        msg = InboundMessage(surface=m.surface, sender=route[0] if route else "", external_id=m.external_id or "",
+                             text=m.content, received_at=m.created_at, metadata=m.metadata)
+        if m.id in self._in_flight:
+            return OutboundMessage(msg.surface, msg.sender, "", "duplicate")
+        logger.info("turn.recovered", surface=m.surface, message_id=m.id)
+        lang = catalog.language(None, self.settings.language)
+        return await self._answer(msg, turn, lang, time.perf_counter(), None, None)
+
+    async def _answer(
+        self, msg: InboundMessage, turn: Ingested, lang: str, started: float,
+        on_delta: DeltaSink | None, on_ingested: IngestSink | None,
+    ) -> OutboundMessage:
         self._in_flight.add(turn.message.id)
         try:
             return await self._turn(msg, turn, lang, started, on_delta, on_ingested)
@@ -121,12 +146,19 @@ class Pipeline:
             completion, calls = await self._call_model(ctx, lang, on_delta)
             reply = answers.reply_text(completion, lang) if completion is not None else None
             reply_tokens = await _count(reply) if reply is not None else 0
+            said = reply if reply is not None else catalog.t("model_unavailable", lang)
+            # Telegram, WhatsApp: the parts are queued in the outbox in finish_turn's transaction
+            outgoing = self.outbox.outgoing_for(msg, said)
             try:
-                stored = await self.store.finish_turn(turn, reply, reply_tokens, calls, memory_ids=ctx.memory_ids())
+                stored = await self.store.finish_turn(turn, reply, reply_tokens, calls, memory_ids=ctx.memory_ids(),
+                                                      outgoing=outgoing)
             except StoreError as exc:
                 # The person's message is already stored; an answer they can read beats no answer at all.
                 logger.error("turn.reply_not_stored", message_id=turn.message.id, error=type(exc).__name__)
-                stored = None
+                stored, outgoing = None, None
+        queued = {"queued": outgoing is not None}
+        if outgoing is not None:
+            self.outbox.wake()
         logger.info(
             "turn.done", surface=msg.surface, user_id=turn.user_id, conversation_id=turn.conversation_id,
             message_id=turn.message.id, chars_in=len(msg.text), chars_out=len(reply or ""),
@@ -136,14 +168,14 @@ class Pipeline:
         )
         if reply is None:
             return OutboundMessage(
-                msg.surface, msg.sender, catalog.t("model_unavailable", lang), "failed",
-                conversation_id=turn.conversation_id, user_id=turn.user_id, message_id=turn.message.id,
+                msg.surface, msg.sender, said, "failed", conversation_id=turn.conversation_id,
+                user_id=turn.user_id, message_id=turn.message.id, metadata=queued,
             )
         assert completion is not None
         return OutboundMessage(
             msg.surface, msg.sender, reply, "ok", conversation_id=turn.conversation_id, user_id=turn.user_id,
             message_id=turn.message.id, reply_id=stored.id if stored else None,
-            metadata={"outcome": completion.outcome},
+            metadata={"outcome": completion.outcome, **queued},
         )
 
     async def context_for(self, turn: Ingested) -> AssembledContext:

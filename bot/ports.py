@@ -50,3 +50,15 @@ class History:
         """The conversation of the user with `handle` on `surface` (on the web: their latest), or None."""
         user_id = await self._store.user_id(handle)
         return None if user_id is None else await self._store.find_conversation(user_id, surface)
+
+
+class Transport(Protocol):
+    """What the outbox (bot/outbox.py) sends through: a surface that only sends. `send` delivers one part and
+    returns the provider's id for it, or raises kernel.errors.SendError (transient or not, with the provider's
+    code and Retry-After). It never retries: the outbox does, with bot/retry.py's policy."""
+
+    name: str
+    max_part_chars: int
+
+    async def send(self, recipient: str, text: str, reply_to: str | None) -> str:
+        """Send `text` (at most `max_part_chars` UTF-16 units) to `recipient`; the provider's message id."""

@@ -17,6 +17,7 @@ HiloError
  ├── Rollback               memory.rows: rolls a transaction back (never escapes the store)
  ├── AuthFailed             surfaces.web_auth: a credential was sent but is not valid (401)
  ├── JwksError              surfaces.web_jwks: JwksUnavailable, UnknownKey (a token's signing key cannot be had)
+ ├── SendError            a transport could not send a part (`transient`, `code`, `retry_after`): bot/outbox.py
  ├── BodyTooLarge           surfaces.http_body: a request body over its limit (413)
  └── BadJson                surfaces.http_body: a body that cannot be taken as JSON (also a ValueError)
 
@@ -61,3 +62,16 @@ class StoreError(HiloError):
 
 class StoreUnavailable(StoreError):
     """The database cannot be reached, or stayed locked past the timeout. Retry later."""
+
+
+class SendError(HiloError):
+    """A transport (bot/ports.py Transport: Telegram, Twilio) could not send one part. `transient`: worth trying
+    again (429, 5xx, timeouts, no answer); `code` the provider's error code or class name; `retry_after` the pause
+    the provider asked for (seconds) or None. The outbox (bot/outbox.py) retries or records the failure."""
+
+    def __init__(self, detail: str, *, transient: bool, code: str | int | None = None,
+                 retry_after: float | None = None) -> None:
+        super().__init__(detail)
+        self.transient = transient
+        self.code = code
+        self.retry_after = retry_after

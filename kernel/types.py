@@ -157,6 +157,35 @@ class Delivery:
     attempts: int = 1
 
 
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """What a turn's reply is to be sent as, queued in the outbox inside finish_turn's transaction: the
+    surface, the recipient on it (a chat id, a phone number), the parts in order, and the provider's message
+    id the first part answers (Telegram groups) or None."""
+
+    surface: str
+    recipient: str
+    parts: tuple[str, ...]
+    reply_to: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxItem:
+    """One queued part (a `deliveries` row of status pending/sending) as the outbox sender claimed it.
+    `attempts` counts the sends tried so far, this one included."""
+
+    id: int
+    user_id: int
+    message_id: int | None
+    surface: str
+    recipient: str
+    part: int
+    parts: int
+    text: str
+    reply_to: str | None
+    attempts: int
+
 #: The kinds of memory (a closed set: the `memories.kind` CHECK of migration 0016 lists the same).
 MEMORY_KINDS = ("fact", "preference", "event", "plan", "relationship")
 #: Where a memory came from, and the confidence each source gets unless told otherwise: stated by the person

@@ -14,12 +14,13 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from kernel.types import InboundMessage, ModelCallRecord, utcnow
+from kernel.types import InboundMessage, ModelCallRecord, OutboxItem, Outgoing, utcnow
 from memory import jobs, turn_lease
 from memory import sql_extract as extract
 from memory import sql_linking as linking
 from memory import sql_memories as memories
 from memory import sql_memory_vectors as memory_vectors
+from memory import sql_outbox as outbox
 from memory import sql_people as people
 from memory import sql_summaries as summaries
 from memory import sql_turns as turns
@@ -108,9 +109,34 @@ class SqlStore:
 
     async def finish_turn(
         self, turn: Ingested, reply: str | None, reply_tokens: int, calls: Sequence[ModelCallRecord],
-        metadata: dict[str, Any] | None = None, *, memory_ids: Sequence[int] = (),
+        metadata: dict[str, Any] | None = None, *, memory_ids: Sequence[int] = (), outgoing: Outgoing | None = None,
     ) -> StoredMessage | None:
-        return await self._tx("write", turns.finish_turn, turn, reply, reply_tokens, calls, metadata, memory_ids)
+        return await self._tx("write", turns.finish_turn, turn, reply, reply_tokens, calls, metadata, memory_ids,
+                              outgoing)
+
+    # -- the outbox (memory/sql_outbox.py) -------------------------------------------------------------------
+
+    async def enqueue(self, user_id: int, message_id: int | None, outgoing: Outgoing) -> list[int]:
+        return await self._tx("write", outbox.enqueue, user_id, message_id, outgoing)
+
+    async def claim_outbox(self, surface: str, owner: str, ttl: float, limit: int = 32) -> list[OutboxItem]:
+        return await self._tx("write", outbox.claim, surface, owner, ttl, limit)
+
+    async def settle_outbox(self, item_id: int, owner: str, status: str, *, provider_ref: str | None = None,
+                            error: str | None = None, retry_at: datetime | None = None) -> bool:
+        return await self._tx("write", outbox.settle, item_id, owner, status, provider_ref, error, retry_at)
+
+    async def outbox_next_due(self, surface: str) -> datetime | None:
+        return await self._tx("read", outbox.next_due, surface)
+
+    async def outbox_undelivered(self, surface: str, recipient: str) -> int:
+        return await self._tx("read", outbox.undelivered, surface, recipient)
+
+    async def outbox_pending(self, user_id: int) -> list[dict[str, Any]]:
+        return await self._tx("read", outbox.pending, user_id)
+
+    async def unanswered(self, grace: float, window: float, limit: int = 50) -> list[Ingested]:
+        return await self._tx("read", outbox.unanswered, grace, window, limit)
 
     async def import_rows(self, rows: Sequence[ImportRow]) -> ImportResult:
         return await self._tx("write", turns.import_rows, rows)

@@ -16,8 +16,8 @@ from datetime import timedelta
 from typing import Any
 
 from kernel.errors import NotFound
-from kernel.types import SINGLETON_SURFACES, InboundMessage, ModelCallRecord
-from memory import episodes, sql_memories, sql_recall
+from kernel.types import SINGLETON_SURFACES, InboundMessage, ModelCallRecord, Outgoing
+from memory import episodes, sql_memories, sql_outbox, sql_recall
 from memory.memory_match import cosines as cosines_of
 from memory.rows import MEMORY_COLS, MSG_COLS, Db, Rollback, as_dt, dump_metadata, to_memory, to_message
 from memory.stems import index_terms
@@ -225,9 +225,11 @@ async def load_context(db: Db, q: ContextQuery) -> ContextRows:
 
 async def finish_turn(
     db: Db, turn: Ingested, reply: str | None, reply_tokens: int, calls: Sequence[ModelCallRecord],
-    metadata: dict[str, Any] | None, memory_ids: Sequence[int] = (),
+    metadata: dict[str, Any] | None, memory_ids: Sequence[int] = (), outgoing: Outgoing | None = None,
 ) -> StoredMessage | None:
-    """The reply, the usage rows, the conversation's updated_at and the uses of the memories, together."""
+    """The reply, the usage rows, the conversation's updated_at, the uses of the memories and the parts to send
+    (`outgoing`, queued in the outbox: memory/sql_outbox.py; for the reply, or the person's message when there
+    is no reply), together."""
     moment = max(db.clock(), turn.message.created_at)  # a reply never sorts before what it answers
     at, msg = db.ts(moment), turn.message
     stored: StoredMessage | None = None
@@ -250,6 +252,8 @@ async def finish_turn(
         ])
     await db.run(TOUCH + " AND user_id = $3", at, turn.conversation_id, turn.user_id)
     await sql_memories.touch(db, turn.user_id, memory_ids, moment)
+    if outgoing is not None and outgoing.parts:
+        await sql_outbox.enqueue(db, turn.user_id, stored.id if stored is not None else msg.id, outgoing)
     return stored
 
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kernel.errors import StoreError as StoreError  # re-exported: part of the contract
 from kernel.errors import StoreUnavailable as StoreUnavailable  # re-exported: part of the contract
 from kernel.types import Delivery as Delivery  # re-exported: part of the contract
-from kernel.types import InboundMessage, ModelCallRecord
+from kernel.types import InboundMessage, ModelCallRecord, OutboxItem, Outgoing
 from kernel.types import Ingested as Ingested  # re-exported: part of the contract
 from kernel.types import Memory as Memory  # re-exported: part of the contract
 from kernel.types import MemoryAdded as MemoryAdded  # re-exported: part of the contract
@@ -200,11 +200,38 @@ class Store(Protocol):
 
     async def finish_turn(
         self, turn: Ingested, reply: str | None, reply_tokens: int, calls: Sequence[ModelCallRecord],
-        metadata: dict[str, Any] | None = None, *, memory_ids: Sequence[int] = (),
+        metadata: dict[str, Any] | None = None, *, memory_ids: Sequence[int] = (), outgoing: Outgoing | None = None,
     ) -> StoredMessage | None:
-        """One write transaction: store the reply (if any) answering turn.message and the model_calls rows, and
+        """One write transaction: store the reply (if any) answering turn.message and the model_calls rows,
         count a use of each of the person's memories in `memory_ids` (those the context carried: access_count,
-        last_accessed_at)."""
+        last_accessed_at), and queue `outgoing`'s parts in the outbox (for the reply, else the message)."""
+
+    # -- the outbox (memory/sql_outbox.py; bot/outbox.py sends) --------------------------------------------------
+
+    async def enqueue(self, user_id: int, message_id: int | None, outgoing: Outgoing) -> list[int]:
+        """Queue parts to send to a person (status pending); their ids, in order."""
+
+    async def claim_outbox(self, surface: str, owner: str, ttl: float, limit: int = 32) -> list[OutboxItem]:
+        """Lease the due first undelivered part of up to `limit` recipients of `surface` to `owner` for `ttl` s
+        (safe across processes: a part is claimed by one sender at a time, a recipient's parts in order)."""
+
+    async def settle_outbox(self, item_id: int, owner: str, status: str, *, provider_ref: str | None = None,
+                            error: str | None = None, retry_at: datetime | None = None) -> bool:
+        """A claimed part is 'sent' (provider_ref), 'failed' (error) or 'pending' again (retry_at). False
+        when `owner` lost its lease."""
+
+    async def outbox_next_due(self, surface: str) -> datetime | None:
+        """When the next undelivered part of `surface` is due, or None when there is none."""
+
+    async def outbox_undelivered(self, surface: str, recipient: str) -> int:
+        """How many parts of `recipient` on `surface` are not delivered yet."""
+
+    async def outbox_pending(self, user_id: int) -> list[dict[str, Any]]:
+        """The user's undelivered parts, oldest first."""
+
+    async def unanswered(self, grace: float, window: float, limit: int = 50) -> list[Ingested]:
+        """Stored messages of people, between `window` and `grace` seconds old, that have no reply, no model call
+        and no live turn: turns to resume (recovery, bot/job_list.py)."""
 
     async def import_rows(self, rows: Sequence[ImportRow]) -> ImportResult:
         """Store many messages in one transaction, skipping (surface, external_id) already stored."""

@@ -16,7 +16,6 @@ out (split, typing, retries, deliveries) in `telegram_outbound`.
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import logging
 import re
@@ -32,13 +31,13 @@ from telegram.ext import Application, MessageHandler, filters
 
 from bot.config import Settings
 from bot.keyed import RecentIds
+from bot.outbox import with_route
 from bot.runtime import Runtime
 from kernel import catalog, log
 from kernel.errors import ConfigError, HiloError, InputError, ServiceUnavailable, StoreError
-from kernel.types import OutboundMessage
 from surfaces.http_body import BodyTooLarge, parse_json, read_body
 from surfaces.telegram_inbound import Allowlist, BotIdentity, Decision, classify
-from surfaces.telegram_outbound import SendFailed, SendPolicy, deliver, send_text, show_typing
+from surfaces.telegram_outbound import SendFailed, SendPolicy, TelegramTransport, send_text, show_typing
 from surfaces.telegram_updates import PerChatUpdates
 
 logger = log.get("hilo.telegram")
@@ -46,6 +45,10 @@ logger = log.get("hilo.telegram")
 WEBHOOK_PATH = "/webhooks/telegram"
 DEFAULT_API = "https://api.telegram.org"
 MAX_UPDATE_BYTES = 1024 * 1024
+#: Seconds a chat's update waits for its reply's parts to be sent (the outbox goes on after: they stay queued).
+SETTLE_S = 120.0
+#: Seconds the stop gives the outbox to send what the drained updates queued (the rest waits for the next start).
+FLUSH_S = 10.0
 _SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")  # what Telegram accepts as secret_token
 
 
@@ -78,7 +81,6 @@ class TelegramSurface:
         self._me: BotIdentity | None = None
         self._accepting = False
         self._recent = RecentIds()
-        self._notices: set[asyncio.Task[Any]] = set()
 
     def routes(self) -> list[BaseRoute]:
         if self.mode != "webhook":
@@ -133,7 +135,7 @@ class TelegramSurface:
                 raise self._start_failed(exc) from None
             raise
         self._accepting = True
-        runtime.pipeline.notices.register(self.name, self._notify)
+        runtime.pipeline.outbox.register(TelegramTransport(app.bot))  # replies and notices go out through it
         logger.info("telegram.started", mode=self.mode, bot_id=app.bot.id, allowlist=bool(self.allowlist))
 
     def _start_failed(self, exc: TelegramError) -> HiloError:
@@ -168,10 +170,10 @@ class TelegramSurface:
             if app.running:
                 await app.stop()
         finally:
-            if self._runtime is not None:  # later notices are only stored: the bot is closing
-                self._runtime.pipeline.notices.unregister(self.name)
-            if self._notices:  # notices under way (someone joined a person's account) go out before it closes
-                await asyncio.wait(set(self._notices), timeout=30)
+            if self._runtime is not None:  # what the drained updates queued goes out before the bot closes
+                outbox = self._runtime.pipeline.outbox
+                await outbox.flush(self.name, timeout=FLUSH_S)
+                outbox.unregister(self.name)  # later parts stay queued for the next start
             await app.shutdown()
             self._app = None  # only now: the updates drained above still send their replies
         if was_started:  # a start that failed says so once, where it is caught
@@ -234,7 +236,8 @@ class TelegramSurface:
         try:
             rt.pipeline.validate(d.msg)  # refuse before showing "typing"
             async with show_typing(self.application.bot, chat_id):
-                out = await rt.pipeline.handle(d.msg)
+                # the reply goes out through the outbox, to this chat (kept with the message: recovery too)
+                out = await rt.pipeline.handle(with_route(d.msg, str(chat_id), d.reply_to))
         except InputError as exc:
             await self._say(chat_id, catalog.t(exc.key, d.lang, **exc.params), d.reply_to)
             return
@@ -247,21 +250,12 @@ class TelegramSurface:
         if out.status == "command":  # e.g. "@bot /help" in a group, or a photo captioned "/memory"
             await self._say(chat_id, out.text, d.reply_to)
             return
-        # status "failed" (every model down): out.text is the catalogue's apology, sent like any reply
-        await deliver(self.application.bot, rt.pipeline.deliveries, out, chat_id, reply_to=d.reply_to,
-                      policy=self.policy)
-
-    async def _notify(self, recipient: str, text: str, user_id: int, message_id: int) -> None:
-        """bot.notices' sender: deliver a stored notice to a private chat (its chat id is the person's id) in
-        a tracked task, recorded in `deliveries` like a reply."""
-        rt = self._runtime
-        if rt is None or self._app is None or not recipient.lstrip("-").isdigit():
+        # "ok", or "failed" (every model down: the catalogue's apology): queued in the outbox with the reply
+        if not out.metadata.get("queued"):  # the reply could not be stored: said directly, not lost
+            await self._say(chat_id, out.text, d.reply_to)
             return
-        out = OutboundMessage(self.name, recipient, text, "ok", user_id=user_id, reply_id=message_id)
-        task = rt.tasks.spawn(deliver(self._app.bot, rt.pipeline.deliveries, out, int(recipient), reply_to=None,
-                                      policy=self.policy), name=f"telegram.notice:{message_id}")
-        self._notices.add(task)
-        task.add_done_callback(self._notices.discard)
+        # the chat's next update waits for this reply to go out: what is said next comes after it
+        await rt.pipeline.outbox.settled(self.name, str(chat_id), timeout=SETTLE_S)
 
     async def _say(self, chat_id: int, text: str, reply_to: int | None) -> None:
         """A reply that is not a turn's (commands, refusals, errors): sent, retried, not recorded."""

@@ -1,5 +1,6 @@
-"""Telegram's side of a reply: split to the 4,096 limit, "typing" while the model works, retried sends, and a
-delivery row per part.
+"""Telegram's side of a reply: split to the 4,096 limit, "typing" while the model works, and the transport the
+outbox sends replies and notices through (`TelegramTransport`: one part, classified errors); `send_text` (retried
+here) is for what is said outside the outbox (refusals, command answers, errors).
 
 Bot API calls are retried by bot.retry (the one retry module) under Telegram's numbers (SendPolicy); this
 module only classifies:
@@ -27,7 +28,7 @@ from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
 from bot.ports import Deliveries
 from bot.retry import GaveUp, RetryPolicy, call_with_retry
 from kernel import log
-from kernel.errors import ServiceUnavailable
+from kernel.errors import SendError, ServiceUnavailable
 from kernel.types import Delivery, OutboundMessage
 from surfaces.text_split import split_text, utf16_len
 
@@ -180,3 +181,23 @@ async def deliver(
         except Exception as exc:
             logger.error("telegram.delivery_not_recorded", user_id=out.user_id, error=type(exc).__name__)
     return ok
+
+
+class TelegramTransport:
+    """The outbox's transport (bot/ports.py Transport) for Telegram: one sendMessage per part, never retried
+    here; Telegram's errors classified into SendError (the outbox retries with bot/retry.py's policy)."""
+
+    name = "telegram"
+    max_part_chars = MAX_MESSAGE_CHARS
+
+    def __init__(self, bot: Bot) -> None:
+        self.bot = bot
+
+    async def send(self, recipient: str, text: str, reply_to: str | None) -> str:
+        params = ReplyParameters(int(reply_to), allow_sending_without_reply=True) if reply_to else None
+        try:
+            message = await self.bot.send_message(int(recipient), text, reply_parameters=params)
+        except TelegramError as exc:
+            raise SendError(describe(exc), transient=_transient(exc), code=type(exc).__name__,
+                            retry_after=_pause(exc)) from exc
+        return str(message.message_id)

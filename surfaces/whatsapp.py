@@ -34,7 +34,7 @@ from kernel.errors import ConfigError, Draining, StoreError
 from kernel.types import InboundMessage
 from surfaces.http_body import BodyTooLarge, read_body
 from surfaces.whatsapp_inbox import EMPTY_TWIML, SURFACE, Inbox, twiml
-from surfaces.whatsapp_send import TwilioSender
+from surfaces.whatsapp_send import TwilioSender, TwilioTransport
 
 logger = log.get("hilo.whatsapp")
 
@@ -122,14 +122,12 @@ class WhatsAppSurface:
     async def start(self, runtime: Runtime) -> None:
         await self.sender.start()
         self._runtime = self.inbox.runtime = runtime
-        runtime.pipeline.notices.register(SURFACE, self._notify)
+        runtime.pipeline.outbox.register(TwilioTransport(self.sender))  # replies and notices go out through it
         logger.info("whatsapp.started", webhook=self.settings.public_url + WEBHOOK_PATH)
 
     async def stop(self) -> None:
         """Stop taking webhooks, let replies in flight go out (up to `drain_timeout`), then close the client."""
         self._stopping = True
-        if self._runtime is not None:
-            self._runtime.pipeline.notices.unregister(SURFACE)
         for task in self._inflight:
             if task.get_name().startswith("whatsapp-status:"):
                 task.cancel()  # a late status for a part never recorded: not worth holding the shutdown
@@ -140,6 +138,9 @@ class WhatsAppSurface:
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
                 logger.warning("whatsapp.cancelled_in_flight", count=len(pending))
+        if self._runtime is not None:  # what the drained turns queued goes out before the client closes
+            await self._runtime.pipeline.outbox.flush(SURFACE, timeout=self.drain_timeout)
+            self._runtime.pipeline.outbox.unregister(SURFACE)  # later parts stay queued for the next start
         await self.sender.aclose()
 
     # -- HTTP ---------------------------------------------------------------------------------------------
@@ -217,7 +218,3 @@ class WhatsAppSurface:
             if await self._runtime.pipeline.deliveries.update_delivery(SURFACE, sid, status, error):
                 return
         logger.info("whatsapp.status_unknown_sid", sid=sid, status=status)
-
-    async def _notify(self, recipient: str, text: str, user_id: int, message_id: int) -> None:
-        """bot.notices' sender: a stored notice goes out like a reply, in a tracked task."""
-        self._spawn(self.inbox.reply(recipient, text, user_id, message_id), name=f"whatsapp-notice:{message_id}")

@@ -26,6 +26,7 @@ from starlette.responses import PlainTextResponse, Response
 from bot.config import Settings
 from bot.keyed import RecentIds
 from bot.opt_out import keyword
+from bot.outbox import with_route
 from bot.runtime import Runtime
 from kernel import catalog, log
 from kernel.errors import InputError, StoreError
@@ -36,6 +37,8 @@ logger = log.get("hilo.whatsapp")
 
 SURFACE = "whatsapp"
 EMPTY_TWIML = '<?xml version="1.0" encoding="UTF-8"?><Response></Response>'
+#: Seconds a turn's task waits for its reply's parts to be sent (the outbox goes on after: they stay queued).
+SETTLE_S = 120.0
 Spawn = Callable[[Coroutine[Any, Any, Any], str], bool]
 
 
@@ -134,7 +137,8 @@ class Inbox:
                 stored.set_result(None)
 
         try:
-            out = await self.runtime.pipeline.handle(msg, on_ingested=on_ingested)
+            # the reply goes out through the outbox, to the sender (kept with the message: recovery too)
+            out = await self.runtime.pipeline.handle(with_route(msg, msg.sender), on_ingested=on_ingested)
         except InputError as exc:
             logger.info("whatsapp.refused", message_sid=sid, reason=exc.key)
             await self._notice(msg.sender, catalog.t(exc.key, lang, **exc.params))
@@ -154,5 +158,8 @@ class Inbox:
             if not stored.done():
                 stored.set_result(None)
         if out.status == "duplicate":
+            return
+        if out.metadata.get("queued"):  # a turn's reply (or apology), queued in the outbox with it
+            await self.runtime.pipeline.outbox.settled(SURFACE, msg.sender, timeout=SETTLE_S)
             return
         await self.reply(msg.sender, out.text, out.user_id, out.reply_id or out.message_id)

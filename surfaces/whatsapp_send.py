@@ -30,9 +30,9 @@ from bot.keyed import KeyedLocks
 from bot.ports import Deliveries
 from bot.retry import GaveUp, RetryPolicy, Sleep, call_with_retry, retry_after_from_headers
 from kernel import log
-from kernel.errors import StoreError
+from kernel.errors import SendError, StoreError
 from kernel.types import Delivery
-from surfaces.whatsapp_text import split_message
+from surfaces.whatsapp_text import MAX_BODY_CHARS, split_message
 
 logger = log.get("hilo.whatsapp")
 
@@ -147,6 +147,11 @@ class TwilioSender:
             client.edge = client.region = None  # the base URL wins over TWILIO_EDGE / TWILIO_REGION
         self._client = client
 
+    @property
+    def client(self) -> Client | None:
+        """The REST client while started (None before start and after aclose)."""
+        return self._client
+
     async def aclose(self) -> None:
         if self._http is not None:
             await self._http.close()
@@ -221,3 +226,31 @@ async def _deliver(
     logger.info("whatsapp.delivered", user_id=user_id, message_id=message_id, parts=len(parts),
                 sent=sum(r.ok for r in results), sids=[r.sid for r in results if r.sid])
     return results
+
+
+class TwilioTransport:
+    """The outbox's transport (bot/ports.py Transport) for WhatsApp: one Messages create per part, never retried
+    here; Twilio's answers classified into SendError (63016 keeps its explanation for the operator), with the
+    Retry-After of the answer. The outbox retries with bot/retry.py's policy."""
+
+    name = "whatsapp"
+    max_part_chars = MAX_BODY_CHARS
+
+    def __init__(self, sender: TwilioSender) -> None:
+        self.sender = sender
+
+    async def send(self, recipient: str, text: str, reply_to: str | None) -> str:
+        client = self.sender.client
+        if client is None:
+            raise SendError("the WhatsApp sender is closed", transient=True)
+        _retry_after.set(None)
+        try:
+            message = await client.messages.create_async(
+                to=f"whatsapp:{recipient}", from_=self.sender.from_, body=text,
+                status_callback=self.sender.status_callback,
+            )
+        except _SEND_ERRORS as exc:
+            error, code, status = _what(exc)
+            logger.warning("whatsapp.send_failed", status=status, code=code)
+            raise SendError(error, transient=_transient(exc), code=code, retry_after=_pause(exc)) from exc
+        return str(message.sid)

@@ -11,10 +11,10 @@ from collections.abc import Callable
 from typing import Any
 
 
-async def wait_until(condition: Callable[[], Any], what: str) -> None:
-    """Return once `condition()` is true; AssertionError naming `what` when it never is. `condition` may return
-    an awaitable (a store read)."""
-    for _ in range(2000):
+async def wait_until(condition: Callable[[], Any], what: str, *, seconds: float = 20.0) -> None:
+    """Return once `condition()` is true; AssertionError naming `what` when it never is (within `seconds`).
+    `condition` may return an awaitable (a store read)."""
+    for _ in range(round(seconds * 100)):
         found = condition()
         if inspect.isawaitable(found):
             found = await found

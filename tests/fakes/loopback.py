@@ -21,6 +21,7 @@ from types import TracebackType
 from typing import Literal
 
 import uvicorn
+from starlette.requests import Request
 from starlette.types import ASGIApp
 
 HOST = "127.0.0.1"
@@ -112,3 +113,36 @@ async def serving(
     finally:
         server.should_exit = True
         await task
+
+
+class HeldSends:
+    """A fake's sends held until a gate opens (`hold(gate)`; None: answer at once). A held send whose client went
+    away meanwhile (its process was killed) is never sent; `held` counts the sends waiting now."""
+
+    _gate: threading.Event | None = None
+    _held = 0
+    _held_lock = threading.Lock()
+
+    def hold(self, gate: threading.Event | None) -> None:
+        self._gate = gate
+
+    @property
+    def held(self) -> int:
+        return self._held
+
+    async def released(self, request: Request) -> bool:
+        """True at once when nothing is held; else once the gate opens. False when the client went away first."""
+        gate = self._gate
+        if gate is None:
+            return True
+        with self._held_lock:
+            self._held += 1
+        try:
+            while not gate.is_set():
+                if await request.is_disconnected():
+                    return False
+                await asyncio.sleep(0.01)
+            return not await request.is_disconnected()
+        finally:
+            with self._held_lock:
+                self._held -= 1

@@ -2,9 +2,9 @@
 
 Serves `/bot{token}/{method}` on 127.0.0.1 (uvicorn in a background thread): getMe, getUpdates (hands out the
 queued updates from `offset` on; long-polls up to `timeout` seconds, capped at `max_long_poll`, waking as soon
-as one is queued; 409 while a webhook is set, like Telegram), sendMessage, sendChatAction, setWebhook,
-deleteWebhook, getWebhookInfo, setMyCommands. Any other method is 404; another token is 401. Bodies are
-form-urlencoded (as the library sends them) or JSON.
+as one is queued; 409 while a webhook is set, like Telegram), sendMessage (held while `hold(gate)` says so),
+sendChatAction, setWebhook, deleteWebhook, getWebhookInfo, setMyCommands. Any other method is 404; another
+token is 401. Bodies are form-urlencoded (as the library sends them) or JSON.
 
 Every call is recorded (`calls`), sent messages in order (`sent`). `fail("sendMessage", ...)` scripts the
 next answers of a method: a 429 with retry_after, a 502, a 403... Builders (`text_update`, `photo_update`,
@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from tests.fakes.loopback import ThreadedServer
+from tests.fakes.loopback import HeldSends, ThreadedServer
 
 TOKEN = "123456:TEST-token_for-the-fake"
 BOT_ID = 123456
@@ -79,7 +79,7 @@ def _param(value: str) -> Any:
     return value
 
 
-class FakeBotApi:
+class FakeBotApi(HeldSends):
     """The fake. `start()` / `stop()`; `reset()` between tests."""
 
     def __init__(self, token: str = TOKEN, max_long_poll: float = 0.3) -> None:
@@ -167,6 +167,7 @@ class FakeBotApi:
     def reset(self) -> None:
         with self._lock:
             self._state = _State()
+        self.hold(None)
 
     # -- update builders ----------------------------------------------------------------------------------
     def message(
@@ -245,6 +246,8 @@ class FakeBotApi:
         if failure is not None:
             extra = {"retry_after": failure.retry_after} if failure.retry_after else None
             return _error(failure.status, failure.description, extra)
+        if method == "sendMessage" and not await self.released(request):
+            return _error(499, "client gone")
         handler = getattr(self, f"_m_{method}", None)
         if handler is None:
             return _error(404, "Not Found: method not found")

@@ -8,6 +8,7 @@ port, served by uvicorn in a background thread.
 Scripting: each request takes the next behaviour from `enqueue(...)`, else `created()`. Behaviours:
 `created()`, `rate_limited(retry_after)` (429, Twilio's error 20429), `server_error(500)`,
 `window_closed()` (400 with code 63016: outside WhatsApp's 24-hour window), `error(status, code, message)`.
+`hold(gate)` holds every create until the gate opens (loopback.HeldSends).
 
 Use from a test module: `from tests.fakes import twilio_api as fake_twilio`, then module-level
 `twilio_api_session = fake_twilio.twilio_api_session; twilio_api = fake_twilio.twilio_api`, then take the
@@ -34,7 +35,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tests.fakes.loopback import ThreadedServer
+from tests.fakes.loopback import HeldSends, ThreadedServer
 
 ACCOUNT_SID = "AC" + "0" * 31 + "1"
 AUTH_TOKEN = "fake-twilio-auth-token"
@@ -98,7 +99,7 @@ class RecordedSend:
         return self.form.get("StatusCallback", "")
 
 
-class FakeTwilioApi:
+class FakeTwilioApi(HeldSends):
     def __init__(self, account_sid: str = ACCOUNT_SID, auth_token: str = AUTH_TOKEN) -> None:
         self.account_sid, self.auth_token = account_sid, auth_token
         self._lock = threading.Lock()
@@ -131,6 +132,7 @@ class FakeTwilioApi:
         with self._lock:
             self._queue.clear()
             self.requests = []
+        self.hold(None)
 
     async def wait_for(self, count: int, timeout: float = 10.0) -> list[RecordedSend]:
         """Wait until `count` messages were accepted; fail the test if they do not come."""
@@ -161,6 +163,8 @@ class FakeTwilioApi:
                 self.requests.append(RecordedSend(account_sid, form, 401, None))
             return JSONResponse({"code": 20003, "message": "Authenticate", "more_info":
                                  "https://www.twilio.com/docs/errors/20003", "status": 401}, status_code=401)
+        if not await self.released(request):
+            return JSONResponse({"code": 20500, "message": "client gone", "status": 499}, status_code=499)
         with self._lock:
             b = self._queue.popleft() if self._queue else created()
             sid = "SM" + secrets.token_hex(16) if b.status == 201 else None

@@ -1,0 +1,267 @@
+"""The outbox sender: what hilo says to people on Telegram and WhatsApp goes out from stored parts, through the
+surfaces' transports (bot/ports.py Transport), in order per recipient, retried, resumed after a restart.
+
+Parts are stored first (memory/sql_outbox.py: `deliveries` rows of status 'pending', a turn's inside its
+finish_turn transaction), then `wake()` starts the sender. One loop per process claims, for each registered
+transport, the due first undelivered part of each recipient (a lease, so one sender of all processes sends it)
+and sends each claimed part in a task of its own: recipients are served side by side, a recipient's parts one
+at a time, a part only after the one before it was sent or finally failed. Each outcome is recorded:
+- sent: 'sent' with the provider's id (Twilio's status callbacks update that row later);
+- transient (429, 5xx, timeouts, no answer: `SendError.transient`): 'pending' again, due after the provider's
+  Retry-After or bot/retry.py's backoff (the one policy: attempts, backoff, the cap on a pause); a pause longer
+  than the cap, or the last attempt, fails the part;
+- permanent (a blocked bot, WhatsApp's 63016 window): 'failed' with the transport's explanation.
+Nothing waits in memory: a retry is a due time in the row, so a restart resumes it, and a part whose process
+died while sending it is claimed again once its lease (HILO_OUTBOX_LEASE) lapsed and sent again (Telegram and
+Twilio take no idempotency key: a possible duplicate part is judged better than a lost one).
+The loop and its sends are tracked tasks of the daemon's TaskSet; `flush(surface)` lets a surface send what is
+due before it closes its client, `stop()` drains the sends in flight within the stop budget (bot/shutdown.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import socket
+from contextlib import suppress
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+from bot.ports import Transport
+from bot.retry import RetryPolicy
+from bot.tasks import TaskSet
+from kernel import log
+from kernel.errors import Draining, SendError, StoreError
+from kernel.text_split import split_text, utf16_len
+from kernel.types import InboundMessage, OutboxItem, Outgoing
+from memory.store import Store
+
+logger = log.get("hilo.outbox")
+
+#: Where a message's reply goes, kept in its metadata by the surface that took it in (so that a turn run later,
+#: by recovery, knows it): {"to": recipient, "reply_to": provider message id or None}.
+ROUTE = "reply_route"
+#: The longest the loop sleeps without a wake-up: parts queued by another process are found within this.
+IDLE_S = 2.0
+#: Outbox numbers for bot/retry.py's policy: a failed part is tried again later, not while a turn waits.
+POLICY = RetryPolicy(attempts=5, backoff_base=1.0, backoff_max=60.0, retry_after_cap=300.0)
+
+
+def with_route(msg: InboundMessage, recipient: str, reply_to: str | int | None = None) -> InboundMessage:
+    """`msg` carrying where its reply is to be sent (kept with the stored message)."""
+    route = {"to": recipient, "reply_to": None if reply_to is None else str(reply_to)}
+    return replace(msg, metadata={**msg.metadata, ROUTE: route})
+
+
+def route_of(metadata: dict[str, Any]) -> tuple[str, str | None] | None:
+    route = metadata.get(ROUTE)
+    if not isinstance(route, dict) or not route.get("to"):
+        return None
+    reply_to = route.get("reply_to")
+    return str(route["to"]), None if reply_to is None else str(reply_to)
+
+
+class Outbox:
+    """Queues and sends. `register(transport)` when a surface starts, `start(tasks)` once they are up."""
+
+    def __init__(self, store: Store, *, lease: float = 60.0, policy: RetryPolicy = POLICY) -> None:
+        self.store = store
+        self.lease = lease
+        self.policy = policy
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.transports: dict[str, Transport] = {}
+        self._wake = asyncio.Event()
+        self._tasks: TaskSet | None = None
+        self._loop: asyncio.Task[Any] | None = None
+        self._sending: dict[asyncio.Task[Any], str] = {}
+        self._stopping = False
+        #: (surface, recipient) -> set when one of its parts settled; and how many wait on it
+        self._settled: dict[tuple[str, str], asyncio.Event] = {}
+        self._waiters: dict[tuple[str, str], int] = {}
+
+    # -- queueing -------------------------------------------------------------------------------------------
+
+    def register(self, transport: Transport) -> None:
+        self.transports[transport.name] = transport
+        self.wake()
+
+    def unregister(self, surface: str) -> None:
+        self.transports.pop(surface, None)
+
+    def outgoing(self, surface: str, recipient: str, text: str, reply_to: str | None = None) -> Outgoing | None:
+        """`text` as the parts the surface's transport takes, or None when no transport of `surface` is here."""
+        transport = self.transports.get(surface)
+        if transport is None:
+            return None
+        return Outgoing(surface, recipient, tuple(split_text(text, transport.max_part_chars, length=utf16_len)),
+                        reply_to)
+
+    def outgoing_for(self, msg: InboundMessage, text: str) -> Outgoing | None:
+        """The reply `text` to `msg` as outbox parts, when the surface sends through the outbox and `msg`
+        names where its reply goes (with_route)."""
+        route = route_of(msg.metadata)
+        return None if route is None else self.outgoing(msg.surface, route[0], text, route[1])
+
+    async def enqueue(self, surface: str, recipient: str, text: str, *, user_id: int, message_id: int | None = None,
+                      reply_to: str | None = None) -> list[int]:
+        """Store `text`'s parts for `recipient` (status pending) and wake the sender; the parts' ids. A surface
+        without a transport here queues nothing ([])."""
+        out = self.outgoing(surface, recipient, text, reply_to)
+        if out is None or not out.parts:
+            return []
+        ids = await self.store.enqueue(user_id, message_id, out)
+        logger.info("outbox.queued", surface=surface, user_id=user_id, message_id=message_id, parts=len(ids))
+        self.wake()
+        return ids
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    # -- the sender -----------------------------------------------------------------------------------------
+
+    def start(self, tasks: TaskSet) -> None:
+        """Run the sender loop as a tracked task (it first resumes whatever an earlier run left undelivered)."""
+        self._tasks = tasks
+        self._stopping = False
+        self._loop = tasks.spawn(self._run(), name="outbox")
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            self._wake.clear()
+            wait = IDLE_S
+            for surface in list(self.transports):
+                try:
+                    wait = min(wait, await self._claim(surface))
+                except StoreError as exc:
+                    logger.error("outbox.claim_failed", surface=surface, error=type(exc).__name__)
+            if self._stopping:
+                return
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=max(0.0, wait))
+
+    async def _claim(self, surface: str) -> float:
+        """Start sending the due heads of `surface`; seconds until the next is due (at most IDLE_S)."""
+        items = await self.store.claim_outbox(surface, self.owner, self.lease)
+        for item in items:
+            assert self._tasks is not None
+            try:
+                task = self._tasks.spawn(self._send(item), name=f"outbox.send:{item.id}")
+            except Draining:
+                return IDLE_S  # the lease lapses and the next start sends it
+            self._sending[task] = surface
+            task.add_done_callback(self._sent)
+        if items:
+            return IDLE_S
+        due = await self.store.outbox_next_due(surface)
+        if due is None:
+            return IDLE_S
+        return min(IDLE_S, max(0.01, (due - self.store.clock()).total_seconds()))
+
+    def _sent(self, task: asyncio.Task[Any]) -> None:
+        self._sending.pop(task, None)
+        self.wake()  # the recipient's next part is a head now
+
+    async def _send(self, item: OutboxItem) -> None:
+        transport = self.transports.get(item.surface)
+        ids = {"delivery_id": item.id, "surface": item.surface, "user_id": item.user_id, "part": item.part,
+               "parts": item.parts, "attempt": item.attempts}
+        try:
+            if transport is None:
+                raise SendError(f"no {item.surface} transport in this process", transient=True)
+            ref = await transport.send(item.recipient, item.text, item.reply_to)
+        except SendError as exc:
+            await self._failed(item, exc, ids)
+        except Exception as exc:  # a bug in a transport: recorded, never retried blindly
+            logger.error("outbox.send_crashed", **ids, error=type(exc).__name__)
+            await self._settle(item, "failed", error=f"{type(exc).__name__}: hilo could not send this part")
+        else:
+            await self._settle(item, "sent", provider_ref=ref)
+            logger.info("outbox.sent", **ids, provider_ref=ref)
+        finally:
+            event = self._settled.get((item.surface, item.recipient))
+            if event is not None:
+                event.set()
+
+    async def settled(self, surface: str, recipient: str, timeout: float) -> bool:
+        """Wait (up to `timeout` s) until every part queued for `recipient` is sent or finally failed; False
+        when some are still undelivered. A surface awaits it after a turn, so that what it says next to the
+        same person (a refusal, a command's answer) comes after the reply, as the messages came."""
+        key = (surface, recipient)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        event = self._settled.setdefault(key, asyncio.Event())
+        self._waiters[key] = self._waiters.get(key, 0) + 1
+        try:
+            while True:
+                event.clear()
+                if not await self.store.outbox_undelivered(surface, recipient):
+                    return True
+                left = deadline - loop.time()
+                if left <= 0:
+                    return False
+                with suppress(TimeoutError):  # another process's sends set no event here: look again anyway
+                    await asyncio.wait_for(event.wait(), timeout=min(IDLE_S, left))
+        finally:
+            self._waiters[key] -= 1
+            if not self._waiters[key]:
+                del self._waiters[key], self._settled[key]
+
+    async def _failed(self, item: OutboxItem, exc: SendError, ids: dict[str, Any]) -> None:
+        pause = exc.retry_after
+        if exc.transient and item.attempts < self.policy.attempts and not self.policy.too_long(pause):
+            wait = pause if pause is not None else self.policy.backoff(item.attempts)
+            logger.warning("outbox.retry", **ids, code=exc.code, wait_s=round(wait, 3))
+            await self._settle(item, "pending", error=str(exc)[:500],
+                               retry_at=self.store.clock() + timedelta(seconds=wait))
+            return
+        error = str(exc)
+        if exc.transient and self.policy.too_long(pause):
+            error += f" (Retry-After {pause:g} s is too long)"
+        logger.error("outbox.failed", **ids, code=exc.code, transient=exc.transient)
+        await self._settle(item, "failed", error=error[:500])
+
+    async def _settle(self, item: OutboxItem, status: str, **fate: Any) -> None:
+        try:
+            if not await self.store.settle_outbox(item.id, self.owner, status, **fate):
+                logger.warning("outbox.lease_lost", delivery_id=item.id, status=status)
+        except StoreError as exc:  # stays 'sending' until its lease lapses: then it is sent again
+            logger.error("outbox.not_recorded", delivery_id=item.id, status=status, error=type(exc).__name__)
+
+    # -- stopping -------------------------------------------------------------------------------------------
+
+    async def flush(self, surface: str, timeout: float) -> None:
+        """Send what is due for `surface` now and wait for its sends in flight, for up to `timeout` s (a surface
+        calls it before closing its client; what is left stays queued for the next start)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline and self._loop is not None and not self._loop.done():
+            busy = [t for t, s in self._sending.items() if s == surface]
+            if busy:
+                await asyncio.wait(busy, timeout=max(0.0, deadline - loop.time()))
+                continue
+            try:
+                due = await self.store.outbox_next_due(surface)
+            except StoreError:
+                return
+            if due is None or due > self.store.clock():
+                return
+            self.wake()
+            await asyncio.sleep(0.02)  # the loop claims what is due; a claim is one short transaction
+
+    async def stop(self, timeout: float) -> None:
+        """Claim nothing more; let the sends in flight finish for up to `timeout` s, then cancel them (their
+        parts stay 'sending' and are sent again by the next start, once the lease lapsed)."""
+        self._stopping = True
+        self.wake()
+        if self._sending:
+            _, pending = await asyncio.wait(set(self._sending), timeout=timeout)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+                logger.warning("outbox.cancelled", count=len(pending))
+        if self._loop is not None:
+            await asyncio.gather(self._loop, return_exceptions=True)
+            self._loop = None

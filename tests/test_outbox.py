@@ -1,0 +1,250 @@
+"""The outbox (issue 12 item 3): its store on both backends (queue, per-recipient order, leases, retries,
+forget, recovery's look-up), and the sender (bot/outbox.py) against the fake Telegram and Twilio APIs through
+the real transports: order, retries with Retry-After, permanent failures, a redelivery that sends a stored reply
+without a model call."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from telegram import Bot
+
+from bot.config import Settings
+from bot.models.factory import build_chain
+from bot.outbox import Outbox, with_route
+from bot.pipeline import Pipeline
+from bot.tasks import TaskSet
+from kernel.types import InboundMessage, Outgoing
+from surfaces.telegram import api_urls
+from surfaces.telegram_outbound import TelegramTransport
+from surfaces.whatsapp_send import WINDOW_CLOSED_EXPLANATION, TwilioSender, TwilioTransport
+from tests.backends import TestClock
+from tests.fakes import telegram_api as fake_telegram
+from tests.fakes import twilio_api as fake_twilio
+from tests.waiting import wait_until
+
+bot_api_session = fake_telegram.bot_api_session
+bot_api = fake_telegram.bot_api
+twilio_api_session = fake_twilio.twilio_api_session
+twilio_api = fake_twilio.twilio_api
+
+
+def inbound(ext: str, text: str = "hello", sender: str = "42", **kw: Any) -> InboundMessage:
+    return InboundMessage(surface="telegram", sender=sender, external_id=ext, text=text, **kw)
+
+
+async def turn_of(store: Any, ext: str, sender: str = "42") -> Any:
+    turn = await store.ingest(inbound(ext, sender=sender, received_at=store.clock()), 1)
+    assert turn is not None
+    return turn
+
+
+# -- the store (both backends) ----------------------------------------------------------------------------------
+
+async def test_parts_are_claimed_one_recipient_head_at_a_time_in_order(store: Any) -> None:
+    a, b = await turn_of(store, "1:1"), await turn_of(store, "2:1", sender="2")
+    first = await store.enqueue(a.user_id, None, Outgoing("telegram", "42", ("a1", "a2")))
+    second = await store.enqueue(a.user_id, None, Outgoing("telegram", "42", ("a3",)))
+    other = await store.enqueue(b.user_id, None, Outgoing("telegram", "2", ("b1",)))
+    claimed = await store.claim_outbox("telegram", "p1", 60)
+    assert [(c.id, c.text, c.attempts) for c in claimed] == [(first[0], "a1", 1), (other[0], "b1", 1)]
+    assert await store.claim_outbox("telegram", "p2", 60) == []  # heads are leased; a2 waits for a1
+    assert await store.claim_outbox("whatsapp", "p2", 60) == []
+    assert await store.settle_outbox(first[0], "p1", "sent", provider_ref="m1")
+    [nxt] = await store.claim_outbox("telegram", "p2", 60)
+    assert (nxt.id, nxt.part, nxt.parts) == (first[1], 2, 2)
+    assert await store.settle_outbox(nxt.id, "p2", "failed", error="Forbidden: blocked")
+    [last] = await store.claim_outbox("telegram", "p2", 60)  # after a final failure the next part goes on
+    assert last.id == second[0]
+    assert await store.outbox_undelivered("telegram", "42") == 1
+
+
+async def test_a_lapsed_lease_is_taken_over_and_the_old_sender_cannot_settle(store: Any, clock: TestClock) -> None:
+    t = await turn_of(store, "1:1")
+    [part] = await store.enqueue(t.user_id, None, Outgoing("telegram", "42", ("hi",)))
+    assert [c.id for c in await store.claim_outbox("telegram", "dead", 5)] == [part]
+    assert await store.claim_outbox("telegram", "alive", 5) == []
+    clock.advance(6)  # the first sender's process died mid-send: its lease lapsed
+    [again] = await store.claim_outbox("telegram", "alive", 5)
+    assert (again.id, again.attempts) == (part, 2)
+    assert not await store.settle_outbox(part, "dead", "sent", provider_ref="x")
+    assert await store.settle_outbox(part, "alive", "sent", provider_ref="m9")
+    [row] = (await store.inspect("telegram:42"))["deliveries"]
+    assert (row["status"], row["provider_ref"], row["attempts"]) == ("sent", "m9", 2)
+
+
+async def test_a_retry_waits_for_its_due_time(store: Any, clock: TestClock) -> None:
+    t = await turn_of(store, "1:1")
+    [part] = await store.enqueue(t.user_id, None, Outgoing("telegram", "42", ("hi",)))
+    await store.claim_outbox("telegram", "p", 60)
+    assert await store.settle_outbox(part, "p", "pending", error="429", retry_at=clock() + _seconds(30))
+    assert await store.claim_outbox("telegram", "p", 60) == []
+    due = await store.outbox_next_due("telegram")
+    assert due is not None and 29 < (due - clock()).total_seconds() <= 30
+    clock.advance(31)
+    assert [c.attempts for c in await store.claim_outbox("telegram", "p", 60)] == [2]
+
+
+async def test_finish_turn_queues_the_reply_parts_in_its_transaction_and_forget_removes_them(store: Any) -> None:
+    t = await turn_of(store, "1:1")
+    reply = await store.finish_turn(t, "the answer", 2, [], outgoing=Outgoing("telegram", "42", ("the", "answer"),
+                                                                                 reply_to="1"))
+    assert reply is not None
+    rows = await store.outbox_pending(t.user_id)
+    assert [(r["part"], r["parts"], r["status"]) for r in rows] == [(1, 2, "pending"), (2, 2, "pending")]
+    claimed = await store.claim_outbox("telegram", "p", 60)
+    assert [(c.message_id, c.reply_to) for c in claimed] == [(reply.id, "1")]
+    assert await store.forget("telegram:42")
+    assert await store.outbox_pending(t.user_id) == []
+    assert await store.claim_outbox("telegram", "p", 60) == []
+
+
+async def test_unanswered_messages_between_grace_and_window_without_a_live_turn(store: Any, clock: TestClock) -> None:
+    old = await turn_of(store, "1:1")
+    clock.advance(3600)
+    t = await turn_of(store, "2:1", sender="2")
+    answered = await turn_of(store, "3:1", sender="3")
+    await store.finish_turn(answered, "done", 1, [])
+    # the new one is within the grace period
+    assert [u.message.id for u in await store.unanswered(30, 7200)] == [old.message.id]
+    clock.advance(60)
+    assert [u.message.id for u in await store.unanswered(30, 7200)] == [old.message.id, t.message.id]
+    assert [u.message.id for u in await store.unanswered(30, 3000)] == [t.message.id]  # the old one is too old
+    async with store.turn_lock(t.conversation_id, t.message.id):  # its turn runs: not recovery's
+        assert [u.message.id for u in await store.unanswered(30, 3000)] == []
+    found = (await store.unanswered(30, 3000))[0]
+    assert found.resumed and found.handle == "telegram:2" and found.message.content == "hello"
+
+
+def _seconds(n: float) -> Any:
+    from datetime import timedelta
+
+    return timedelta(seconds=n)
+
+
+# -- the sender, against the fakes --------------------------------------------------------------------------------
+
+@pytest.fixture
+async def sending(store: Any, bot_api: fake_telegram.FakeBotApi, twilio_api: fake_twilio.FakeTwilioApi,
+                  ) -> AsyncIterator[Outbox]:
+    """An Outbox on `store` with the real Telegram and Twilio transports to the fakes, its loop running."""
+    api, files = api_urls(bot_api.base_url)
+    settings = Settings.from_mapping({
+        "HILO_PUBLIC_URL": "https://bot.example.com", "TWILIO_ACCOUNT_SID": twilio_api.account_sid,
+        "TWILIO_AUTH_TOKEN": twilio_api.auth_token, "TWILIO_WHATSAPP_NUMBER": "whatsapp:+14155238886",
+        "TWILIO_API_BASE_URL": twilio_api.base_url})
+    sender = TwilioSender(settings)
+    await sender.start()
+    tasks = TaskSet()
+    async with Bot(fake_telegram.TOKEN, base_url=api, base_file_url=files) as bot:
+        outbox = Outbox(store)
+        outbox.register(TelegramTransport(bot))
+        outbox.register(TwilioTransport(sender))
+        outbox.start(tasks)
+        yield outbox
+        await outbox.stop(timeout=5)
+        await tasks.drain(timeout=5)
+    await sender.aclose()
+
+
+async def deliveries(store: Any, handle: str) -> list[tuple[Any, ...]]:
+    return [(d["part"], d["status"], d["provider_ref"], d["error"], d["attempts"])
+            for d in (await store.inspect(handle))["deliveries"]]
+
+
+async def test_telegram_parts_go_out_in_order_a_429_waits_its_retry_after_a_403_fails(
+    store: Any, clock: TestClock, sending: Outbox, bot_api: fake_telegram.FakeBotApi,
+) -> None:
+    t = await turn_of(store, "42:1")
+    other = await turn_of(store, "7:1", sender="7")
+    bot_api.fail("sendMessage", 429, retry_after=30)
+    await sending.enqueue("telegram", "42", "one", user_id=t.user_id)
+    await sending.enqueue("telegram", "42", "two", user_id=t.user_id)
+    await sending.enqueue("telegram", "7", "elsewhere", user_id=other.user_id)
+    await bot_api.wait_sent(1)
+    assert [s.text for s in bot_api.sent] == ["elsewhere"]  # 42's "one" waits 30 s, and "two" after it
+    [row, waiting] = await store.outbox_pending(t.user_id)
+    assert (row["status"], row["attempts"], waiting["attempts"]) == ("pending", 1, 0)
+    clock.advance(31)
+    sending.wake()
+    await bot_api.wait_sent(3)
+    assert [s.text for s in bot_api.sent_to(42)] == ["one", "two"]
+    bot_api.fail("sendMessage", 403)
+    await sending.enqueue("telegram", "42", "blocked", user_id=t.user_id)
+    await sending.enqueue("telegram", "42", "after", user_id=t.user_id)
+    await bot_api.wait_sent(4)
+    await wait_until(lambda: _none(store, "42"), "every part settled")
+    rows = await deliveries(store, "telegram:42")
+    sent = bot_api.sent_to(42)
+    assert rows == [(1, "sent", str(sent[0].message_id), None, 2), (1, "sent", str(sent[1].message_id), None, 1),
+                    (1, "failed", None, "Forbidden: Forbidden: bot was blocked by the user", 1),
+                    (1, "sent", str(sent[2].message_id), None, 1)]
+    assert [s.text for s in sent] == ["one", "two", "after"]
+
+
+async def _none(store: Any, recipient: str, surface: str = "telegram") -> bool:
+    return await store.outbox_undelivered(surface, recipient) == 0
+
+
+async def test_twilio_retry_after_then_sent_63016_explained_and_a_too_long_pause_fails(
+    store: Any, clock: TestClock, sending: Outbox, twilio_api: fake_twilio.FakeTwilioApi,
+) -> None:
+    t = await turn_of(store, "SM1", sender="+34600111222")
+    twilio_api.enqueue(fake_twilio.rate_limited(20), fake_twilio.created(), fake_twilio.window_closed(),
+                       fake_twilio.rate_limited(3600))
+    await sending.enqueue("whatsapp", "+34600111222", "hola", user_id=t.user_id)
+    await wait_until(lambda: len(twilio_api.requests) == 1, "the first attempt")
+    await wait_until(lambda: _attempted(store, t.user_id), "the 429 recorded")
+    [row] = await store.outbox_pending(t.user_id)
+    assert (row["status"], row["attempts"]) == ("pending", 1)
+    clock.advance(21)  # Retry-After 20 s
+    sending.wake()
+    await twilio_api.wait_for(1)
+    await sending.enqueue("whatsapp", "+34600111222", "fuera de ventana", user_id=t.user_id)
+    await sending.enqueue("whatsapp", "+34600111222", "espera mucho", user_id=t.user_id)
+    await wait_until(lambda: _none(store, "+34600111222", "whatsapp"), "every part settled")
+    rows = await deliveries(store, "telegram:+34600111222")
+    assert rows[0] == (1, "sent", twilio_api.sent[0].sid, None, 2)
+    assert rows[1][1] == "failed" and rows[1][3] == f"63016: {WINDOW_CLOSED_EXPLANATION}"
+    assert rows[2][1] == "failed" and "Retry-After 3600 s is too long" in rows[2][3]
+    assert twilio_api.sent[0].to == "whatsapp:+34600111222" and twilio_api.sent[0].body == "hola"
+
+
+async def _attempted(store: Any, user_id: int) -> bool:
+    rows = await store.outbox_pending(user_id)
+    return bool(rows) and rows[0]["status"] == "pending" and rows[0]["attempts"] == 1
+
+
+async def test_a_redelivery_of_a_message_whose_reply_is_stored_sends_it_without_a_model_call(
+    store: Any, bot_api: fake_telegram.FakeBotApi,
+) -> None:
+    settings = Settings()
+    pipeline = Pipeline(settings, store, build_chain(settings))
+    api, files = api_urls(bot_api.base_url)
+    calls = 0
+    real = pipeline.chain.complete
+
+    async def counted(messages: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return await real(messages)
+
+    pipeline.chain.complete = counted  # type: ignore[method-assign]
+    tasks = TaskSet()
+    async with Bot(fake_telegram.TOKEN, base_url=api, base_file_url=files) as bot:
+        pipeline.outbox.register(TelegramTransport(bot))  # registered, not started: a crash before the send
+        msg = with_route(inbound("42:5", "what now"), "42")
+        out = await pipeline.handle(msg)
+        assert out.status == "ok" and out.metadata["queued"] and calls == 1
+        assert bot_api.sent == []  # stored and queued, never sent
+        restarted = Pipeline(settings, store, pipeline.chain)
+        restarted.outbox.register(TelegramTransport(bot))
+        restarted.outbox.start(tasks)
+        again = await restarted.handle(msg)  # the platform redelivers the message
+        [sent] = await bot_api.wait_sent(1)
+        await restarted.outbox.stop(timeout=5)
+        await tasks.drain(timeout=5)
+    assert again.status == "duplicate" and calls == 1
+    assert sent.text == out.text and sent.chat_id == 42

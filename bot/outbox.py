@@ -80,11 +80,14 @@ class Outbox:
         #: (surface, recipient) -> set when one of its parts settled; and how many wait on it
         self._settled: dict[tuple[str, str], asyncio.Event] = {}
         self._waiters: dict[tuple[str, str], int] = {}
+        #: surfaces whose stop began: nobody waits for their parts any more (they stay queued)
+        self._closing: set[str] = set()
 
     # -- queueing -------------------------------------------------------------------------------------------
 
     def register(self, transport: Transport) -> None:
         self.transports[transport.name] = transport
+        self._closing.discard(transport.name)
         self.wake()
 
     def unregister(self, surface: str) -> None:
@@ -199,7 +202,7 @@ class Outbox:
                 if not await self.store.outbox_undelivered(surface, recipient):
                     return True
                 left = deadline - loop.time()
-                if left <= 0:
+                if left <= 0 or surface in self._closing:
                     return False
                 with suppress(TimeoutError):  # another process's sends set no event here: look again anyway
                     await asyncio.wait_for(event.wait(), timeout=min(IDLE_S, left))
@@ -230,6 +233,14 @@ class Outbox:
             logger.error("outbox.not_recorded", delivery_id=item.id, status=status, error=type(exc).__name__)
 
     # -- stopping -------------------------------------------------------------------------------------------
+
+    def closing(self, surface: str) -> None:
+        """The surface's stop began: its turns stop waiting for their parts (`settled`), which stay queued and
+        go out with `flush` or at the next start, so in-flight turns end within the stop budget."""
+        self._closing.add(surface)
+        for (name, _), event in self._settled.items():
+            if name == surface:
+                event.set()
 
     async def flush(self, surface: str, timeout: float) -> None:
         """Send what is due for `surface` now and wait for its sends in flight, for up to `timeout` s (a surface

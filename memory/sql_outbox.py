@@ -98,10 +98,13 @@ async def pending(db: Db, user_id: int) -> list[dict[str, Any]]:
 
 #: Stored messages of people that were never answered ($1 oldest, $2 newest, $3 now, $4 limit): no reply, no
 #: model call, and no live turn on their conversation (its turn lease free or expired: memory/turn_lease.py).
+#: Only messages that name where their reply goes (bot/outbox.py ROUTE, kept by the surfaces that send through
+#: the outbox): not imported history, nor the web's (its client sends again, with its client_message_id).
 _UNANSWERED = (
     f"SELECT {MSG_COLS}, u.handle FROM messages m JOIN users u ON u.id = m.user_id "
     "JOIN conversations c ON c.id = m.conversation_id "
     "WHERE m.role = 'user' AND m.created_at >= $1 AND m.created_at <= $2 "
+    "AND m.metadata::text LIKE '%\"reply_route\"%' "
     "AND (c.turn_owner IS NULL OR c.turn_expires_at < $3) "
     "AND NOT EXISTS (SELECT 1 FROM model_calls k WHERE k.message_id = m.id) "
     "AND NOT EXISTS (SELECT 1 FROM messages r WHERE r.reply_to = m.id) "

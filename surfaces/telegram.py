@@ -10,8 +10,10 @@ go out in the order its messages came; `stop()` drains the queue and the updates
 Exactly once: a message's external_id is "<chat id>:<message id>"; the pipeline drops one already stored
 (UNIQUE index: also across restarts), and this process drops a redelivered update before any work, so
 commands and refusals are not answered twice either. Edited messages are not subscribed to nor answered.
-What a message means (ignore, refuse, command, turn) is decided in `telegram_inbound`; how a reply goes
-out (split, typing, retries, deliveries) in `telegram_outbound`.
+What a message means (ignore, refuse, command, turn) is decided in `telegram_inbound`. A turn's reply goes
+out through the outbox (bot/outbox.py: stored parts, in order per chat, retried, resumed after a restart) by
+`telegram_outbound.TelegramTransport`; the chat's next update waits until it is sent. "typing" and what is said
+outside a turn (refusals, command answers: `_say`) are `telegram_outbound` too.
 """
 
 from __future__ import annotations
@@ -162,6 +164,8 @@ class TelegramSurface:
         app = self._app
         if app is None:
             return
+        if self._runtime is not None:  # the updates in flight stop waiting for their replies' sends
+            self._runtime.pipeline.outbox.closing(self.name)
         # The webhook stays registered: another process (or this one, restarted) takes the updates; Telegram
         # keeps them meanwhile. Polling's stop confirms the updates fetched so far.
         try:

@@ -10,8 +10,9 @@ trusted, so signatures hold behind a proxy or a tunnel. Missing or forged: 403. 
 
 What a message does (STOP / START, media, a turn) is surfaces.whatsapp_inbox: nothing is acknowledged that
 is not stored (the opt-out state, the person's message); when the database cannot take it Twilio gets 503 and
-the person is told once. The reply goes out through the REST API (surfaces.whatsapp_send), split at 1,600
-characters. Exactly once: MessageSid is the external id, so a redelivered webhook is a "duplicate" turn, also
+the person is told once. A turn's reply goes out through the outbox (bot/outbox.py: stored parts, in order per
+number, retried, resumed after a restart) and Twilio's REST API (surfaces.whatsapp_send.TwilioTransport), split at
+1,600 characters. Exactly once: MessageSid is the external id, so a redelivered webhook is a "duplicate" turn, also
 after a restart. ProfileName and WaId are kept in the message's metadata, never logged.
 """
 
@@ -128,6 +129,8 @@ class WhatsAppSurface:
     async def stop(self) -> None:
         """Stop taking webhooks, let replies in flight go out (up to `drain_timeout`), then close the client."""
         self._stopping = True
+        if self._runtime is not None:  # the turns in flight stop waiting for their replies' sends
+            self._runtime.pipeline.outbox.closing(SURFACE)
         for task in self._inflight:
             if task.get_name().startswith("whatsapp-status:"):
                 task.cancel()  # a late status for a part never recorded: not worth holding the shutdown

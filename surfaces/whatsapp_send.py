@@ -1,4 +1,6 @@
-"""Sending WhatsApp replies through Twilio's REST API, part by part, retried, every part recorded.
+"""Sending WhatsApp messages through Twilio's REST API: `TwilioTransport`, the outbox's transport (one part, its
+failure classified; bot/outbox.py retries and records), and `deliver` for what is said outside a turn (retried
+here, every part recorded).
 
 The twilio client runs on its async HTTP client (`AsyncTwilioHttpClient`, aiohttp): a send never blocks the
 event loop. Its own retries stay off; a WhatsApp send is tried again by bot.retry (the one retry module, which

@@ -5,6 +5,7 @@ without a model call."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,6 +13,8 @@ import pytest
 from telegram import Bot
 
 from bot.config import Settings
+from bot.job_list import recovery
+from bot.jobs import JobContext
 from bot.models.factory import build_chain
 from bot.outbox import Outbox, with_route
 from bot.pipeline import Pipeline
@@ -32,7 +35,8 @@ twilio_api = fake_twilio.twilio_api
 
 
 def inbound(ext: str, text: str = "hello", sender: str = "42", **kw: Any) -> InboundMessage:
-    return InboundMessage(surface="telegram", sender=sender, external_id=ext, text=text, **kw)
+    """A Telegram message whose reply goes to `sender`'s chat."""
+    return with_route(InboundMessage(surface="telegram", sender=sender, external_id=ext, text=text, **kw), sender)
 
 
 async def turn_of(store: Any, ext: str, sender: str = "42") -> Any:
@@ -116,6 +120,10 @@ async def test_unanswered_messages_between_grace_and_window_without_a_live_turn(
         assert [u.message.id for u in await store.unanswered(30, 3000)] == []
     found = (await store.unanswered(30, 3000))[0]
     assert found.resumed and found.handle == "telegram:2" and found.message.content == "hello"
+    imported = await store.ingest(InboundMessage(surface="telegram", sender="9", external_id="9:1", text="old",
+                                                 received_at=clock() - _seconds(120)), 1)
+    assert imported is not None  # a message that names no reply route (imported, the web's) is not recovery's
+    assert imported.message.id not in [u.message.id for u in await store.unanswered(30, 3000)]
 
 
 def _seconds(n: float) -> Any:
@@ -235,7 +243,7 @@ async def test_a_redelivery_of_a_message_whose_reply_is_stored_sends_it_without_
     tasks = TaskSet()
     async with Bot(fake_telegram.TOKEN, base_url=api, base_file_url=files) as bot:
         pipeline.outbox.register(TelegramTransport(bot))  # registered, not started: a crash before the send
-        msg = with_route(inbound("42:5", "what now"), "42")
+        msg = inbound("42:5", "what now")
         out = await pipeline.handle(msg)
         assert out.status == "ok" and out.metadata["queued"] and calls == 1
         assert bot_api.sent == []  # stored and queued, never sent
@@ -248,3 +256,67 @@ async def test_a_redelivery_of_a_message_whose_reply_is_stored_sends_it_without_
         await tasks.drain(timeout=5)
     assert again.status == "duplicate" and calls == 1
     assert sent.text == out.text and sent.chat_id == 42
+
+
+async def test_the_recover_job_answers_a_stored_message_once_and_queues_its_reply(store: Any, clock: TestClock,
+                                                                                   ) -> None:
+    settings = Settings(recovery_grace=30, recovery_window=3600)
+    pipeline = Pipeline(settings, store, build_chain(settings))
+    pipeline.outbox.register(_Silent())
+    stored = await store.ingest(inbound("42:8", "are you there", received_at=clock()), 3)
+    assert stored is not None  # the process died before the turn: nothing is redelivered
+    recover = recovery(settings, store, pipeline)
+    ctx = JobContext("recover", "run-1")
+    assert not await recover(ctx)  # within the grace period: its turn may still be coming
+    clock.advance(31)
+    assert await recover(ctx)
+    assert not await recover(ctx)  # answered: never twice
+    data = await store.inspect("telegram:42")
+    [conversation] = data["conversations"]
+    reply = conversation["messages"][1]
+    assert (reply["role"], reply["reply_to"]) == ("assistant", stored.message.id)
+    assert [(p["recipient"], p["status"]) for p in await store.outbox_pending(stored.user_id)] == [("42", "pending")]
+
+
+class _Silent:
+    """A transport that is registered (so replies are queued) and never asked to send here."""
+
+    name = "telegram"
+    max_part_chars = 4096
+
+    async def send(self, recipient: str, text: str, reply_to: str | None) -> str:
+        raise AssertionError("not started: nothing is sent")
+
+
+async def test_two_senders_on_one_database_send_each_part_once_in_order(backend: Any) -> None:
+    one, two = backend.make(), backend.make()
+    await one.open()
+    await two.open()
+    try:
+        for r in range(8):
+            t = await turn_of(one, f"{r}:1", sender=str(r))
+            await one.enqueue(t.user_id, None, Outgoing("telegram", str(r), ("p1", "p2", "p3")))
+        sent: list[tuple[str, str]] = []
+
+        async def sender(store: Any, owner: str) -> None:
+            while True:
+                items = await store.claim_outbox("telegram", owner, 60, limit=3)
+                if not items:
+                    if await _all_settled(store):
+                        return
+                    continue
+                for item in items:
+                    sent.append((item.recipient, item.text))
+                    assert await store.settle_outbox(item.id, owner, "sent", provider_ref=f"{owner}-{item.id}")
+
+        await asyncio.gather(sender(one, "a"), sender(two, "b"))
+    finally:
+        await one.close()
+        await two.close()
+    assert sorted(sent) == sorted((str(r), p) for r in range(8) for p in ("p1", "p2", "p3"))  # each once
+    for r in range(8):
+        assert [p for who, p in sent if who == str(r)] == ["p1", "p2", "p3"]  # in order per recipient
+
+
+async def _all_settled(store: Any) -> bool:
+    return all([await store.outbox_undelivered("telegram", str(r)) == 0 for r in range(8)])

@@ -1,8 +1,9 @@
 """Fault injection against a real `hilo serve` (issue 12 items 3 and 4): SIGKILL mid-turn and SIGKILL mid-send,
 with the loopback fakes of Telegram (webhook mode), Twilio and the model, on SQLite.
 
-- mid-turn: 20 Telegram and 20 WhatsApp people each have a turn in flight (the fake model holds every answer),
-  the daemon is killed, nothing is redelivered; after the restart recovery answers every one of them, once.
+- mid-turn: 20 Telegram (webhook, or polling with every update confirmed) and 20 WhatsApp people each have a
+  turn in flight (the fake model holds every answer), the daemon is killed, nothing is redelivered; after the
+  restart recovery answers every one of them, once.
 - mid-send: every reply is stored and its send is held by the fake platforms (they never answer), the daemon is
   killed; after the restart the outbox delivers each stored reply exactly once, and redelivering all 40
   messages then calls no model and sends nothing more.
@@ -21,6 +22,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import httpx
+import pytest
 from twilio.request_validator import RequestValidator
 
 from tests.fakes import telegram_api as fake_telegram
@@ -44,12 +46,12 @@ WA_USERS = [f"+3460000{i:04d}" for i in range(PEOPLE)]
 
 
 def env_for(tmp_path: Path, bot: fake_telegram.FakeBotApi, twilio: fake_twilio.FakeTwilioApi,
-            model: FakeModelServer) -> dict[str, str]:
+            model: FakeModelServer, mode: str = "webhook") -> dict[str, str]:
     return {
         "HILO_DATABASE_URL": f"sqlite:///{tmp_path / 'hilo.db'}", "HILO_SECRET_KEY": "k" * 43,
         "HILO_MODEL": "openai:m1", "OPENAI_API_KEY": "x", "OPENAI_BASE_URL": model.base_url + "/v1",
         "HILO_PUBLIC_URL": PUBLIC, "TELEGRAM_BOT_TOKEN": fake_telegram.TOKEN, "TELEGRAM_API_BASE_URL": bot.base_url,
-        "HILO_TELEGRAM_MODE": "webhook", "TELEGRAM_WEBHOOK_SECRET": SECRET,
+        "HILO_TELEGRAM_MODE": mode, "TELEGRAM_WEBHOOK_SECRET": SECRET,
         "TWILIO_ACCOUNT_SID": twilio.account_sid, "TWILIO_AUTH_TOKEN": twilio.auth_token,
         "TWILIO_WHATSAPP_NUMBER": "whatsapp:+14155238886", "TWILIO_API_BASE_URL": twilio.base_url,
         # recovery answers at once and looks every second; a killed process's sends are taken over after 2 s
@@ -66,7 +68,8 @@ def wa_form(sid: str, sender: str, text: str) -> dict[str, str]:
 class People:
     """The 40 messages (20 Telegram updates, 20 WhatsApp forms), sent to a daemon and sent again."""
 
-    def __init__(self, bot: fake_telegram.FakeBotApi) -> None:
+    def __init__(self, bot: fake_telegram.FakeBotApi, mode: str = "webhook") -> None:
+        self.bot, self.polling = bot, mode == "polling"
         self.updates = [bot.text_update(f"question from telegram {u}", user_id=u) for u in TG_USERS]
         self.forms = [wa_form(f"SM{i:032x}", p, f"question from whatsapp {i}") for i, p in enumerate(WA_USERS)]
 
@@ -84,7 +87,11 @@ class People:
                     "content-type": "application/x-www-form-urlencoded", "x-twilio-signature": signature})
                 assert r.status_code == 200, r.text
 
-            await asyncio.gather(*map(telegram, self.updates), *map(whatsapp, self.forms))
+            if self.polling:  # getUpdates hands them out
+                self.bot.enqueue(*self.updates)
+                await asyncio.gather(*map(whatsapp, self.forms))
+            else:
+                await asyncio.gather(*map(telegram, self.updates), *map(whatsapp, self.forms))
 
 
 def answered(bot: fake_telegram.FakeBotApi, twilio: fake_twilio.FakeTwilioApi) -> tuple[Counter[str], int]:
@@ -108,18 +115,22 @@ async def stop(daemon: ServeProcess) -> None:
     daemon.kill()
 
 
+@pytest.mark.parametrize("mode", ["webhook", "polling"])
 async def test_sigkill_mid_turn_every_person_is_answered_once_after_restart(
-    tmp_path: Path, bot_api: fake_telegram.FakeBotApi, twilio_api: fake_twilio.FakeTwilioApi,
+    mode: str, tmp_path: Path, bot_api: fake_telegram.FakeBotApi, twilio_api: fake_twilio.FakeTwilioApi,
     model_server: FakeModelServer,
 ) -> None:
-    env = env_for(tmp_path, bot_api, twilio_api, model_server)
+    env = env_for(tmp_path, bot_api, twilio_api, model_server, mode)
     gate = threading.Event()  # never set while the first process lives: every turn is in flight
     model_server.enqueue(*[held(gate) for _ in range(2 * PEOPLE)])
-    people = People(bot_api)
+    people = People(bot_api, mode)
     first, base = start(tmp_path, env)
     try:
         await people.send(base)
         await wait_until(lambda: len(model_server.requests) >= 2 * PEOPLE, "40 turns calling the model")
+        if people.polling:  # polling confirmed every update it took (Telegram hands none out again)
+            await wait_until(lambda: bot_api.confirmed >= max(u["update_id"] for u in people.updates),
+                             "every update confirmed")
     finally:
         first.kill()  # SIGKILL: 40 turns in flight, their messages stored, no reply
         gate.set()

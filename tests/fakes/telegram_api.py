@@ -128,6 +128,12 @@ class FakeBotApi(HeldSends):
             return list(self._state.sent)
 
     @property
+    def confirmed(self) -> int:
+        """The highest update_id an offset confirmed (getUpdates hands it out no more)."""
+        with self._lock:
+            return self._state.confirmed
+
+    @property
     def webhook(self) -> dict[str, Any]:
         with self._lock:
             return dict(self._state.webhook)

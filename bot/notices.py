@@ -3,10 +3,10 @@ someone joined their account with it (bot/linking.py), while the turn that cause
 
 A notice is kept like a reply: an assistant message in the person's conversation on that surface
 (`Store.post_notice`), so the web widget shows it when it loads the conversation and `hilo inspect` lists it.
-On a surface with a transport in the outbox (Telegram, WhatsApp) its parts are then queued there (bot/outbox.py:
-sent in order, retried, one `deliveries` row per part), so the turn that caused the notice never waits for
-another surface's API. The web and the terminal have none: the stored message is the delivery. `register`
-keeps a sender of its own for a surface without a transport (tests).
+On a surface with a transport in the outbox (Telegram, WhatsApp) its parts are queued there in the same
+transaction (bot/outbox.py: sent in order, retried, one `deliveries` row per part), so the turn that caused the
+notice never waits for another surface's API. The web and the terminal have none: the stored message is the
+delivery. `register` keeps a sender of its own for a surface without a transport (tests).
 """
 
 from __future__ import annotations
@@ -39,17 +39,15 @@ class Notices:
     async def send(
         self, user_id: int, surface: str, recipient: str, text: str, *, conversation_ref: str | None = None,
     ) -> StoredMessage:
-        """Keep `text` in the person's conversation on `surface` and hand it to that surface's sender, if any.
-        Store errors propagate; a sender's failure is logged (the notice stays stored)."""
-        stored = await self.store.post_notice(user_id, surface, conversation_ref, text, tokens.count(text))
-        sender = self._senders.get(surface)
-        if self.outbox is not None and surface in self.outbox.transports:
-            try:
-                await self.outbox.enqueue(surface, recipient, text, user_id=user_id, message_id=stored.id)
-            except Exception as exc:  # the caller's own work (a link) is done: this must not undo its answer
-                logger.error("notice.not_queued", surface=surface, user_id=user_id, message_id=stored.id,
-                             error=type(exc).__name__)
-            sender = None
+        """Keep `text` in the person's conversation on `surface`, with its parts queued in the outbox when the
+        surface sends through it (else handed to a registered sender, if any). Store errors propagate; a
+        sender's failure is logged (the notice stays stored)."""
+        outgoing = self.outbox.outgoing(surface, recipient, text) if self.outbox is not None else None
+        stored = await self.store.post_notice(user_id, surface, conversation_ref, text, tokens.count(text),
+                                              outgoing=outgoing)
+        sender = None if outgoing is not None else self._senders.get(surface)
+        if outgoing is not None and self.outbox is not None:  # queued with the notice: the sender sends it
+            self.outbox.wake()
         elif sender is not None:
             try:
                 await sender(recipient, text, user_id, stored.id)
@@ -57,5 +55,5 @@ class Notices:
                 logger.error("notice.send_failed", surface=surface, user_id=user_id, message_id=stored.id,
                              error=type(exc).__name__)
         logger.info("notice.posted", surface=surface, user_id=user_id, message_id=stored.id,
-                    pushed=sender is not None or (self.outbox is not None and surface in self.outbox.transports))
+                    pushed=sender is not None or outgoing is not None)
         return stored

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from kernel.types import SINGLETON_SURFACES
-from memory import episodes
+from kernel.types import SINGLETON_SURFACES, Outgoing
+from memory import episodes, sql_outbox
 from memory.rows import Db, as_dt, dump_metadata, to_ts
 from memory.sql_turns import INSERT_MESSAGE, TOUCH, UPSERT_SINGLETON, identity_user, new_user
 from memory.stems import index_terms
@@ -220,8 +220,9 @@ async def unlink_identity(db: Db, surface: str, ext: str, actor: str) -> tuple[s
 
 
 async def post_notice(db: Db, user_id: int, surface: str, ref: str | None, text: str, token_count: int,
-                      ) -> StoredMessage:
-    """Store.post_notice: an assistant message in the user's conversation on `surface`."""
+                      outgoing: Outgoing | None = None) -> StoredMessage:
+    """Store.post_notice: an assistant message in the user's conversation on `surface`, and its parts queued in
+    the outbox (`outgoing`, memory/sql_outbox.py) in the same transaction."""
     moment = db.clock()
     at = db.ts(moment)
     if surface in SINGLETON_SURFACES:
@@ -240,6 +241,8 @@ async def post_notice(db: Db, user_id: int, surface: str, ref: str | None, text:
     episode = await episodes.join(db, user_id, int(conv), surface, moment, token_count, terms)
     message_id = await db.value(INSERT_MESSAGE, conv, user_id, surface, "assistant", text, token_count, None, at,
                                 dump_metadata(NOTICE), None, terms, episode)
+    if outgoing is not None and outgoing.parts:
+        await sql_outbox.enqueue(db, user_id, int(message_id), outgoing)
     return StoredMessage(id=int(message_id), conversation_id=int(conv), user_id=user_id, surface=surface,
                          role="assistant", content=text, token_count=token_count, external_id=None,
                          created_at=as_dt(at), metadata=dict(NOTICE))

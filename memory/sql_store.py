@@ -328,8 +328,10 @@ class SqlStore:
 
     async def post_notice(
         self, user_id: int, surface: str, conversation_ref: str | None, text: str, token_count: int,
+        outgoing: Outgoing | None = None,
     ) -> StoredMessage:
-        return await self._tx("write", linking.post_notice, user_id, surface, conversation_ref, text, token_count)
+        return await self._tx("write", linking.post_notice, user_id, surface, conversation_ref, text, token_count,
+                              outgoing)
 
     async def link_identity(self, handle: str, surface: str, external_user_id: str, actor: str) -> int | None:
         return await self._tx("write", linking.link_identity, handle, surface, external_user_id, actor)

@@ -363,10 +363,12 @@ class Store(Protocol):
 
     async def post_notice(
         self, user_id: int, surface: str, conversation_ref: str | None, text: str, token_count: int,
+        outgoing: Outgoing | None = None,
     ) -> StoredMessage:
         """Store `text` as an assistant message (not answering anything) in the user's conversation on
         `surface`: the singleton one, or on the web the conversation `conversation_ref` if it is the user's,
-        else their latest, else a new one. The conversation counts as updated."""
+        else their latest, else a new one. The conversation counts as updated. `outgoing`: its parts, queued in
+        the outbox in the same transaction."""
 
     async def link_identity(self, handle: str, surface: str, external_user_id: str, actor: str) -> int | None:
         """Operator link: the identity joins the user with `handle` (None if there is no such user)."""

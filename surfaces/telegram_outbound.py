@@ -25,11 +25,9 @@ from telegram import Bot, ReplyParameters
 from telegram.constants import ChatAction
 from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
 
-from bot.ports import Deliveries
 from bot.retry import GaveUp, RetryPolicy, call_with_retry
 from kernel import log
 from kernel.errors import SendError, ServiceUnavailable
-from kernel.types import Delivery, OutboundMessage
 from surfaces.text_split import split_text, utf16_len
 
 logger = log.get("hilo.telegram")
@@ -142,45 +140,6 @@ async def send_text(
         except SendFailed as exc:
             raise SendFailed(exc.error, exc.attempts, sent) from exc.error
     return sent
-
-
-async def deliver(
-    bot: Bot, deliveries: Deliveries, out: OutboundMessage, chat_id: int, *, reply_to: int | None,
-    policy: SendPolicy,
-) -> bool:
-    """Send a turn's reply in order and record each part as a delivery: "sent" with Telegram's message_id,
-    or "failed" with the error (the part that failed, and the parts after it, which are not sent)."""
-    assert out.user_id is not None
-    message_id = out.reply_id or out.message_id  # no stored reply (every model failed): the person's message
-    parts = split_reply(out.text)
-    rows: list[Delivery] = []
-    ok = True
-    try:
-        sent = await send_text(bot, chat_id, out.text, reply_to=reply_to, policy=policy)
-    except SendFailed as exc:
-        ok = False
-        sent = exc.sent
-        failed = len(sent) + 1
-        rows.append(Delivery(out.user_id, message_id, "telegram", str(chat_id), "failed", failed, len(parts),
-                             error=describe(exc.error), attempts=exc.attempts))
-        rows.extend(
-            Delivery(out.user_id, message_id, "telegram", str(chat_id), "failed", i, len(parts),
-                     error=f"not sent: part {failed} failed", attempts=0)
-            for i in range(failed + 1, len(parts) + 1)
-        )
-        logger.error("telegram.delivery_failed", user_id=out.user_id, part=failed, parts=len(parts),
-                     error=type(exc.error).__name__, attempts=exc.attempts)
-    rows[:0] = [
-        Delivery(out.user_id, message_id, "telegram", str(chat_id), "sent", i, len(parts),
-                 provider_ref=str(message.message_id), attempts=attempts)
-        for i, (message, attempts) in enumerate(sent, 1)
-    ]
-    for row in rows:
-        try:
-            await deliveries.record_delivery(row)
-        except Exception as exc:
-            logger.error("telegram.delivery_not_recorded", user_id=out.user_id, error=type(exc).__name__)
-    return ok
 
 
 class TelegramTransport:

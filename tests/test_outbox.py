@@ -16,6 +16,7 @@ from bot.config import Settings
 from bot.job_list import recovery
 from bot.jobs import JobContext
 from bot.models.factory import build_chain
+from bot.notices import Notices
 from bot.outbox import Outbox, with_route
 from bot.pipeline import Pipeline
 from bot.tasks import TaskSet
@@ -320,3 +321,14 @@ async def test_two_senders_on_one_database_send_each_part_once_in_order(backend:
 
 async def _all_settled(store: Any) -> bool:
     return all([await store.outbox_undelivered("telegram", str(r)) == 0 for r in range(8)])
+
+
+async def test_a_notice_is_stored_with_its_parts_queued(store: Any) -> None:
+    owner = await turn_of(store, "42:1")
+    outbox = Outbox(store)
+    outbox.register(_Silent())
+    notice = await Notices(store, outbox).send(owner.user_id, "telegram", "42", "someone joined your account")
+    claimed = await store.claim_outbox("telegram", "p", 60)
+    assert [(c.message_id, c.recipient, c.text) for c in claimed] == [(notice.id, "42", "someone joined your account")]
+    await Notices(store, outbox).send(owner.user_id, "web", "x", "a note")  # no transport: only stored
+    assert len(await store.outbox_pending(owner.user_id)) == 1

@@ -6,7 +6,7 @@ with the loopback fakes of Telegram (webhook mode), Twilio and the model, on SQL
   restart recovery answers every one of them, once.
 - mid-send: every reply is stored and its send is held by the fake platforms (they never answer), the daemon is
   killed; after the restart the outbox delivers each stored reply exactly once, and redelivering all 40
-  messages then calls no model and sends nothing more.
+  messages then calls no model and sends nothing more (SQLite and Postgres).
 Each waits for events (log lines, the fakes' counters, rows), never for a time; the figures are in the
 assertion messages.
 """
@@ -30,6 +30,7 @@ from tests.fakes import twilio_api as fake_twilio
 from tests.fakes.loopback import free_port
 from tests.fakes.model_behaviours import held
 from tests.fakes.model_server import FakeModelServer
+from tests.fakes.postgres import SERVER
 from tests.fakes.serve_process import ServeProcess
 from tests.waiting import wait_until
 
@@ -148,11 +149,14 @@ async def test_sigkill_mid_turn_every_person_is_answered_once_after_restart(
     assert sorted(set(got.values())) == [1], f"replies per person: {got}"
 
 
+@pytest.mark.parametrize("database", ["sqlite", "postgres"])
 async def test_sigkill_during_sends_every_stored_reply_is_delivered_exactly_once(
-    tmp_path: Path, bot_api: fake_telegram.FakeBotApi, twilio_api: fake_twilio.FakeTwilioApi,
+    database: str, tmp_path: Path, bot_api: fake_telegram.FakeBotApi, twilio_api: fake_twilio.FakeTwilioApi,
     model_server: FakeModelServer,
 ) -> None:
     env = env_for(tmp_path, bot_api, twilio_api, model_server)
+    if database == "postgres":  # the claims' FOR UPDATE SKIP LOCKED, the jsonb route look-up
+        env["HILO_DATABASE_URL"] = SERVER.create_database()
     gate = threading.Event()  # never set: the platforms never answer the first process's sends
     bot_api.hold(gate)
     twilio_api.hold(gate)

@@ -156,7 +156,7 @@ class Pipeline:
                 # The person's message is already stored; an answer they can read beats no answer at all.
                 logger.error("turn.reply_not_stored", message_id=turn.message.id, error=type(exc).__name__)
                 stored, outgoing = None, None
-        queued = {"queued": outgoing is not None}
+        queued = {"queued": True} if outgoing is not None else {}  # the surface sends nothing itself
         if outgoing is not None:
             self.outbox.wake()
         logger.info(

@@ -75,6 +75,8 @@ class OutboundMessage:
     "empty", and `text` is never empty: see bot.answers), "failed" (every model failed: `text` is the localized
     apology and the person's message is stored), "duplicate" (a redelivery: nothing to send), "command" (a
     command such as /link was answered: nothing was stored as a message, no model was called).
+    `metadata["queued"]` is True when the reply (or apology) was queued in the outbox with it (bot/outbox.py):
+    the surface then sends nothing itself.
     """
 
     surface: str

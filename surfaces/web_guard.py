@@ -28,7 +28,7 @@ from starlette.responses import JSONResponse, Response
 from bot.config import Settings
 from kernel import log
 from kernel.errors import StoreError
-from surfaces.web_common import error
+from surfaces.web_common import error, unavailable
 
 logger = log.get("hilo.web")
 
@@ -141,7 +141,7 @@ async def _answer(endpoint: Endpoint, request: Request) -> Response:
         cause = exc.__cause__
         logger.error("web.store_failed", path=request.url.path, error=type(exc).__name__,
                      cause=type(cause).__name__ if cause else None)
-        return error(request, 503, "store_unavailable")
+        return unavailable(request)
 
 
 def client_ip(request: Request) -> str:

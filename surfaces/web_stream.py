@@ -29,7 +29,7 @@ from bot.tasks import TaskSet
 from kernel import catalog, log
 from kernel.errors import Draining, InputError, NotFound, StoreError
 from kernel.types import InboundMessage, Ingested
-from surfaces.web_common import error
+from surfaces.web_common import RETRY_AFTER_S, unavailable
 
 logger = log.get("hilo.web.stream")
 
@@ -77,7 +77,10 @@ async def stream_turn(
             if status == 500:
                 logger.error("web.stream_failed", error=type(exc).__name__)
             message = catalog.t(key, lang, **params)
-            queue.put_nowait(("error", {"error": key, "message": message, "status": status}))
+            event: dict[str, Any] = {"error": key, "message": message, "status": status}
+            if status == 503:
+                event["retry_after"] = RETRY_AFTER_S
+            queue.put_nowait(("error", event))
             return
         done: dict[str, Any] = {
             "conversation_id": out.conversation_id, "message_id": out.message_id, "reply_id": out.reply_id,
@@ -90,10 +93,12 @@ async def stream_turn(
     try:
         tasks.spawn(run(), name="web.stream_turn")
     except Draining:  # shutting down: no new turns
-        return error(request, 503, "store_unavailable")
+        return unavailable(request, "restarting")
     first = await queue.get()
     if first[0] == "error":
         data = first[1]
+        if data["status"] == 503:
+            return unavailable(request, data["error"])
         return JSONResponse({"error": data["error"], "message": data["message"]}, status_code=data["status"])
     return StreamingResponse(_events(first, queue), media_type="text/event-stream", headers={
         "cache-control": "no-store", "x-accel-buffering": "no",  # nginx: pass each event through at once

@@ -118,6 +118,10 @@ def create_app(
                 await _stop_surface(surface, budget)
             if runtime is not None:
                 await runtime.tasks.drain(timeout=budget.left())
+                # turns a surface runs outside the task set (Telegram's, in python-telegram-bot's update
+                # processing) and still running now are cancelled too, before the chain and the store close under
+                # them (a closed model client would fail them into an apology): stored, unanswered, recovered
+                await runtime.pipeline.cancel_turns()
             if chain is None and ch is not None:
                 await ch.aclose()
             if store is None:
@@ -130,7 +134,7 @@ def create_app(
             await st.open()
             state["store"] = st
             ch = chain if chain is not None else build_chain(settings)
-            runtime = Runtime(settings, ch, Pipeline(settings, st, ch, embedder), TaskSet())
+            runtime = Runtime(settings, ch, Pipeline(settings, st, ch, embedder), TaskSet(), budget)
             state["runtime"] = runtime
             for surface in active:
                 await surface.start(runtime)

@@ -16,6 +16,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from bot import answers, commands
 from bot.config import Settings
@@ -58,8 +59,9 @@ class Pipeline:
         self.deliveries: Deliveries = store
         self.opt_out = OptOut(store)
         self._locks: KeyedLocks[int] = KeyedLocks()
-        #: Stored messages whose turn runs now: a redelivery of one of them is a duplicate, not a resume.
-        self._in_flight: set[int] = set()
+        #: Stored messages whose turn runs now, with its task: a redelivery of one of them is a duplicate, not a
+        #: resume; `cancel_turns` ends them at the stop's bound.
+        self._in_flight: dict[int, asyncio.Task[Any] | None] = {}
 
     def validate(self, msg: InboundMessage) -> None:
         """Refuse empty or oversized text before anything is stored (the surface answers with the catalogue)."""
@@ -89,7 +91,7 @@ class Pipeline:
             return OutboundMessage(msg.surface, msg.sender, "", "duplicate")
         if turn.resumed:
             logger.info("turn.resumed", surface=msg.surface, message_id=turn.message.id)
-        self._in_flight.add(turn.message.id)
+        self._in_flight[turn.message.id] = asyncio.current_task()
         try:
             return await self._turn(msg, turn, lang, started, on_delta, on_ingested)
         except asyncio.CancelledError:  # shutdown: the message stays stored, unanswered, and is resumed later
@@ -97,7 +99,16 @@ class Pipeline:
                            duration_ms=round((time.perf_counter() - started) * 1000))
             raise
         finally:
-            self._in_flight.discard(turn.message.id)
+            self._in_flight.pop(turn.message.id, None)
+
+    async def cancel_turns(self) -> None:
+        """Cancel every turn still running (the stop's budget is spent) and wait for them to end: each logs
+        `turn.cancelled`; its message stays stored and unanswered, for the recovery at the next start."""
+        running = [t for t in self._in_flight.values() if t is not None and t is not asyncio.current_task()]
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.wait(running, timeout=1.0)
 
     async def command(self, command: commands.Command, msg: InboundMessage) -> str:
         """The reply to a command (/link, /memory ...) sent by the person of `msg`; nothing is stored as a message."""

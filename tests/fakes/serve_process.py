@@ -132,3 +132,15 @@ def model_env(database_url: str, model_base_url: str, **extra: str) -> dict[str,
     return {"HILO_DATABASE_URL": database_url, "HILO_SECRET_KEY": "k" * 43, "HILO_LOG_FORMAT": "json",
             "HILO_MODEL": "openai:m1", "OPENAI_API_KEY": "x", "OPENAI_BASE_URL": model_base_url + "/v1",
             "HILO_RATE_LIMIT_IP": "10000", **extra}
+
+
+async def stop_within(daemon: ServeProcess, seconds: float) -> int:
+    """SIGTERM, then its exit status once it ended; AssertionError (with its lines) when it did not within
+    `seconds` (as a supervisor would then kill it)."""
+    import asyncio
+
+    daemon.terminate()
+    try:
+        return await asyncio.to_thread(daemon.wait, seconds)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"hilo serve did not stop within {seconds} s:\n" + "\n".join(daemon.lines)) from None

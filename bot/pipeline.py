@@ -26,7 +26,7 @@ from bot.keyed import KeyedLocks
 from bot.models.base import AllModelsFailed, Chain, ChainResult, Completion, Reset
 from bot.notices import Notices
 from bot.opt_out import OptOut
-from bot.ports import Deliveries, History
+from bot.ports import Deliveries, History, RateLimits
 from kernel import catalog, log, tokens
 from kernel.errors import InputError
 from kernel.text import blank
@@ -57,6 +57,8 @@ class Pipeline:
         #: what surfaces reach of the store (they import no memory module): reads, deliveries, opt-out
         self.history = History(store)
         self.deliveries: Deliveries = store
+        #: the web's rate limits, counted in the database so that every process shares them (issue 12, faults)
+        self.rate_limits: RateLimits = store
         self.opt_out = OptOut(store)
         self._locks: KeyedLocks[int] = KeyedLocks()
         #: Stored messages whose turn runs now, with its task: a redelivery of one of them is a duplicate, not a

@@ -96,7 +96,7 @@ PUT_VECTOR = (
 )
 #: Write transactions that never change message_vectors: they leave the vector cache as it was checked.
 KEEPS_VECTORS = frozenset({turns.ingest, turns.finish_turn, turns.import_rows, jobs.register, jobs.claim, jobs.renew,
-                           jobs.finish, limits.hit, limits.purge})
+                           jobs.finish, limits.hit, limits.probe, limits.purge})
 #: One person's vectors of one embedder: an index range (message_vectors_user), so the count is an index-only scan.
 _PERSON = "FROM message_vectors WHERE user_id = ?1 AND embedder = ?2"
 #: The rows of the numpy hits, under lexical recall's rules (no message after `at`, no queued turn).

@@ -323,11 +323,11 @@ class SqlStore:
 
     # -- issue 12, faults: shared counters and the readiness probe (memory/sql_limits.py) ----------------------
 
-    async def hit_counter(self, key: str, window_s: int) -> tuple[int, float]:
-        return await self._tx("write", limits.hit, key, window_s)
+    async def hit_rate(self, key: str, limit: int, window_s: int) -> float:
+        return await self._tx("write", limits.hit, key, limit, window_s)
 
     async def purge_counters(self, older_than_s: int) -> int:
         return await self._tx("write", limits.purge, older_than_s)
 
     async def probe(self) -> None:
-        await self._tx("write", limits.hit, limits.PROBE_KEY, 1)
+        await self._tx("write", limits.probe)

@@ -424,9 +424,9 @@ class Store(Protocol):
 
     # -- issue 12, faults: shared counters and the readiness probe (memory/sql_limits.py) ----------------------
 
-    async def hit_counter(self, key: str, window_s: int) -> tuple[int, float]:
-        """Count one hit of `key` in its fixed window of `window_s` s, shared by every process on the database:
-        (hits in the window so far, this one included; seconds until the window ends). One statement."""
+    async def hit_rate(self, key: str, limit: int, window_s: int) -> float:
+        """Count one hit of `key`, shared by every process on the database: 0.0 when it is within `limit` hits per
+        `window_s` s (a sliding-window estimate), else the seconds to wait. One statement."""
 
     async def purge_counters(self, older_than_s: int) -> int:
         """Delete the counters of windows that began more than `older_than_s` s ago; how many."""

@@ -71,7 +71,7 @@ class WebSurface:
         self.settings = settings
         self.auth = Authenticator(settings)
         self.sessions = self.auth.sessions
-        self.guard = ApiGuard(settings)
+        self.guard = ApiGuard(settings, lambda: self._runtime.pipeline.rate_limits if self._runtime else None)
         self.files = WidgetFiles()
         self._runtime: Runtime | None = None
         self.memory_view = MemoryView(self._reader, self._answer, lambda: self.pipeline.history)
@@ -126,7 +126,7 @@ class WebSurface:
         except AuthFailed as exc:
             return error(request, 401, exc.key)
         assert caller is not None
-        wait = self.guard.message_limits(request, caller.sender)
+        wait = await self.guard.message_limits(request, caller.sender)
         if wait:
             return too_many(request, wait)
         body = await read_message(request)

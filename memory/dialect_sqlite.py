@@ -246,8 +246,10 @@ class SqliteStore(SqlStore):
         self.matrices = MatrixCache(max_floats=cache_floats)
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
-        #: (st_dev, st_ino) of the file the connection opened (None: in memory): memory/sqlite_file.py
+        #: (st_dev, st_ino) of the file the connection opened and of its -wal (None: in memory, or not yet seen):
+        #: memory/sqlite_file.py
         self._identity: FileIdentity | None = None
+        self._wal_identity: FileIdentity | None = None
         #: what the last check of the file found wrong (logged once per change), None while it is the same file
         self._file_problem: str | None = None
 
@@ -306,6 +308,8 @@ class SqliteStore(SqlStore):
         if self._identity is None:
             return
         problem = file_problem(self.path, self._identity)
+        if problem is None and self._wal_identity is not None:
+            problem = file_problem(self.path + "-wal", self._wal_identity)
         if problem != self._file_problem:
             self._file_problem = problem
             if problem is None:
@@ -332,9 +336,12 @@ class SqliteStore(SqlStore):
         assert self._conn is not None
         self.counters["transactions"] += 1
         try:
-            return migrations.apply_sqlite(self._conn)
+            applied = migrations.apply_sqlite(self._conn)
         except sqlite3.OperationalError as exc:  # read-only, disk full, locked past the timeout
             raise StoreUnavailable(self._cannot_open(exc)) from exc
+        if self._identity is not None:  # the -wal exists once the connection has read in WAL mode
+            self._wal_identity = file_identity(self.path + "-wal")
+        return applied
 
     async def _call(self, fn: Callable[[], T]) -> T:
         if self._executor is None:

@@ -5,8 +5,10 @@ hilo runs, every write goes on into the unlinked inode and is lost at the next s
 creates an empty database) or the other file. So `SqliteStore` compares, at each transaction, the device and
 inode the connection opened with what the path names now (one stat): a difference is `StoreUnavailable`, said
 to the operator once with the path. hilo never reopens or recreates the file mid-run; when the same file comes
-back to its path (moved back), the store goes on. The -wal and -shm files are the connection's own while it
-runs (SQLite deletes them only when the last connection closes), so the main file is what is checked.
+back to its path (moved back), the store goes on. The -wal file is checked the same way: SQLite deletes it only
+when the last connection closes, so while hilo runs a missing or other -wal means someone removed it (what it
+holds and was not checkpointed yet would be lost, and other processes would write another one). The -shm is an
+index SQLite rebuilds from the -wal: not checked.
 """
 
 from __future__ import annotations

@@ -7,48 +7,23 @@ the recovery job (tests/test_stop_recovery.py: answered by the next start)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-from pathlib import Path
 
 import httpx
 
 from kernel import catalog
-from tests.fakes import telegram_api as fake_telegram
-from tests.fakes import twilio_api as fake_twilio
-from tests.fakes.model_server import FakeModelServer
-from tests.fakes.serve_process import serving, stop_within
-from tests.fakes.sixty_people import (
-    MARGIN,
-    PER_SURFACE,
-    STOP,
-    send_everything,
-    slow_models,
-    sse_events,
-    stop_env,
-    text_of,
-    unanswered,
-)
+from tests.fakes import sixty_people
+from tests.fakes.sixty_people import PER_SURFACE, Load, sigterm_under_load, sse_events, text_of, unanswered
 
-bot_api_session, bot_api = fake_telegram.bot_api_session, fake_telegram.bot_api
-twilio_api_session, twilio_api = fake_twilio.twilio_api_session, fake_twilio.twilio_api
-__all__ = ["slow_models"]  # a fixture
+bot_api_session, bot_api, twilio_api_session, twilio_api, sixty = sixty_people.FIXTURES
 
 
 async def test_sigterm_with_slow_models_stops_within_the_budget_answers_what_can_finish_and_keeps_the_rest(
-    tmp_path: Path, slow_models: FakeModelServer, bot_api: fake_telegram.FakeBotApi,
-    twilio_api: fake_twilio.FakeTwilioApi,
+    sixty: Load,
 ) -> None:
-    env = stop_env(tmp_path, slow_models, bot_api, twilio_api)
-    with serving(tmp_path, env) as daemon:
-        web, client = await send_everything(daemon, bot_api, slow_models)
-        try:
-            status = await stop_within(daemon, STOP + MARGIN)
-            outcomes = await asyncio.gather(*web, return_exceptions=True)
-        finally:
-            await client.aclose()
-    assert status == 0, daemon.lines
-    names = [json.loads(line)["event"] for line in daemon.out if line.startswith("{")]
+    status, lines, outcomes = await sigterm_under_load(sixty)
+    assert status == 0, lines
+    names = [json.loads(line)["event"] for line in lines if line.startswith("{")]
     assert "daemon.stopped" in names, names
 
     # the web: every request answered cleanly, never a 500 or a cut stream
@@ -73,13 +48,13 @@ async def test_sigterm_with_slow_models_stops_within_the_budget_answers_what_can
             else:
                 assert kind == "done" and data["status"] == "ok", (i, r.text)
     # Telegram and WhatsApp: each quick person got the reply, no slow one did
-    telegram_told = {s.chat_id for s in bot_api.sent}
+    telegram_told = {s.chat_id for s in sixty.telegram.sent}
     assert telegram_told == {1000 + i for i in range(PER_SURFACE) if i % 2 == 0}, sorted(telegram_told)
-    whatsapp_told = {s.to for s in twilio_api.sent}
+    whatsapp_told = {s.to for s in sixty.twilio.sent}
     assert whatsapp_told == {f"whatsapp:+3460000{i:04d}" for i in range(PER_SURFACE) if i % 2 == 0}, whatsapp_told
     # the database: every quick message answered; every slow one stored and unanswered (for the recovery job)
-    waiting, answered = unanswered(tmp_path / "hilo.db")
+    waiting, answered = unanswered(sixty.tmp_path / "hilo.db")
     everyone = {text_of(surface, i) for surface in ("web", "telegram", "whatsapp") for i in range(PER_SURFACE)}
     assert waiting == {t for t in everyone if t.startswith("slow")}, sorted(everyone - waiting - answered)
     assert answered == {t for t in everyone if t.startswith("quick")}
-    assert not [line for line in daemon.lines if "question" in line], "a log line quotes a message"
+    assert not [line for line in lines if "question" in line], "a log line quotes a message"

@@ -8,6 +8,7 @@ import asyncio
 import json
 import sqlite3
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -19,7 +20,7 @@ from twilio.request_validator import RequestValidator
 from tests.fakes import telegram_api as fake_telegram
 from tests.fakes import twilio_api as fake_twilio
 from tests.fakes.model_server import FakeModelServer, slow
-from tests.fakes.serve_process import ServeProcess, model_env
+from tests.fakes.serve_process import ServeProcess, model_env, serving, stop_within
 
 PUBLIC = "https://bot.example.com"
 SECRET = "s3cret-token"
@@ -63,11 +64,28 @@ def sse_events(body: str) -> list[tuple[str, dict[str, Any]]]:
     return found
 
 
+bot_api_session, bot_api = fake_telegram.bot_api_session, fake_telegram.bot_api
+twilio_api_session, twilio_api = fake_twilio.twilio_api_session, fake_twilio.twilio_api
+
+
+@dataclass
+class Load:
+    """The fakes of one test and the environment of its `hilo serve`."""
+
+    tmp_path: Path
+    env: dict[str, str]
+    models: FakeModelServer
+    telegram: fake_telegram.FakeBotApi
+    twilio: fake_twilio.FakeTwilioApi
+
+
 @pytest.fixture
-def slow_models(model_server: FakeModelServer) -> Iterator[FakeModelServer]:
+def sixty(tmp_path: Path, model_server: FakeModelServer, bot_api: fake_telegram.FakeBotApi,
+          twilio_api: fake_twilio.FakeTwilioApi) -> Iterator[Load]:
+    """The fake model answers "slow" questions after 45 s and "quick" ones after 1 s."""
     model_server.when_text("slow question", slow(45.0))
     model_server.when_text("quick question", slow(1.0))
-    yield model_server
+    yield Load(tmp_path, stop_env(tmp_path, model_server, bot_api, twilio_api), model_server, bot_api, twilio_api)
 
 
 def unanswered(db: Path) -> tuple[set[str], set[str]]:
@@ -105,3 +123,25 @@ async def send_everything(daemon: ServeProcess, telegram: fake_telegram.FakeBotA
         assert r.status_code == 200, r.text
     await model_server.wait_requests(3 * PER_SURFACE, timeout=30)  # every turn waits for its model
     return web, client
+
+
+Stopped = tuple[int, list[str], list[httpx.Response | BaseException]]
+
+
+async def sigterm_under_load(load: Load) -> Stopped:
+    """A `hilo serve` with `load.env` takes every person's message, gets SIGTERM once every turn waits for its
+    model, and must end within STOP + MARGIN s: (its exit status, its stdout lines, each web request's answer or
+    the exception that ended it, in PER_SURFACE order)."""
+    with serving(load.tmp_path, load.env) as daemon:
+        web, client = await send_everything(daemon, load.telegram, load.models)
+        try:
+            status = await stop_within(daemon, STOP + MARGIN)
+            outcomes = await asyncio.gather(*web, return_exceptions=True)
+        finally:
+            await client.aclose()
+    return status, list(daemon.out), list(outcomes)
+
+
+#: What a test module assigns to have the fixtures `sixty` needs (pytest finds fixtures in the test's module):
+#: `bot_api_session, bot_api, twilio_api_session, twilio_api, sixty = sixty_people.FIXTURES`
+FIXTURES = (bot_api_session, bot_api, twilio_api_session, twilio_api, sixty)

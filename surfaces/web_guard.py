@@ -50,6 +50,7 @@ class RateLimiter:
         self.name = name
         self.per_minute = per_minute
         self._counters = counters
+        self._failing = False  # said once when the database cannot count, and once when it can again
 
     async def hit(self, key: str) -> float:
         """Count one hit: 0.0 when allowed, else the seconds until the next one is."""
@@ -58,10 +59,16 @@ class RateLimiter:
             return 0.0
         digest = hashlib.blake2b(key.encode(), digest_size=12, person=b"hilo-rate").hexdigest()
         try:
-            return await counters.hit_rate(f"{self.name}:{digest}", self.per_minute, WINDOW_S)
+            wait = await counters.hit_rate(f"{self.name}:{digest}", self.per_minute, WINDOW_S)
         except StoreError as exc:
-            logger.warning("web.rate_limit_unavailable", limit=self.name, error=type(exc).__name__)
+            if not self._failing:
+                self._failing = True
+                logger.warning("web.rate_limit_unavailable", limit=self.name, error=type(exc).__name__)
             return 0.0
+        if self._failing:
+            self._failing = False
+            logger.info("web.rate_limit_back", limit=self.name)
+        return wait
 
 
 def too_many(request: Request, retry_after: float) -> JSONResponse:

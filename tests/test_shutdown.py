@@ -18,7 +18,7 @@ import httpx
 from bot import daemon
 from bot.config import Settings
 from bot.jobs import DRAIN_SECONDS
-from bot.shutdown import AFTER_REQUESTS, StopBudget
+from bot.shutdown import AFTER_REQUESTS, ANSWER_MARGIN, StopBudget
 from tests.fakes.model_server import FakeModelServer, slow
 from tests.fakes.serve_process import REPO, ServeProcess, serving, stop_within
 
@@ -70,6 +70,15 @@ def test_the_budget_is_measured_from_the_signal_and_shared_by_the_phases() -> No
     assert budget.left() == 0.0
     unsignalled = StopBudget(10.0, clock=lambda: now[0])  # a stop without a signal: it begins at the first look
     assert unsignalled.left() == 10.0
+
+
+async def test_the_requests_bound_comes_only_after_a_stop_began() -> None:
+    budget = StopBudget(ANSWER_MARGIN + AFTER_REQUESTS + 0.2)
+    bound = budget.requests_bound()
+    assert not bound.done()  # no stop yet: a request waits for its turn as long as it takes
+    asyncio.get_running_loop().call_soon(budget.begin)  # as the signal handler does
+    await asyncio.wait_for(asyncio.shield(bound), 5.0)  # due ANSWER_MARGIN s before uvicorn's wait would end
+    assert budget.requests_bound() is bound  # one future for every request
 
 
 def events(proc: ServeProcess) -> list[dict[str, object]]:

@@ -17,12 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 
-from bot import __version__, job_list
+from bot import job_list
 from bot.config import Settings, ensure_secret_key
+from bot.health import Health
 from bot.jobs import JobRegistry, Scheduler
 from bot.models.base import Chain
 from bot.pipeline import Pipeline
@@ -88,8 +87,9 @@ def create_app(
     """The app. Tests may pass their own store, chain, surfaces or jobs; otherwise they come from settings
     (the jobs: bot/job_list.py); `stop_budget` is the shutdown budget the daemon begins at SIGTERM (default: a
     new one of HILO_STOP_TIMEOUT s, begun when the stop begins). `app.state.hilo` holds the Runtime
-    (`runtime`), the names of the started surfaces (`surfaces`), the job Scheduler (`jobs`) and the embedder
-    (`embedder`, bot/embedders) while it runs.
+    (`runtime`), the names of the started surfaces (`surfaces`), the job Scheduler (`jobs`), the embedder
+    (`embedder`, bot/embedders) and the open store (`store`, for /healthz and /readyz: bot/health.py) while it
+    runs.
     A start that fails undoes what it started and raises: nothing is logged here, the caller says why
     (`hilo serve`: one `daemon.failed` line)."""
     settings = with_secret_key(settings)
@@ -121,6 +121,10 @@ def create_app(
             if runtime is not None:  # the surfaces flushed their parts before closing; the rest waits for a start
                 await runtime.pipeline.outbox.stop(timeout=budget.left(OUTBOX_DRAIN_SECONDS))
                 await runtime.tasks.drain(timeout=budget.left())
+                # turns a surface runs outside the task set (Telegram's, in python-telegram-bot's update
+                # processing) and still running now are cancelled too, before the chain and the store close under
+                # them (a closed model client would fail them into an apology): stored, unanswered, recovered
+                await runtime.pipeline.cancel_turns()
             if chain is None and ch is not None:
                 await ch.aclose()
             if store is None:
@@ -131,8 +135,9 @@ def create_app(
         loader = tokens.preload()
         try:
             await st.open()
+            state["store"] = st
             ch = chain if chain is not None else build_chain(settings)
-            runtime = Runtime(settings, ch, Pipeline(settings, st, ch, embedder), TaskSet())
+            runtime = Runtime(settings, ch, Pipeline(settings, st, ch, embedder), TaskSet(), budget)
             state["runtime"] = runtime
             for surface in active:
                 await surface.start(runtime)
@@ -158,10 +163,8 @@ def create_app(
             await stop()
             logger.info("daemon.stopped")
 
-    async def health(request: Request) -> JSONResponse:
-        return JSONResponse({"status": "ok", "version": __version__})
-
-    routes: list[BaseRoute] = [Route("/healthz", health)]
+    health = Health(lambda: state.get("store"))
+    routes: list[BaseRoute] = [Route("/healthz", health.healthz), Route("/readyz", health.readyz)]
     for surface in active:
         routes.extend(surface.routes())
     app = Starlette(routes=routes, lifespan=lifespan)

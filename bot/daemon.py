@@ -31,15 +31,13 @@ import uvicorn
 
 from bot import __version__
 from bot.config import Settings
-from bot.shutdown import StopBudget
+from bot.shutdown import GRACEFUL_SECONDS, StopBudget
 from kernel import log
 from kernel.errors import ConfigError, HiloError
 
 logger = log.get("hilo.daemon")
 
-#: At most how long uvicorn lets requests in flight finish after SIGTERM; less when the stop budget
-#: (HILO_STOP_TIMEOUT, bot/shutdown.py) has less left.
-GRACEFUL_SECONDS = 30
+__all__ = ["GRACEFUL_SECONDS", "serve"]  # GRACEFUL_SECONDS: uvicorn's graceful wait at most (bot/shutdown.py)
 
 
 class _Server(uvicorn.Server):

@@ -1,6 +1,7 @@
 """The jobs hilo runs: the app's JobRegistry, filled here (bot/jobs.py runs it). A new job is one `add` below.
 
-- cleanup (every HILO_CLEANUP_SECONDS, an hour by default): deletes link codes that can never be redeemed
+- cleanup (every HILO_CLEANUP_SECONDS, an hour by default): deletes link codes that can never be redeemed and
+  the rate limits' counters of windows over COUNTERS_KEPT_S ago
   again (used, replaced by a newer code, or expired); nothing else deletes them.
 - memory_expiry (daily): ends the memories whose expiry date passed, and those less important than
   HILO_MEMORY_EXPIRY_IMPORTANCE that no context used for HILO_MEMORY_EXPIRY_DAYS (memory/sql_memories.py).
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
 logger = log.get("hilo.jobs")
 #: How often memory_expiry runs: daily (expiry counts in days).
 MEMORY_EXPIRY_SECONDS = 24 * 3600
+#: Seconds a rate limit's counter is kept after its window began (the limits' windows are a minute).
+COUNTERS_KEPT_S = 3600
 
 #: At most this many unanswered messages per run of the recover job (the next run takes the rest).
 RECOVER_BATCH = 50
@@ -59,7 +62,8 @@ def registry(settings: Settings, store: Store, chain: Chain | None = None,
 
     async def cleanup(ctx: JobContext) -> None:
         purged = await store.purge_link_codes()
-        logger.info("cleanup.done", run=ctx.run_id, link_codes=purged)
+        counters = await store.purge_counters(COUNTERS_KEPT_S)  # rate limits' windows long past (issue 12)
+        logger.info("cleanup.done", run=ctx.run_id, link_codes=purged, counters=counters)
 
     jobs.add("cleanup", cleanup, every=settings.cleanup_seconds)
 

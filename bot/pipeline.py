@@ -16,6 +16,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from bot import answers, commands
 from bot.config import Settings
@@ -26,7 +27,7 @@ from bot.models.base import AllModelsFailed, Chain, ChainResult, Completion, Res
 from bot.notices import Notices
 from bot.opt_out import OptOut
 from bot.outbox import Outbox, route_of
-from bot.ports import Deliveries, History
+from bot.ports import Deliveries, History, RateLimits
 from kernel import catalog, log, tokens
 from kernel.errors import InputError
 from kernel.text import blank
@@ -59,10 +60,13 @@ class Pipeline:
         #: what surfaces reach of the store (they import no memory module): reads, deliveries, opt-out
         self.history = History(store)
         self.deliveries: Deliveries = store
+        #: the web's rate limits, counted in the database so that every process shares them (issue 12, faults)
+        self.rate_limits: RateLimits = store
         self.opt_out = OptOut(store)
         self._locks: KeyedLocks[int] = KeyedLocks()
-        #: Stored messages whose turn runs now: a redelivery of one of them is a duplicate, not a resume.
-        self._in_flight: set[int] = set()
+        #: Stored messages whose turn runs now, with its task: a redelivery of one of them is a duplicate, not a
+        #: resume; `cancel_turns` ends them at the stop's bound.
+        self._in_flight: dict[int, asyncio.Task[Any] | None] = {}
 
     def validate(self, msg: InboundMessage) -> None:
         """Refuse empty or oversized text before anything is stored (the surface answers with the catalogue)."""
@@ -114,7 +118,7 @@ class Pipeline:
         self, msg: InboundMessage, turn: Ingested, lang: str, started: float,
         on_delta: DeltaSink | None, on_ingested: IngestSink | None,
     ) -> OutboundMessage:
-        self._in_flight.add(turn.message.id)
+        self._in_flight[turn.message.id] = asyncio.current_task()
         try:
             return await self._turn(msg, turn, lang, started, on_delta, on_ingested)
         except asyncio.CancelledError:  # shutdown: the message stays stored, unanswered, and is resumed later
@@ -122,7 +126,16 @@ class Pipeline:
                            duration_ms=round((time.perf_counter() - started) * 1000))
             raise
         finally:
-            self._in_flight.discard(turn.message.id)
+            self._in_flight.pop(turn.message.id, None)
+
+    async def cancel_turns(self) -> None:
+        """Cancel every turn still running (the stop's budget is spent) and wait for them to end: each logs
+        `turn.cancelled`; its message stays stored and unanswered, for the recovery at the next start."""
+        running = [t for t in self._in_flight.values() if t is not None and t is not asyncio.current_task()]
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.wait(running, timeout=1.0)
 
     async def command(self, command: commands.Command, msg: InboundMessage) -> str:
         """The reply to a command (/link, /memory ...) sent by the person of `msg`; nothing is stored as a message."""

@@ -20,6 +20,13 @@ class Deliveries(Protocol):
         """A provider's later word on a sent part (delivered, read, undelivered...). False if unknown."""
 
 
+class RateLimits(Protocol):
+    """Hit counters shared by every process on the database (memory/sql_limits.py): the web's rate limits."""
+
+    async def hit_rate(self, key: str, limit: int, window_s: int) -> float:
+        """Count one hit of `key`: 0.0 within `limit` per `window_s` s, else the seconds to wait."""
+
+
 class History:
     """What a surface may read of a person's history: always of one user, who must be known first."""
 

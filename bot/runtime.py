@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from starlette.routing import BaseRoute
 
+from bot.shutdown import StopBudget
+
 if TYPE_CHECKING:
     from bot.config import Settings
     from bot.models.base import Chain
@@ -29,6 +31,13 @@ class Runtime:
     chain: Chain
     pipeline: Pipeline
     tasks: TaskSet
+    #: the stop budget from SIGTERM (bot/shutdown.py): a request waiting for its turn answers at
+    #: `stop.requests_bound()` instead of being cut by uvicorn (default: a budget of HILO_STOP_TIMEOUT not begun)
+    stop: StopBudget | None = None
+
+    def __post_init__(self) -> None:
+        if self.stop is None:
+            self.stop = StopBudget(self.settings.stop_timeout)
 
 
 class Surface(Protocol):

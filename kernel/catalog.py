@@ -125,6 +125,9 @@ MESSAGES: dict[str, dict[str, str]] = {
         "link_locked": "Too many wrong codes. For your safety, linking is paused here until {until} UTC.",
         "unlink_done": "Done: this chat is no longer connected. From now on I will treat it as a separate person.",
         "unlink_only": "This chat is not connected with any other account.",
+        # issue 12, faults: a stop or a restart in the way (web 503 with Retry-After, the stream's error event)
+        "restarting": "I am restarting. Please send that again in a moment.",
+        "restarting_kept": "I am restarting. Your message is kept and I will answer it in a moment.",
     },
     "es": {
         "model_unavailable": (
@@ -250,6 +253,9 @@ MESSAGES: dict[str, dict[str, str]] = {
         ),
         "unlink_done": "Hecho: este chat ya no está conectado. A partir de ahora lo trataré como una persona aparte.",
         "unlink_only": "Este chat no está conectado con ninguna otra cuenta.",
+        # issue 12, faults
+        "restarting": "Me estoy reiniciando. Vuelve a enviarlo en un momento, por favor.",
+        "restarting_kept": "Me estoy reiniciando. Tu mensaje está guardado y te responderé en un momento.",
     },
 }
 

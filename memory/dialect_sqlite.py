@@ -25,16 +25,20 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, TypeVar
 
+from kernel import log
 from memory import jobs, reindex
 from memory import migrate as migrations
+from memory import sql_limits as limits
 from memory import sql_turns as turns
 from memory.rows import INSERT_COLS, Db, Mode, Rollback, to_ts
 from memory.sql_store import Logic, SqlStore
 from memory.sql_vectors import VectorQuery
+from memory.sqlite_file import FILE_FIX, TRANSIENT, FileIdentity, file_identity, file_problem
 from memory.store import ContextQuery, StoreError, StoreUnavailable
 from memory.vectors import DEFAULT_CACHE_FLOATS, Matrix, MatrixCache, extend, matrix_cosines, matrix_of, pack, top
 
 T = TypeVar("T")
+logger = log.get("hilo.store")
 
 #: The shared SQL is spelled as Postgres reads it; these are the SQLite spellings of what differs.
 SPELLINGS = (
@@ -92,7 +96,7 @@ PUT_VECTOR = (
 )
 #: Write transactions that never change message_vectors: they leave the vector cache as it was checked.
 KEEPS_VECTORS = frozenset({turns.ingest, turns.finish_turn, turns.import_rows, jobs.register, jobs.claim, jobs.renew,
-                           jobs.finish})
+                           jobs.finish, limits.hit, limits.probe, limits.purge})
 #: One person's vectors of one embedder: an index range (message_vectors_user), so the count is an index-only scan.
 _PERSON = "FROM message_vectors WHERE user_id = ?1 AND embedder = ?2"
 #: The rows of the numpy hits, under lexical recall's rules (no message after `at`, no queued turn).
@@ -242,6 +246,12 @@ class SqliteStore(SqlStore):
         self.matrices = MatrixCache(max_floats=cache_floats)
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
+        #: (st_dev, st_ino) of the file the connection opened and of its -wal (None: in memory, or not yet seen):
+        #: memory/sqlite_file.py
+        self._identity: FileIdentity | None = None
+        self._wal_identity: FileIdentity | None = None
+        #: what the last check of the file found wrong (logged once per change), None while it is the same file
+        self._file_problem: str | None = None
 
     async def close(self) -> None:
         """Release the connection and the worker thread. Safe to call twice."""
@@ -279,6 +289,7 @@ class SqliteStore(SqlStore):
                 conn.close()
             raise StoreUnavailable(self._cannot_open(exc)) from exc
         self._conn = conn
+        self._identity = file_identity(self.path)
 
     def _cannot_open(self, exc: sqlite3.Error) -> str:
         """What to tell the operator when the file cannot be opened or written."""
@@ -289,6 +300,27 @@ class SqliteStore(SqlStore):
         else:
             why = f"check that {folder} and the file are writable for this user"
         return f"cannot open the SQLite database {path} ({exc}): {why}, or set HILO_DATABASE_URL"
+
+    def _check_file(self) -> None:
+        """StoreUnavailable when the path no longer names the file the connection opened (deleted, or replaced
+        by another file): writing on would store into a file nobody will ever open again. One stat per
+        transaction; said once (`store.file_missing` / `store.file_replaced`, with the path) until it is back."""
+        if self._identity is None:
+            return
+        problem = file_problem(self.path, self._identity)
+        if problem is None and self._wal_identity is not None:
+            problem = file_problem(self.path + "-wal", self._wal_identity)
+        if problem != self._file_problem:
+            self._file_problem = problem
+            if problem is None:
+                logger.warning("store.file_back", path=os.path.abspath(self.path))
+            else:
+                event = "store.file_missing" if problem == "missing" else "store.file_replaced"
+                logger.error(event, path=os.path.abspath(self.path), fix=FILE_FIX)
+        if problem is not None:
+            what = "deleted" if problem == "missing" else "replaced"
+            raise StoreUnavailable(f"the SQLite database {os.path.abspath(self.path)} was {what} while hilo ran: "
+                                   f"nothing is stored until it is back. {FILE_FIX}")
 
     def _close_sync(self) -> None:
         conn, self._conn = self._conn, None
@@ -304,9 +336,12 @@ class SqliteStore(SqlStore):
         assert self._conn is not None
         self.counters["transactions"] += 1
         try:
-            return migrations.apply_sqlite(self._conn)
+            applied = migrations.apply_sqlite(self._conn)
         except sqlite3.OperationalError as exc:  # read-only, disk full, locked past the timeout
             raise StoreUnavailable(self._cannot_open(exc)) from exc
+        if self._identity is not None:  # the -wal exists once the connection has read in WAL mode
+            self._wal_identity = file_identity(self.path + "-wal")
+        return applied
 
     async def _call(self, fn: Callable[[], T]) -> T:
         if self._executor is None:
@@ -323,6 +358,7 @@ class SqliteStore(SqlStore):
         conn = self._conn
         if conn is None:
             raise StoreError("the store is closed")
+        self._check_file()
         try:
             if mode == "write" and logic not in KEEPS_VECTORS:  # ("lease": the turn lease's, never vectors)
                 self.matrices.generation += 1  # it may change vectors: the next search checks the table again
@@ -344,6 +380,8 @@ class SqliteStore(SqlStore):
         except sqlite3.OperationalError as exc:
             if "locked" in str(exc) or "busy" in str(exc):
                 raise StoreUnavailable(f"the SQLite database {self.path!r} is busy: {exc}; retry later") from exc
+            if any(kind in str(exc) for kind in TRANSIENT):  # full, read-only, I/O: it may pass; retry later
+                raise StoreUnavailable(f"the SQLite database {self.path!r} cannot be written: {exc}") from exc
             raise StoreError(f"SQLite error on {self.path!r}: {exc}") from exc
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite error on {self.path!r}: {exc}") from exc

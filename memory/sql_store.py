@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from kernel.types import InboundMessage, ModelCallRecord, OutboxItem, Outgoing, utcnow
 from memory import jobs, turn_lease
 from memory import sql_extract as extract
+from memory import sql_limits as limits
 from memory import sql_linking as linking
 from memory import sql_memories as memories
 from memory import sql_memory_vectors as memory_vectors
@@ -347,3 +348,14 @@ class SqlStore:
 
     async def deliveries(self, user_id: int) -> list[dict[str, Any]]:
         return await self._tx("read", people.deliveries_json, user_id)
+
+    # -- issue 12, faults: shared counters and the readiness probe (memory/sql_limits.py) ----------------------
+
+    async def hit_rate(self, key: str, limit: int, window_s: int) -> float:
+        return await self._tx("write", limits.hit, key, limit, window_s)
+
+    async def purge_counters(self, older_than_s: int) -> int:
+        return await self._tx("write", limits.purge, older_than_s)
+
+    async def probe(self) -> None:
+        await self._tx("write", limits.probe)

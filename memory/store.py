@@ -450,3 +450,16 @@ class Store(Protocol):
 
     async def drop_summaries(self, user_id: int) -> int:
         """Clear the person's episode summaries (they are not written again; messages are untouched); how many."""
+
+    # -- issue 12, faults: shared counters and the readiness probe (memory/sql_limits.py) ----------------------
+
+    async def hit_rate(self, key: str, limit: int, window_s: int) -> float:
+        """Count one hit of `key`, shared by every process on the database: 0.0 when it is within `limit` hits per
+        `window_s` s (a sliding-window estimate), else the seconds to wait. One statement."""
+
+    async def purge_counters(self, older_than_s: int) -> int:
+        """Delete the counters of windows that began more than `older_than_s` s ago; how many."""
+
+    async def probe(self) -> None:
+        """One write transaction of one statement (the probe's counter): StoreError when the database cannot be
+        reached or written (down, full, read-only, its file gone)."""

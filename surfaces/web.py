@@ -37,9 +37,10 @@ from kernel import log
 from kernel.errors import InputError, NotFound
 from kernel.types import InboundMessage
 from surfaces.web_auth import SESSION_COOKIE, Authenticator, AuthFailed, Caller, Sessions
-from surfaces.web_common import MAX_BODY_BYTES, error, lang, message_json, path_id, read_message
+from surfaces.web_common import MAX_BODY_BYTES, error, lang, message_json, path_id, read_message, unavailable
 from surfaces.web_guard import ApiGuard, Endpoint, client_ip, too_many
 from surfaces.web_memories import MemoryView
+from surfaces.web_stop import TurnOverrun, answer_within_stop, bound_of
 from surfaces.web_stream import stream_turn
 from surfaces.web_widget import WidgetFiles
 
@@ -70,7 +71,7 @@ class WebSurface:
         self.settings = settings
         self.auth = Authenticator(settings)
         self.sessions = self.auth.sessions
-        self.guard = ApiGuard(settings)
+        self.guard = ApiGuard(settings, lambda: self._runtime.pipeline.rate_limits if self._runtime else None)
         self.files = WidgetFiles()
         self._runtime: Runtime | None = None
         self.memory_view = MemoryView(self._reader, self._answer, lambda: self.pipeline.history)
@@ -125,7 +126,7 @@ class WebSurface:
         except AuthFailed as exc:
             return error(request, 401, exc.key)
         assert caller is not None
-        wait = self.guard.message_limits(request, caller.sender)
+        wait = await self.guard.message_limits(request, caller.sender)
         if wait:
             return too_many(request, wait)
         body = await read_message(request)
@@ -150,7 +151,9 @@ class WebSurface:
             return prepared
         msg, caller = prepared
         try:
-            out = await self.pipeline.handle(msg)
+            out = await answer_within_stop(self.runtime, self.pipeline, msg)
+        except TurnOverrun as late:  # the daemon stops, the turn goes on in the task set: 503, never a 500
+            return unavailable(request, late.key)
         except InputError as exc:
             return error(request, 413 if exc.key == "message_too_long" else 400, exc.key, **exc.params)
         except NotFound:
@@ -183,7 +186,8 @@ class WebSurface:
             return prepared
         msg, caller = prepared
         response = await stream_turn(
-            request, self.pipeline, self.runtime.tasks, msg, new_session=caller.new_token)
+            request, self.pipeline, self.runtime.tasks, msg, new_session=caller.new_token,
+            bound=bound_of(self.runtime))
         if caller.new_token and response.status_code == 200:
             self._set_cookie(request, response, caller.new_token)
         return response

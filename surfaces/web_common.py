@@ -31,6 +31,18 @@ def lang(request: Request) -> str:
     return catalog.language(request.headers.get("accept-language"))
 
 
+#: What a 503 tells the client to wait before trying again (Retry-After): a database that is down, full or
+#: read-only, or a daemon that is stopping (another process, or this one restarted, takes the retry).
+RETRY_AFTER_S = 5
+
+
+def unavailable(request: Request, key: str = "store_unavailable") -> JSONResponse:
+    """503 with Retry-After and the catalogue's `key` text: never a 500 for a database or a stop in the way."""
+    response = error(request, 503, key, seconds=RETRY_AFTER_S)
+    response.headers["retry-after"] = str(RETRY_AFTER_S)
+    return response
+
+
 def error(request: Request, status: int, key: str, **params: object) -> JSONResponse:
     """`{"error": key, "message": <catalogue text in the caller's language>}` with `status`."""
     body: dict[str, Any] = {"error": key, "message": catalog.t(key, lang(request), **params)}

@@ -8,17 +8,16 @@ without an Origin (curl, server-to-server, same-origin GETs) pass: they cannot c
 credentials from another site (the cookie is SameSite=Lax; the widget's Bearer token lives in the embedding
 site's own localStorage). CORS never allows credentials: cross-origin calls use the Bearer token only.
 
-Rate limits: in-process token buckets (per daemon process; N processes allow N times as much).
-Per IP, every API request (5x HILO_RATE_LIMIT_IP per minute) and every message (HILO_RATE_LIMIT_IP per
-minute); per visitor or site user, messages (HILO_RATE_LIMIT_VISITOR per minute). Over the limit: 429 with
-Retry-After and the catalogue's "rate_limited" text.
+Rate limits: counted in the database (migration 0026, memory/sql_limits.py), so N processes on one database
+allow what one does. Per IP, every API request (5x HILO_RATE_LIMIT_IP per minute) and every message
+(HILO_RATE_LIMIT_IP per minute); per visitor or site user, messages (HILO_RATE_LIMIT_VISITOR per minute).
+Over the limit: 429 with Retry-After and the catalogue's "rate_limited" text.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
-import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
@@ -26,9 +25,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from bot.config import Settings
+from bot.ports import RateLimits
 from kernel import log
 from kernel.errors import StoreError
-from surfaces.web_common import error
+from surfaces.web_common import error, unavailable
 
 logger = log.get("hilo.web")
 
@@ -36,31 +36,39 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 
 ALLOWED_HEADERS = "authorization, content-type, accept-language, x-hilo-session"
 REQUESTS_PER_MESSAGE = 5
+#: The limits' window: HILO_RATE_LIMIT_* are per minute.
+WINDOW_S = 60
 
 
 class RateLimiter:
-    """Token buckets per key: `per_minute` requests in a burst, refilled evenly over a minute."""
+    """`per_minute` hits per key, counted in the database (`pipeline.rate_limits`, memory/sql_limits.py: one
+    upsert a hit, a sliding-window estimate over one-minute windows), so every process on the database shares
+    the count. Keys are hashed: no IP address or visitor id is stored. A database that cannot count lets the hit
+    through (logged): the endpoint's own store work then answers 503."""
 
-    def __init__(self, per_minute: int, *, clock: Callable[[], float] = time.monotonic,
-                 max_keys: int = 50_000) -> None:
-        self.capacity = float(per_minute)
-        self.rate = per_minute / 60.0
-        self._clock = clock
-        self._max_keys = max_keys
-        # key -> (tokens left, when), least recently used first: past max_keys the oldest go
-        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+    def __init__(self, name: str, per_minute: int, counters: Callable[[], RateLimits | None]) -> None:
+        self.name = name
+        self.per_minute = per_minute
+        self._counters = counters
+        self._failing = False  # said once when the database cannot count, and once when it can again
 
-    def hit(self, key: str) -> float:
-        """Take one token: 0.0 when allowed, else the seconds until the next one is available."""
-        now = self._clock()
-        tokens, when = self._buckets.get(key, (self.capacity, now))
-        tokens = min(self.capacity, tokens + (now - when) * self.rate)
-        allowed = tokens >= 1.0
-        self._buckets[key] = (tokens - 1.0 if allowed else tokens, now)
-        self._buckets.move_to_end(key)
-        while len(self._buckets) > self._max_keys:  # O(1) per hit: the least recently seen keys go first
-            self._buckets.popitem(last=False)
-        return 0.0 if allowed else (1.0 - tokens) / self.rate
+    async def hit(self, key: str) -> float:
+        """Count one hit: 0.0 when allowed, else the seconds until the next one is."""
+        counters = self._counters()
+        if counters is None:  # not started: nothing else answers either
+            return 0.0
+        digest = hashlib.blake2b(key.encode(), digest_size=12, person=b"hilo-rate").hexdigest()
+        try:
+            wait = await counters.hit_rate(f"{self.name}:{digest}", self.per_minute, WINDOW_S)
+        except StoreError as exc:
+            if not self._failing:
+                self._failing = True
+                logger.warning("web.rate_limit_unavailable", limit=self.name, error=type(exc).__name__)
+            return 0.0
+        if self._failing:
+            self._failing = False
+            logger.info("web.rate_limit_back", limit=self.name)
+        return wait
 
 
 def too_many(request: Request, retry_after: float) -> JSONResponse:
@@ -95,13 +103,14 @@ class Origins:
 
 
 class ApiGuard:
-    """Wraps each /api endpoint: origin check, CORS preflight and headers, per-IP request limit."""
+    """Wraps each /api endpoint: origin check, CORS preflight and headers, per-IP request limit. `counters`
+    gives the shared counters once the daemon started (`pipeline.rate_limits`)."""
 
-    def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, settings: Settings, counters: Callable[[], RateLimits | None]) -> None:
         self.origins = Origins(settings.allowed_origins, settings.public_url)
-        self.ip_requests = RateLimiter(settings.rate_limit_ip * REQUESTS_PER_MESSAGE, clock=clock)
-        self.ip_messages = RateLimiter(settings.rate_limit_ip, clock=clock)
-        self.visitor_messages = RateLimiter(settings.rate_limit_visitor, clock=clock)
+        self.ip_requests = RateLimiter("ip", settings.rate_limit_ip * REQUESTS_PER_MESSAGE, counters)
+        self.ip_messages = RateLimiter("ip-messages", settings.rate_limit_ip, counters)
+        self.visitor_messages = RateLimiter("visitor", settings.rate_limit_visitor, counters)
 
     def __call__(self, endpoint: Endpoint) -> Endpoint:
         async def guarded(request: Request) -> Response:
@@ -116,7 +125,7 @@ class ApiGuard:
                     "access-control-max-age": "600",
                 })
             else:
-                wait = self.ip_requests.hit(client_ip(request))
+                wait = await self.ip_requests.hit(client_ip(request))
                 response = too_many(request, wait) if wait else await _answer(endpoint, request)
             if origin is not None:
                 response.headers["access-control-allow-origin"] = origin
@@ -128,9 +137,9 @@ class ApiGuard:
 
         return guarded
 
-    def message_limits(self, request: Request, sender: str) -> float:
+    async def message_limits(self, request: Request, sender: str) -> float:
         """Seconds to wait before this sender (and their IP) may send another message; 0.0 to go ahead."""
-        return self.ip_messages.hit(client_ip(request)) or self.visitor_messages.hit(sender)
+        return await self.ip_messages.hit(client_ip(request)) or await self.visitor_messages.hit(sender)
 
 
 async def _answer(endpoint: Endpoint, request: Request) -> Response:
@@ -141,7 +150,7 @@ async def _answer(endpoint: Endpoint, request: Request) -> Response:
         cause = exc.__cause__
         logger.error("web.store_failed", path=request.url.path, error=type(exc).__name__,
                      cause=type(cause).__name__ if cause else None)
-        return error(request, 503, "store_unavailable")
+        return unavailable(request)
 
 
 def client_ip(request: Request) -> str:

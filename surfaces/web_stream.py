@@ -10,7 +10,8 @@ The turn runs as a tracked task (`runtime.tasks`) that feeds an asyncio.Queue; t
 queue. A client that goes away stops the reading, never the turn: the reply is still stored and shows up in
 the conversation's history. Errors known before the message is stored (a conversation that is not the
 caller's, a store that is down) are plain JSON answers with their HTTP status, like POST /api/messages;
-after that they arrive as an `error` event. A comment line every few seconds keeps proxies from closing a
+after that they arrive as an `error` event (also when the daemon stops before the turn ends: 503
+"restarting_kept", surfaces/web_stop.py). A comment line every few seconds keeps proxies from closing a
 connection while the model thinks.
 """
 
@@ -29,7 +30,7 @@ from bot.tasks import TaskSet
 from kernel import catalog, log
 from kernel.errors import Draining, InputError, NotFound, StoreError
 from kernel.types import InboundMessage, Ingested
-from surfaces.web_common import error
+from surfaces.web_common import RETRY_AFTER_S, unavailable
 
 logger = log.get("hilo.web.stream")
 
@@ -54,7 +55,7 @@ def _failure(exc: BaseException, lang: str) -> tuple[int, str, dict[str, object]
 
 async def stream_turn(
     request: Request, pipeline: Pipeline, tasks: TaskSet, msg: InboundMessage, *,
-    new_session: str | None = None,
+    new_session: str | None = None, bound: asyncio.Future[None] | None = None,
 ) -> Response:
     """Start the turn of `msg`; answer with its events (or a JSON error if it failed before being stored)."""
     queue: asyncio.Queue[Event] = asyncio.Queue()  # unbounded: the turn never waits for a slow reader
@@ -77,7 +78,10 @@ async def stream_turn(
             if status == 500:
                 logger.error("web.stream_failed", error=type(exc).__name__)
             message = catalog.t(key, lang, **params)
-            queue.put_nowait(("error", {"error": key, "message": message, "status": status}))
+            event: dict[str, Any] = {"error": key, "message": message, "status": status}
+            if status == 503:
+                event["retry_after"] = RETRY_AFTER_S
+            queue.put_nowait(("error", event))
             return
         done: dict[str, Any] = {
             "conversation_id": out.conversation_id, "message_id": out.message_id, "reply_id": out.reply_id,
@@ -90,26 +94,38 @@ async def stream_turn(
     try:
         tasks.spawn(run(), name="web.stream_turn")
     except Draining:  # shutting down: no new turns
-        return error(request, 503, "store_unavailable")
+        return unavailable(request, "restarting")
     first = await queue.get()
     if first[0] == "error":
         data = first[1]
+        if data["status"] == 503:
+            return unavailable(request, data["error"])
         return JSONResponse({"error": data["error"], "message": data["message"]}, status_code=data["status"])
-    return StreamingResponse(_events(first, queue), media_type="text/event-stream", headers={
+    return StreamingResponse(_events(first, queue, bound, lang), media_type="text/event-stream", headers={
         "cache-control": "no-store", "x-accel-buffering": "no",  # nginx: pass each event through at once
     })
 
 
-async def _events(first: Event, queue: asyncio.Queue[Event]) -> AsyncIterator[bytes]:
+async def _events(first: Event, queue: asyncio.Queue[Event], bound: asyncio.Future[None] | None,
+                  lang: str) -> AsyncIterator[bytes]:
+    """The turn's events as they come; at the stop's `bound` (bot/shutdown.py: the daemon stops and uvicorn would
+    cut the stream) an `error` event, 503 "restarting_kept": the message is stored and the turn goes on."""
     yield sse(*first)
     if first[0] in TERMINAL:
         return
+    stop: asyncio.Future[None] = bound if bound is not None else asyncio.get_running_loop().create_future()
     while True:
-        try:
-            kind, data = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
-        except TimeoutError:
+        getter: asyncio.Future[Any] = asyncio.ensure_future(queue.get())
+        done, _ = await asyncio.wait({getter, stop}, timeout=KEEPALIVE_S, return_when=asyncio.FIRST_COMPLETED)
+        if getter not in done:
+            getter.cancel()
+            if stop.done():
+                yield sse("error", {"error": "restarting_kept", "message": catalog.t("restarting_kept", lang),
+                                    "status": 503, "retry_after": RETRY_AFTER_S})
+                return
             yield b": keep-alive\n\n"
             continue
+        kind, data = getter.result()
         yield sse(kind, data)
         if kind in TERMINAL:
             return

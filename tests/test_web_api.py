@@ -24,10 +24,10 @@ from bot.retry import RetryPolicy
 from kernel import catalog
 from kernel.errors import ConfigError
 from surfaces.web_auth import sign_site_token, verify_site_token
-from surfaces.web_guard import RateLimiter
+from surfaces.web_common import RETRY_AFTER_S
 from tests.fakes.browser import SlowEcho
 from tests.fakes.daemon import running_daemon
-from tests.fakes.full_disk import PAGE_SIZED_TEXT, disk_full
+from tests.fakes.full_disk import PAGE_SIZED_TEXT, disk_full, read_only
 
 
 @pytest.fixture
@@ -352,16 +352,6 @@ async def test_per_ip_rate_limit_holds_back_new_visitors_too(tmp_path: Path) -> 
         assert statuses == [200, 200, 200, 429]
 
 
-def test_token_buckets_refill_over_a_minute() -> None:
-    now = [0.0]
-    limiter = RateLimiter(6, clock=lambda: now[0])  # 6 per minute: one every 10 s
-    assert [limiter.hit("a") for _ in range(6)] == [0.0] * 6
-    assert limiter.hit("a") == pytest.approx(10.0)
-    assert limiter.hit("b") == 0.0
-    now[0] = 10.0
-    assert limiter.hit("a") == 0.0 and limiter.hit("a") == pytest.approx(10.0)
-
-
 def test_allowed_origins_setting() -> None:
     s = Settings.from_mapping({"HILO_ALLOWED_ORIGINS": " https://Shop.example.com/ , https://*.example.org,http://localhost:3000"})
     assert s.allowed_origins == ("https://shop.example.com", "https://*.example.org", "http://localhost:3000")
@@ -527,15 +517,6 @@ def test_web_message_ids_cannot_collide_between_people() -> None:
     assert web_external_id("v1", None) != web_external_id("v1", None)
 
 
-def test_the_rate_limiter_keeps_a_bounded_number_of_keys() -> None:
-    limiter = RateLimiter(60, max_keys=100)
-    for i in range(10_000):
-        limiter.hit(f"k{i}")
-    assert len(limiter._buckets) == 100
-    limiter.hit("k9999")
-    assert limiter.hit("k9999") == 0.0  # the recent ones are still there, with their counts
-
-
 async def test_a_full_disk_gets_a_503_and_keeps_nothing_half_stored(client: httpx.AsyncClient) -> None:
     """The real SQLite error: the store's own connection may not grow the file past its size now, so SQLite
     itself answers "database or disk is full" on the next write that needs a page."""
@@ -546,10 +527,33 @@ async def test_a_full_disk_gets_a_503_and_keeps_nothing_half_stored(client: http
         for path in ("/api/messages", "/api/messages/stream"):
             r = await client.post(path, json={"text": text}, headers=bearer(token))
             assert r.status_code == 503, (path, r.status_code, r.text)
-            assert r.json() == {"error": "store_unavailable", "message": catalog.t("store_unavailable", "en")}
+            assert r.headers["retry-after"] == str(RETRY_AFTER_S)
+            assert r.json() == {"error": "store_unavailable", "message": catalog.t("store_unavailable", "en"),
+                                "retry_after": RETRY_AFTER_S}
+        # (/readyz's probe is a one-row write that still fits this file's pages; on a really full disk its WAL
+        # frame cannot be written either)
         assert (await client.get("/api/conversations", headers=bearer(token))).json()["conversations"] == []
     r = await client.post("/api/messages", json={"text": text}, headers=bearer(token))
     assert r.status_code == 200 and r.json()["status"] == "ok"
+    assert (await client.get("/readyz")).json() == {"ready": True, "checks": {"database": {"ok": True}}}
+
+
+async def test_a_read_only_database_gets_a_503_with_retry_after_and_recovers(client: httpx.AsyncClient) -> None:
+    """The real SQLite error of a read-only file (or mount): "attempt to write a readonly database"."""
+    token = (await client.post("/api/session")).json()["session"]
+    store = client.app.state.hilo["runtime"].pipeline.store  # type: ignore[attr-defined]
+    async with read_only(store):
+        for path in ("/api/messages", "/api/messages/stream"):
+            r = await client.post(path, json={"text": "hello"}, headers=bearer(token))
+            assert r.status_code == 503, (path, r.status_code, r.text)
+            assert r.headers["retry-after"] == str(RETRY_AFTER_S)
+            assert r.json()["error"] == "store_unavailable"
+        ready = await client.get("/readyz")
+        assert ready.status_code == 503 and ready.json()["checks"]["database"]["ok"] is False
+        assert (await client.get("/healthz")).status_code == 200
+    r = await client.post("/api/messages", json={"text": "hello"}, headers=bearer(token))
+    assert r.status_code == 200 and r.json()["status"] == "ok"
+    assert (await client.get("/readyz")).status_code == 200
 
 
 async def test_the_widgets_memory_view_lists_and_forgets_only_the_callers_own(client: httpx.AsyncClient) -> None:

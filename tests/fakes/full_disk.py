@@ -1,5 +1,6 @@
-"""A real "database or disk is full" from SQLite: the store's own connection may not grow the file past its
-size now, so SQLite itself refuses the next write that needs a new page. No mock, no full filesystem."""
+"""Real SQLite write failures without mocks: "database or disk is full" (the store's own connection may not grow
+the file past its size now, so SQLite itself refuses the next write that needs a new page) and "attempt to write a
+readonly database" (PRAGMA query_only). No mock, no full filesystem, no remount."""
 
 from __future__ import annotations
 
@@ -24,3 +25,14 @@ async def disk_full(store: Any) -> AsyncIterator[None]:
         yield
     finally:
         await store._call(lambda: store._conn.execute("PRAGMA max_page_count = 1073741823"))
+
+
+@asynccontextmanager
+async def read_only(store: Any) -> AsyncIterator[None]:
+    """While inside, every write to `store` (a SqliteStore) fails as on a read-only file or mount: SQLite's own
+    "attempt to write a readonly database" (PRAGMA query_only on the store's connection)."""
+    await store._call(lambda: store._conn.execute("PRAGMA query_only = ON"))
+    try:
+        yield
+    finally:
+        await store._call(lambda: store._conn.execute("PRAGMA query_only = OFF"))

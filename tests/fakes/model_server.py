@@ -111,6 +111,7 @@ class FakeModelServer:
         self._lock = threading.Lock()
         self._shared: deque[Behaviour] = deque()
         self._scripts: dict[str, _Script] = {}
+        self._by_text: list[tuple[str, Behaviour]] = []
         self.requests: list[RecordedRequest] = []
         self.app = Starlette(routes=[
             Route("/v1/chat/completions", self._openai, methods=["POST"]),
@@ -141,8 +142,15 @@ class FakeModelServer:
             if default is not None:
                 entry.default = default
 
+    def when_text(self, contains: str, behaviour: Behaviour) -> None:
+        """Every request whose last user message contains `contains` gets `behaviour` (before any script): for
+        requests that arrive concurrently, in no order, and must be told apart by what they ask."""
+        with self._lock:
+            self._by_text.append((contains, behaviour))
+
     def reset(self) -> None:
         with self._lock:
+            self._by_text.clear()
             self._shared.clear()
             self._scripts.clear()
             self.requests = []
@@ -186,7 +194,10 @@ class FakeModelServer:
         record = RecordedRequest(path, str(body.get("model", "")), body, dict(request.headers))
         with self._lock:
             self.requests.append(record)
-        behaviour = self._next(record.model)
+        asked = _last_user(body.get("messages", []))
+        with self._lock:
+            chosen = next((b for contains, b in self._by_text if contains in asked), None)
+        behaviour = chosen if chosen is not None else self._next(record.model)
         if behaviour.delay:
             await asyncio.sleep(behaviour.delay)
         if behaviour.gate is not None:

@@ -124,3 +124,23 @@ def serving(cwd: Path, env: Mapping[str, str] | None = None, *, args: Sequence[s
         yield daemon
     finally:
         daemon.kill()
+
+
+def model_env(database_url: str, model_base_url: str, **extra: str) -> dict[str, str]:
+    """The environment of a `hilo serve` on `database_url` whose model is the fake provider at `model_base_url`
+    (OpenAI's SDK, one attempt a call), logging JSON lines, with web rate limits out of the way."""
+    return {"HILO_DATABASE_URL": database_url, "HILO_SECRET_KEY": "k" * 43, "HILO_LOG_FORMAT": "json",
+            "HILO_MODEL": "openai:m1", "OPENAI_API_KEY": "x", "OPENAI_BASE_URL": model_base_url + "/v1",
+            "HILO_RATE_LIMIT_IP": "10000", **extra}
+
+
+async def stop_within(daemon: ServeProcess, seconds: float) -> int:
+    """SIGTERM, then its exit status once it ended; AssertionError (with its lines) when it did not within
+    `seconds` (as a supervisor would then kill it)."""
+    import asyncio
+
+    daemon.terminate()
+    try:
+        return await asyncio.to_thread(daemon.wait, seconds)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"hilo serve did not stop within {seconds} s:\n" + "\n".join(daemon.lines)) from None

@@ -1,0 +1,53 @@
+"""Counters in the database (migration 0026, table rate_counters): rate limits that every process on one database
+shares, and the readiness probe's write. A hit is ONE statement: the key's row upserted and its counts returned.
+
+The limit is a sliding-window estimate over two fixed windows (as nginx and Cloudflare count): the hits of the
+current window plus those of the previous one weighted by the share of it that the last `window_s` seconds still
+cover. Unlike a plain fixed window it never lets twice the limit through around a window's edge, and unlike a
+token bucket it needs no read-modify-write: the upsert does it (every SET expression reads the row as it was)."""
+
+from __future__ import annotations
+
+from memory.rows import Db
+
+#: $1 key, $2 the current window's start (epoch seconds), $3 the window's length.
+HIT = (
+    "INSERT INTO rate_counters(key, window_start, hits, prev_hits) VALUES ($1, $2, 1, 0) ON CONFLICT (key) DO UPDATE "
+    "SET hits = CASE WHEN rate_counters.window_start = excluded.window_start THEN rate_counters.hits + 1 ELSE 1 END, "
+    "prev_hits = CASE WHEN rate_counters.window_start = excluded.window_start THEN rate_counters.prev_hits "
+    "WHEN rate_counters.window_start = excluded.window_start - $3 THEN rate_counters.hits ELSE 0 END, "
+    "window_start = excluded.window_start RETURNING hits, prev_hits"
+)
+#: The readiness probe's own counter (bot/health.py): its hit is the probe's one write.
+PROBE_KEY = "probe"
+PURGE = "DELETE FROM rate_counters WHERE window_start < $1"
+
+
+def wait_for(hits: int, prev_hits: int, elapsed: float, limit: int, window_s: int) -> float:
+    """0.0 when a hit with these counts is within `limit` per `window_s`, else the seconds until one would be."""
+    weight = 1.0 - elapsed / window_s  # the share of the previous window the sliding window still covers
+    if prev_hits * weight + hits <= limit:
+        return 0.0
+    if hits > limit or prev_hits == 0:  # this window alone is over: wait for its end (and the next one's share)
+        return window_s - elapsed + 1.0
+    # the previous window's weight must fall until prev_hits * weight + hits <= limit
+    needed = 1.0 - (limit - hits) / prev_hits
+    return max(1.0, (needed - (elapsed / window_s)) * window_s)
+
+
+async def hit(db: Db, key: str, limit: int, window_s: int) -> float:
+    """Count one hit of `key`; 0.0 when it is within `limit` per `window_s` seconds, else seconds to wait."""
+    now = db.clock().timestamp()
+    start = int(now) - int(now) % window_s
+    hits, prev_hits = await db.one(HIT, key, start, window_s)
+    return wait_for(int(hits), int(prev_hits), now - start, limit, window_s)
+
+
+async def probe(db: Db) -> None:
+    """The readiness probe: one write of one row."""
+    await hit(db, PROBE_KEY, 1 << 30, 1)
+
+
+async def purge(db: Db, older_than_s: int) -> int:
+    """Delete the counters whose window began more than `older_than_s` seconds ago."""
+    return await db.run(PURGE, int(db.clock().timestamp()) - older_than_s)

@@ -1,0 +1,106 @@
+"""Rate limits and link lockouts hold across processes (issue 12 item 7's part): both are kept in the database,
+so two `hilo serve` processes on one database (one SQLite file, or one Postgres) count the same hits and the same
+wrong codes. Before migration 0026 the web's limits were token buckets in each process's memory: a visitor
+alternating between two processes got twice the limit. Link lockouts were in the database already
+(link_failures, memory/sql_linking.py): the test proves it across processes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import httpx
+import pytest
+
+from kernel import catalog
+from memory import sql_limits
+from tests.backends import Backend, TestClock
+from tests.fakes.postgres import SERVER, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
+from tests.fakes.serve_process import ServeProcess, serving
+
+LIMIT = 3
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'hilo.db'}" if request.param == "sqlite" else SERVER.create_database()
+
+
+@pytest.fixture
+def limit() -> int:
+    """HILO_RATE_LIMIT_VISITOR of the daemons (a test parametrizes it to override)."""
+    return LIMIT
+
+
+@pytest.fixture
+def two_daemons(tmp_path: Path, database_url: str, limit: int) -> Iterator[tuple[ServeProcess, ServeProcess]]:
+    env = {"HILO_DATABASE_URL": database_url, "HILO_SECRET_KEY": "k" * 43, "HILO_RATE_LIMIT_VISITOR": str(limit)}
+    with ExitStack() as stack:
+        first = stack.enter_context(serving(tmp_path, env))  # migrates first: the second finds it done
+        second = stack.enter_context(serving(tmp_path, env))
+        yield first, second
+
+
+async def alternate(daemons: tuple[ServeProcess, ServeProcess], texts: list[str]) -> list[httpx.Response]:
+    """One visitor's messages, each to the other process in turn (the first to the first)."""
+    async with httpx.AsyncClient(timeout=30) as client:
+        token = (await client.post(daemons[0].url + "/api/session")).json()["session"]
+        auth = {"Authorization": f"Bearer {token}"}
+        return [await client.post(daemons[i % 2].url + "/api/messages", json={"text": text}, headers=auth)
+                for i, text in enumerate(texts)]
+
+
+async def test_a_visitor_alternating_between_two_processes_gets_the_limit_once(
+    two_daemons: tuple[ServeProcess, ServeProcess],
+) -> None:
+    one, two = two_daemons
+    answers = await alternate(two_daemons, [f"hi {i}" for i in range(2 * LIMIT)])
+    statuses = [r.status_code for r in answers]
+    for r in answers[LIMIT:]:
+        assert r.headers["retry-after"].isdigit() and r.json()["error"] == "rate_limited", r.text
+    async with httpx.AsyncClient(timeout=30) as client:  # another visitor is not held back, on either process
+        other = (await client.post(two.url + "/api/session")).json()["session"]
+        fresh = await client.post(one.url + "/api/messages", json={"text": "hello"},
+                                  headers={"Authorization": f"Bearer {other}"})
+    assert statuses == [200] * LIMIT + [429] * LIMIT, statuses
+    assert fresh.status_code == 200
+
+
+@pytest.mark.parametrize("limit", [100])
+async def test_wrong_link_codes_sent_to_two_processes_lock_the_sender_out_on_both(
+    two_daemons: tuple[ServeProcess, ServeProcess],
+) -> None:
+    # the policy locks at the 10th wrong code within 15 minutes (memory/link_policy.py)
+    answers = await alternate(two_daemons, [f"/link ZZZZ-{i:04d}" for i in range(12)])
+    assert [r.status_code for r in answers] == [200] * 12
+    replies = [r.json()["reply"] for r in answers]
+    invalid, locked = catalog.t("link_invalid", "en"), catalog.t("link_locked", "en").split("{")[0]
+    assert replies[:9] == [invalid] * 9, replies
+    assert all(reply.startswith(locked) for reply in replies[9:]), replies[9:]
+
+
+async def test_two_stores_on_one_database_count_the_same_hits(backend: Backend, clock: TestClock) -> None:
+    first, second = backend.make(), backend.make()
+    await first.open()
+    await second.open()
+    try:
+        waits = [await (first, second)[i % 2].hit_rate("visitor:a", LIMIT, 60) for i in range(LIMIT + 2)]
+        assert waits[:LIMIT] == [0.0] * LIMIT and all(w >= 1.0 for w in waits[LIMIT:]), waits
+        assert await second.hit_rate("visitor:b", LIMIT, 60) == 0.0  # another key
+        clock.advance(120)  # two windows later nothing of them counts
+        assert await first.hit_rate("visitor:a", LIMIT, 60) == 0.0
+        clock.advance(7200)
+        assert await second.purge_counters(3600) == 2 and await first.hit_rate("visitor:a", LIMIT, 60) == 0.0
+    finally:
+        await first.close()
+        await second.close()
+
+
+def test_the_sliding_window_weighs_the_previous_window_by_what_it_still_covers() -> None:
+    wait = sql_limits.wait_for
+    assert wait(3, 0, 10.0, 3, 60) == 0.0  # within the limit
+    assert wait(4, 0, 10.0, 3, 60) == pytest.approx(51.0)  # this window alone is over: until its end
+    assert wait(1, 3, 6.0, 3, 60) > 0.0  # 3 x 0.9 + 1 = 3.7: the previous window's hits still count
+    assert wait(1, 3, 6.0, 3, 60) == pytest.approx(14.0)  # until 3 x (1 - t/60) + 1 <= 3, t = 20
+    assert wait(1, 3, 30.0, 3, 60) == 0.0  # 3 x 0.5 + 1 = 2.5

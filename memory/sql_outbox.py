@@ -98,8 +98,8 @@ async def pending(db: Db, user_id: int) -> list[dict[str, Any]]:
 
 #: Stored messages of people that were never answered ($1 oldest, $2 newest, $3 now, $4 limit): no reply, no
 #: model call, and no live turn on their conversation (its turn lease free or expired: memory/turn_lease.py).
-#: Only messages that name where their reply goes (bot/outbox.py ROUTE, kept by the surfaces that send through
-#: the outbox): not imported history, nor the web's (its client sends again, with its client_message_id).
+#: Only messages that name where their reply goes (bot/outbox.py ROUTE, kept by every live surface), so not
+#: imported history; the web's reply is stored for the conversation's next read (the web sends nothing).
 _UNANSWERED = (
     f"SELECT {MSG_COLS}, u.handle FROM messages m JOIN users u ON u.id = m.user_id "
     "JOIN conversations c ON c.id = m.conversation_id "

@@ -31,6 +31,7 @@ from starlette.routing import BaseRoute, Route
 
 from bot import __version__
 from bot.config import Settings
+from bot.outbox import with_route
 from bot.pipeline import Pipeline
 from bot.runtime import Runtime
 from kernel import log
@@ -132,13 +133,15 @@ class WebSurface:
         body = await read_message(request)
         if isinstance(body, Response):
             return body
-        msg = InboundMessage(
+        # The route names the visitor: a turn cut by a stop is answered by recovery (bot/outbox.py), its reply
+        # stored for the conversation's next read (the web sends nothing: it answers in the HTTP response).
+        msg = with_route(InboundMessage(
             surface="web", sender=caller.sender,
             external_id=web_external_id(caller.sender, body.client_message_id),
             text=body.text,
             conversation_ref=str(body.conversation_id) if body.conversation_id is not None else None,
             language=lang(request), client_ip=client_ip(request),
-        )
+        ), caller.sender)
         try:
             self.pipeline.validate(msg)
         except InputError as exc:

@@ -134,8 +134,11 @@ def create_app(
             for surface in active:
                 await surface.start(runtime)
                 started.append(surface)
-            scheduler = Scheduler(st, jobs if jobs is not None else job_list.registry(settings, st, ch, embedder))
+            scheduler = Scheduler(st, jobs if jobs is not None else job_list.registry(
+                settings, st, ch, embedder, intake=runtime.intake))
             await scheduler.start()
+            if runtime.intake.journal.size():  # what the last run kept while the database was away
+                runtime.tasks.spawn(runtime.intake.replay(), name="journal.replay")
             state["jobs"] = scheduler
             state["embedder"] = embedder
             if loader is not None:

@@ -8,13 +8,14 @@ task (`runtime.tasks.spawn`). Surfaces register under the `hilo.surfaces` entry 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from starlette.routing import BaseRoute
 
 if TYPE_CHECKING:
     from bot.config import Settings
+    from bot.intake import Intake
     from bot.models.base import Chain
     from bot.pipeline import Pipeline
     from bot.tasks import TaskSet
@@ -29,6 +30,15 @@ class Runtime:
     chain: Chain
     pipeline: Pipeline
     tasks: TaskSet
+    #: stored, then acknowledged (bot/intake.py): what a messaging surface hands its deliveries to
+    intake: Intake = field(init=False)
+
+    def __post_init__(self) -> None:
+        from bot.intake import Intake  # bot.intake imports the pipeline, which the app builds first
+        from bot.journal import Journal
+
+        self.intake = Intake(self.pipeline, self.tasks,
+                             Journal(self.settings.data_dir, self.settings.journal_max_bytes))
 
 
 class Surface(Protocol):

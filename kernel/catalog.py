@@ -125,6 +125,10 @@ MESSAGES: dict[str, dict[str, str]] = {
         "link_locked": "Too many wrong codes. For your safety, linking is paused here until {until} UTC.",
         "unlink_done": "Done: this chat is no longer connected. From now on I will treat it as a separate person.",
         "unlink_only": "This chat is not connected with any other account.",
+        # -- inbound (issue 12): the database could not take a message; it is kept in the journal
+        "message_kept": (
+            "I have your message, but I can't answer right now. It is kept safe and I will reply as soon as I'm back."
+        ),
     },
     "es": {
         "model_unavailable": (
@@ -250,6 +254,10 @@ MESSAGES: dict[str, dict[str, str]] = {
         ),
         "unlink_done": "Hecho: este chat ya no está conectado. A partir de ahora lo trataré como una persona aparte.",
         "unlink_only": "Este chat no está conectado con ninguna otra cuenta.",
+        # -- inbound (issue 12): the database could not take a message; it is kept in the journal
+        "message_kept": (
+            "Tengo tu mensaje, pero ahora mismo no puedo contestar. Lo guardo y te responderé en cuanto vuelva."
+        ),
     },
 }
 

@@ -9,9 +9,10 @@ against the URL Twilio called: HILO_PUBLIC_URL + path (+ query string). The requ
 trusted, so signatures hold behind a proxy or a tunnel. Missing or forged: 403. Bodies over 64 KiB: 413.
 
 What a message does (STOP / START, media, a turn) is surfaces.whatsapp_inbox: nothing is acknowledged that
-is not stored (the opt-out state, the person's message); when the database cannot take it Twilio gets 503 and
-the person is told once. The reply goes out through the REST API (surfaces.whatsapp_send), split at 1,600
-characters. Exactly once: MessageSid is the external id, so a redelivered webhook is a "duplicate" turn, also
+is not durable (its inbound record, the opt-out state, the person's message, or the local journal when the
+database cannot take it: bot/intake.py); when nothing could be kept Twilio gets 503 and the person is told once.
+The reply goes out through the REST API (surfaces.whatsapp_send), split at 1,600 characters. Exactly once:
+MessageSid is the external id, recorded for every delivery, so a redelivered webhook changes nothing, also
 after a restart. ProfileName and WaId are kept in the message's metadata, never logged.
 """
 
@@ -123,6 +124,7 @@ class WhatsAppSurface:
         await self.sender.start()
         self._runtime = self.inbox.runtime = runtime
         runtime.pipeline.notices.register(SURFACE, self._notify)
+        runtime.intake.register(SURFACE, self.inbox.run, self._spawn)
         logger.info("whatsapp.started", webhook=self.settings.public_url + WEBHOOK_PATH)
 
     async def stop(self) -> None:
@@ -130,6 +132,7 @@ class WhatsAppSurface:
         self._stopping = True
         if self._runtime is not None:
             self._runtime.pipeline.notices.unregister(SURFACE)
+            self._runtime.intake.unregister(SURFACE)
         for task in self._inflight:
             if task.get_name().startswith("whatsapp-status:"):
                 task.cancel()  # a late status for a part never recorded: not worth holding the shutdown

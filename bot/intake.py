@@ -129,7 +129,7 @@ class Intake:
                     except StoreError as exc:
                         logger.info("journal.replay_waits", left=len(lines) - done, error=type(exc).__name__)
                         break
-                    if taken is not None:
+                    if taken is not None and taken.status != "duplicate":
                         self.spawn(msg, taken)
                 done += 1
             if done:

@@ -41,8 +41,13 @@ class Delivery:
     text: str
     body: Any
 
-    async def post(self, client: httpx.AsyncClient, base: str) -> int | None:
-        """Its HTTP status, or None when the connection broke (the daemon died) before an answer."""
+    async def post(self, client: httpx.AsyncClient, base: str, polling: FakeBotApi | None = None) -> int | None:
+        """Its HTTP status, or None when the connection broke (the daemon died) before an answer. With
+        `polling`, a Telegram update is queued on the fake Bot API instead (a new update_id: the old one is
+        confirmed), and 200 means queued."""
+        if polling is not None and self.surface == "telegram":
+            polling.enqueue(polling.update(self.body["message"]))
+            return 200
         try:
             if self.surface == "telegram":
                 r = await client.post(base + "/webhooks/telegram", json=self.body,

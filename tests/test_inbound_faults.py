@@ -99,12 +99,14 @@ async def test_sigkill_while_acknowledged_webhooks_wait_on_a_locked_database_los
     assert {key: n for key, n in got.items() if n > 1} == {}, "answered twice"
 
 
+@pytest.mark.parametrize("mode", ["webhook", "polling"])
 async def test_redelivered_commands_and_refusals_after_a_restart_get_no_second_answer(
-    tmp_path: Path, bot_api: FakeBotApi, twilio_api: fake_twilio.FakeTwilioApi,
+    tmp_path: Path, bot_api: FakeBotApi, twilio_api: fake_twilio.FakeTwilioApi, mode: str,
 ) -> None:
     port = free_port()
     env = serve_env(tmp_path, port, bot_api, twilio_api, HILO_MAX_MESSAGE_CHARS="200",
-                    HILO_TELEGRAM_ALLOWED_USERS="1000,1001,1002,1003,1004,1005")
+                    HILO_TELEGRAM_ALLOWED_USERS="1000,1001,1002,1003,1004,1005", HILO_TELEGRAM_MODE=mode)
+    polling = bot_api if mode == "polling" else None
     sticker = bot_api.update(bot_api.message(None, user_id=1003, sticker={
         "file_id": "CAAD", "file_unique_id": "s1", "type": "regular", "width": 512, "height": 512,
         "is_animated": False, "is_video": False}))
@@ -119,10 +121,10 @@ async def test_redelivered_commands_and_refusals_after_a_restart_get_no_second_a
     try:
         async with httpx.AsyncClient(timeout=60) as client:
             for d in deliveries:
-                assert await d.post(client, first.url) == 200
+                assert await d.post(client, first.url, polling) == 200
             await wait_until(lambda: len(sent(bot_api, twilio_api)) >= ANSWERS, "the first answers")
             for d in deliveries:  # redelivered in the same process
-                assert await d.post(client, first.url) == 200
+                assert await d.post(client, first.url, polling) == 200
         first.terminate()
         assert first.wait() == 0
     finally:
@@ -132,11 +134,11 @@ async def test_redelivered_commands_and_refusals_after_a_restart_get_no_second_a
     try:
         async with httpx.AsyncClient(timeout=60) as client:
             for d in deliveries:  # and after a restart
-                assert await d.post(client, second.url) == 200
+                assert await d.post(client, second.url, polling) == 200
             # probes, answered once everything before them was looked at (Telegram: in order per chat)
             probes = [whatsapp(5, "are you there?"), telegram(bot_api, 0, "are you there?")]
             for probe in probes:
-                assert await probe.post(client, second.url) == 200
+                assert await probe.post(client, second.url, polling) == 200
             await wait_until(lambda: all(answers(bot_api, twilio_api)[(p.surface, p.who, p.text)] == 1
                                          for p in probes), "the probes' answers")
         second.terminate()

@@ -601,3 +601,20 @@ async def test_a_command_in_a_photo_caption_is_answered_as_a_command(tmp_path: P
         [reply] = await bot_api.wait_sent(1)
         assert reply.text == catalog.t("cmd_help", "en")
         assert await inspect(client) is None  # a command is not a turn: nothing stored
+
+
+async def test_the_webhook_answers_503_when_neither_the_database_nor_the_full_journal_can_keep_the_update(
+    tmp_path: Path, bot_api: FakeBotApi, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Telegram retries a non-2xx: nothing is acknowledged that nothing keeps."""
+    settings = tg_settings(tmp_path, bot_api, HILO_JOURNAL_MAX_BYTES="4096", **webhook_env())
+    async with running_daemon(settings) as client:
+        update = bot_api.text_update(PAGE_SIZED_TEXT)  # a journal line over 4,096 bytes
+        async with disk_full(runtime(client).pipeline.store):
+            assert await post_update(client, update) == 503
+            assert "journal.full" in "".join(capsys.readouterr())
+        assert await post_update(client, update) == 200  # Telegram's retry, once there is room
+        await bot_api.wait_sent(1)
+        data = await delivered(client, 1)
+    assert messages(data)[0] == ("user", PAGE_SIZED_TEXT)
+    assert not (tmp_path / "inbound.journal").exists()

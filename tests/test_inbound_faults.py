@@ -99,6 +99,41 @@ async def test_sigkill_while_acknowledged_webhooks_wait_on_a_locked_database_los
     assert {key: n for key, n in got.items() if n > 1} == {}, "answered twice"
 
 
+async def test_sigkill_while_polled_updates_wait_on_a_locked_database_loses_none(
+    tmp_path: Path, bot_api: FakeBotApi, twilio_api: fake_twilio.FakeTwilioApi,
+) -> None:
+    """Polling: an update is confirmed (the next getUpdates' offset passes it) only once it is durable."""
+    port = free_port()
+    env = serve_env(tmp_path, port, bot_api, twilio_api, HILO_TELEGRAM_MODE="polling")
+    deliveries = [telegram(bot_api, i, f"polled question {i}") for i in range(N)]
+    first = serve(tmp_path, port, env)
+    lock = sqlite3.connect(tmp_path / "hilo.db", isolation_level=None)
+    lock.execute("BEGIN EXCLUSIVE")
+    try:
+        bot_api.enqueue(*(d.body for d in deliveries))
+        first_id = deliveries[0].body["update_id"]
+        await wait_until(lambda: bot_api._state.confirmed >= first_id, "a first update confirmed")
+        os.kill(first.proc.pid, signal.SIGKILL)
+        confirmed = bot_api._state.confirmed
+    finally:
+        lock.rollback()
+        lock.close()
+        first.kill()
+    acknowledged = [d for d in deliveries if d.body["update_id"] <= confirmed]
+    second = serve(tmp_path, port, env)
+    try:
+        everyone = {(d.surface, d.who, d.text) for d in deliveries}
+        await settle(lambda: set(answers(bot_api, twilio_api)) >= everyone, "every update answered")
+        second.terminate()
+        second.wait()
+    finally:
+        second.kill()
+    got = answers(bot_api, twilio_api)
+    lost = [d.text for d in acknowledged if got[(d.surface, d.who, d.text)] == 0]
+    assert lost == [], f"{len(lost)} of {len(acknowledged)} confirmed updates lost"
+    assert [d.text for d in deliveries if got[(d.surface, d.who, d.text)] != 1] == [], "each answered once"
+
+
 @pytest.mark.parametrize("mode", ["webhook", "polling"])
 async def test_redelivered_commands_and_refusals_after_a_restart_get_no_second_answer(
     tmp_path: Path, bot_api: FakeBotApi, twilio_api: fake_twilio.FakeTwilioApi, mode: str,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from bot.journal import Journal
@@ -130,7 +131,7 @@ class Intake:
                         logger.info("journal.replay_waits", left=len(lines) - done, error=type(exc).__name__)
                         break
                     if taken is not None and taken.status != "duplicate":
-                        self.spawn(msg, taken)
+                        self.spawn(msg, replace(taken, replayed=True))
                 done += 1
             if done:
                 await self.journal.drop(done)

@@ -56,6 +56,9 @@ class Taken:
     started: float = 0.0
     refusal: InputError | None = None
     tell: bool = False
+    #: taken from the journal (bot/intake.py `replay`), not from the platform: checks the surface skipped while
+    #: the database was away (WhatsApp's opt-out) are made now
+    replayed: bool = False
 
 
 class Pipeline:

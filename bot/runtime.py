@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, Protocol
 
 from starlette.routing import BaseRoute
 
+from bot.intake import Intake
+from bot.journal import Journal
+
 if TYPE_CHECKING:
     from bot.config import Settings
-    from bot.intake import Intake
     from bot.models.base import Chain
     from bot.pipeline import Pipeline
     from bot.tasks import TaskSet
@@ -34,9 +36,6 @@ class Runtime:
     intake: Intake = field(init=False)
 
     def __post_init__(self) -> None:
-        from bot.intake import Intake  # bot.intake imports the pipeline, which the app builds first
-        from bot.journal import Journal
-
         self.intake = Intake(self.pipeline, self.tasks,
                              Journal(self.settings.data_dir, self.settings.journal_max_bytes))
 

@@ -141,6 +141,11 @@ class Inbox:
             await self._notice(msg.sender, catalog.t(taken.refusal.key, lang, **taken.refusal.params))
             return
         try:
+            if taken.replayed and (await self.runtime.pipeline.opt_out.check(SURFACE, msg.sender, msg.text)
+                                   ).action == "silenced":  # opted out before the database came back
+                self.runtime.pipeline.release(taken)
+                logger.info("whatsapp.dropped_opted_out", message_sid=sid)
+                return
             out = await self.runtime.pipeline.run(msg, taken)
         except StoreError as exc:
             logger.error("whatsapp.store_unavailable", message_sid=sid, error=type(exc).__name__)

@@ -35,6 +35,7 @@ from telegram.ext import Application
 from bot.config import Settings
 from bot.keyed import KeyedLocks
 from bot.pipeline import Taken
+from bot.poll_lease import PollLease
 from bot.runtime import Runtime
 from kernel import catalog, log
 from kernel.errors import ConfigError, Draining, HiloError, ServiceUnavailable, StoreError
@@ -125,8 +126,8 @@ class TelegramSurface:
                 )
             else:
                 await app.bot.delete_webhook()  # getUpdates answers 409 while a webhook is set
-                self._poller = Poller(app.bot, self._take_update, interval=self.poll_interval,
-                                      timeout=self.poll_timeout)
+                self._poller = Poller(app.bot, self._take_update, lease=PollLease(runtime.pipeline.store),
+                                      interval=self.poll_interval, timeout=self.poll_timeout)
                 self._poller.start()
         except BaseException as exc:
             await self.stop()

@@ -9,6 +9,7 @@ journal is full) the loop waits and takes the same update again, without confirm
 taken when the process dies are fetched again by the next start, and their records make them redeliveries.
 
 Network errors and Bot API 5xx are retried with a backoff (1 s doubling to 30 s), logged with the error's type.
+With several processes on one database exactly one polls: the holder of the lease of bot/poll_lease.py.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from telegram import Bot, Update
 from telegram.error import TelegramError
 
+from bot.poll_lease import PollLease
 from kernel import log
 from kernel.errors import StoreError
 
@@ -31,45 +33,69 @@ MAX_BACKOFF = 30.0
 
 
 class Poller:
-    """`start()` the loop, `stop()` it. `take(update)` makes one update durable (StoreError: nothing kept)."""
+    """`start()` the loop, `stop()` it. `take(update)` makes one update durable (StoreError: nothing kept).
+    With a `lease` (bot/poll_lease.py) it polls only while this process holds it."""
 
-    def __init__(self, bot: Bot, take: Callable[[Update], Awaitable[None]], *, interval: float = 0.0,
-                 timeout: float = 10.0) -> None:
+    def __init__(self, bot: Bot, take: Callable[[Update], Awaitable[None]], *, lease: PollLease | None = None,
+                 interval: float = 0.0, timeout: float = 10.0) -> None:
         self.bot = bot
         self.take = take
+        self.lease = lease
         self.interval = interval
         self.timeout = timeout
         self.offset: int | None = None
         self._task: asyncio.Task[None] | None = None
-        self._fetching = False
+        self._taking = False
         self._stopping = False
+        self._held = False
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="telegram.polling")
 
     async def stop(self) -> None:
-        """Stop polling: a long poll under way is cancelled, an update being taken in is finished; then the
-        updates taken so far are confirmed (a getUpdates with timeout 0, at most a few seconds)."""
+        """Stop polling: a long poll (or the wait for the lease) is cancelled, an update being taken in is
+        finished; then the updates taken so far are confirmed (a getUpdates with timeout 0, at most a few
+        seconds) and the lease is released."""
         task, self._task = self._task, None
         if task is None:
             return
-        if self._fetching:
+        self._stopping = True
+        if not self._taking:
             task.cancel()
-        else:
-            self._stopping = True
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        if self.offset is not None:
+        if self.offset is not None and self._held:
             try:
                 await asyncio.wait_for(self.bot.get_updates(offset=self.offset, timeout=0, limit=1,
                                                             allowed_updates=[Update.MESSAGE]), 5)
             except (TelegramError, TimeoutError) as exc:
                 logger.info("telegram.confirm_failed", error=type(exc).__name__)
+        if self.lease is not None and self._held:
+            await self.lease.release()
 
     async def _loop(self) -> None:
-        backoff = RETRY_SECONDS
         while not self._stopping:
-            self._fetching = True
+            keeper = None
+            if self.lease is not None:
+                await self.lease.acquire()
+                keeper = asyncio.create_task(self._keep(self.lease), name="telegram.poll_lease")
+            self._held = True
+            try:
+                await self._poll()
+            finally:
+                if keeper is not None:
+                    keeper.cancel()
+
+    async def _keep(self, lease: PollLease) -> None:
+        while True:
+            await asyncio.sleep(lease.ttl / 3)
+            if not await lease.renew():
+                self._held = False
+                return
+
+    async def _poll(self) -> None:
+        backoff = RETRY_SECONDS
+        while not self._stopping and self._held:
             try:
                 updates = await self.bot.get_updates(offset=self.offset, timeout=int(self.timeout),
                                                      allowed_updates=[Update.MESSAGE])
@@ -78,12 +104,14 @@ class Poller:
                 await asyncio.sleep(backoff)
                 backoff = min(MAX_BACKOFF, backoff * 2)
                 continue
-            finally:
-                self._fetching = False
             backoff = RETRY_SECONDS
-            for update in updates:
-                await self._take(update)
-                self.offset = update.update_id + 1
+            self._taking = True
+            try:
+                for update in updates:
+                    await self._take(update)
+                    self.offset = update.update_id + 1
+            finally:
+                self._taking = False
             if self.interval:
                 await asyncio.sleep(self.interval)
 
@@ -94,4 +122,6 @@ class Poller:
                 return
             except StoreError as exc:  # nothing kept: not confirmed; the same update again shortly
                 logger.error("telegram.update_not_kept", update_id=update.update_id, error=type(exc).__name__)
+                if self._stopping:
+                    return
                 await asyncio.sleep(RETRY_SECONDS)

@@ -230,3 +230,42 @@ async def test_messages_while_postgres_is_stopped_are_journaled_acknowledged_and
     assert sorted(notices) == sorted((d.surface, d.who) for d in deliveries), "each person told once"
     assert {key: n for key, n in got.items() if n > 1} == {}, "answered twice"
     assert not (tmp_path / "data" / "inbound.journal").exists(), "the replayed journal is deleted"
+
+
+async def test_of_two_processes_exactly_one_polls_and_the_other_takes_over_when_it_dies(
+    tmp_path: Path, bot_api: FakeBotApi, twilio_api: fake_twilio.FakeTwilioApi,
+) -> None:
+    """The poller's lease (bot/poll_lease.py): one of two `hilo serve` on one database polls; SIGKILLed, the
+    other takes the lease over once it expired and answers what came meanwhile, once."""
+    envs = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        port = free_port()
+        envs.append((port, serve_env(tmp_path, port, bot_api, twilio_api, HILO_TELEGRAM_MODE="polling",
+                                     HILO_DATA_DIR=str(tmp_path / name / "data"))))
+    daemons: list[ServeProcess] = []
+    try:
+        daemons.append(a := ServeProcess(tmp_path / "a", envs[0][1], args=("--port", str(envs[0][0]))))
+        a.wait_started()
+        await wait_until(lambda: any("telegram.poll_lease_taken" in line for line in a.lines), "a polls")
+        daemons.append(b := ServeProcess(tmp_path / "b", envs[1][1], args=("--port", str(envs[1][0]))))
+        b.wait_started()
+        await wait_until(lambda: any("telegram.poll_standby" in line for line in b.lines), "b stands by")
+        before = telegram(bot_api, 0, "before the crash")
+        bot_api.enqueue(before.body)
+        await wait_until(lambda: answers(bot_api, twilio_api)[("telegram", before.who, before.text)] == 1,
+                         "answered by the poller")
+        os.kill(a.proc.pid, signal.SIGKILL)
+        after = telegram(bot_api, 1, "after the crash")
+        bot_api.enqueue(after.body)
+        await asyncio.to_thread(b.wait_for, lambda line: "telegram.poll_lease_taken" in line)
+        await wait_until(lambda: answers(bot_api, twilio_api)[("telegram", after.who, after.text)] == 1,
+                         "answered by the process that took over")
+        b.terminate()
+        assert b.wait() == 0
+    finally:
+        for daemon in daemons:
+            daemon.kill()
+    got = answers(bot_api, twilio_api)
+    assert (got[("telegram", before.who, before.text)], got[("telegram", after.who, after.text)]) == (1, 1)
+    assert sum("telegram.poll_lease_taken" in line for line in b.lines) == 1

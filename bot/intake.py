@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from bot.journal import Journal
 from bot.pipeline import Taken
+from bot.poll_lease import PollLease
 from kernel import log
 from kernel.errors import Draining, InputError, JournalFull, StoreError
 from kernel.types import InboundMessage
@@ -48,6 +49,10 @@ class Intake:
         self._runners: dict[str, tuple[Runner, Spawn | None]] = {}
         self._told: set[tuple[str, str]] = set()
         self._replaying = asyncio.Lock()
+
+    def poll_lease(self) -> PollLease:
+        """The lease that lets one process of many poll Telegram (bot/poll_lease.py)."""
+        return PollLease(self.pipeline.store)
 
     def register(self, surface: str, runner: Runner, spawn: Spawn | None = None) -> None:
         """`runner` answers what was taken on `surface`; `spawn` starts its tasks (default: the app's TaskSet)."""

@@ -35,7 +35,6 @@ from telegram.ext import Application
 from bot.config import Settings
 from bot.keyed import KeyedLocks
 from bot.pipeline import Taken
-from bot.poll_lease import PollLease
 from bot.runtime import Runtime
 from kernel import catalog, log
 from kernel.errors import ConfigError, Draining, HiloError, ServiceUnavailable, StoreError
@@ -126,7 +125,7 @@ class TelegramSurface:
                 )
             else:
                 await app.bot.delete_webhook()  # getUpdates answers 409 while a webhook is set
-                self._poller = Poller(app.bot, self._take_update, lease=PollLease(runtime.pipeline.store),
+                self._poller = Poller(app.bot, self._take_update, lease=runtime.intake.poll_lease(),
                                       interval=self.poll_interval, timeout=self.poll_timeout)
                 self._poller.start()
         except BaseException as exc:

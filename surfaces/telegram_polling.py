@@ -100,7 +100,7 @@ class Poller:
                 updates = await self.bot.get_updates(offset=self.offset, timeout=int(self.timeout),
                                                      allowed_updates=[Update.MESSAGE])
             except TelegramError as exc:
-                logger.warning("telegram.polling_failed", error=type(exc).__name__, retry_in_s=backoff)
+                logger.warning("telegram.polling_failed", error=type(exc).__name__, retry_in_s=backoff, exc_info=exc)
                 await asyncio.sleep(backoff)
                 backoff = min(MAX_BACKOFF, backoff * 2)
                 continue

@@ -31,7 +31,6 @@ from tests.fakes.postgres import StoppablePostgres
 from tests.fakes.serve_process import ServeProcess
 from tests.fakes.telegram_api import FakeBotApi
 from tests.inbound_faults import Delivery, answers, sent, serve_env, telegram, telegram_update, whatsapp
-from tests.waiting import wait_until
 
 bot_api_session = fake_telegram.bot_api_session
 bot_api = fake_telegram.bot_api
@@ -43,13 +42,19 @@ OUTAGE = 10.0  # seconds Postgres stays stopped
 ANSWERS = 11  # the redelivery test's deliveries get one answer each, but STOP (none)
 
 
-async def settle(condition: Callable[[], bool], what: str) -> bool:
-    """Whether `condition` came true (the figures are asserted after, so a failure says how many)."""
-    try:
-        await wait_until(condition, what)
-    except AssertionError:
-        return False
+async def settle(condition: Callable[[], bool], what: str, timeout: float = 120.0) -> bool:
+    """Whether `condition` came true within `timeout` s (the figures are asserted after, so a failure says how
+    many); a busy CI machine is slow, never wrong."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.02)
     return True
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    assert await settle(condition, what), f"never happened: {what}"
 
 
 def serve(tmp_path: Path, port: int, env: dict[str, str]) -> ServeProcess:
@@ -72,7 +77,7 @@ async def test_sigkill_while_acknowledged_webhooks_wait_on_a_locked_database_los
     try:
         async with httpx.AsyncClient(timeout=120) as client:
             posts = [asyncio.create_task(d.post(client, base)) for d in deliveries]
-            await wait_until(lambda: any(p.done() and p.result() == 200 for p in posts), "a first acknowledgement")
+            await until(lambda: any(p.done() and p.result() == 200 for p in posts), "a first acknowledgement")
             os.kill(first.proc.pid, signal.SIGKILL)
             statuses = await asyncio.gather(*posts)
     finally:
@@ -112,7 +117,7 @@ async def test_sigkill_while_polled_updates_wait_on_a_locked_database_loses_none
     try:
         bot_api.enqueue(*(d.body for d in deliveries))
         first_id = deliveries[0].body["update_id"]
-        await wait_until(lambda: bot_api._state.confirmed >= first_id, "a first update confirmed")
+        await until(lambda: bot_api._state.confirmed >= first_id, "a first update confirmed")
         os.kill(first.proc.pid, signal.SIGKILL)
         confirmed = bot_api._state.confirmed
     finally:
@@ -157,7 +162,7 @@ async def test_redelivered_commands_and_refusals_after_a_restart_get_no_second_a
         async with httpx.AsyncClient(timeout=60) as client:
             for d in deliveries:
                 assert await d.post(client, first.url, polling) == 200
-            await wait_until(lambda: len(sent(bot_api, twilio_api)) >= ANSWERS, "the first answers")
+            await until(lambda: len(sent(bot_api, twilio_api)) >= ANSWERS, "the first answers")
             for d in deliveries:  # redelivered in the same process
                 assert await d.post(client, first.url, polling) == 200
         first.terminate()
@@ -174,7 +179,7 @@ async def test_redelivered_commands_and_refusals_after_a_restart_get_no_second_a
             probes = [whatsapp(5, "are you there?"), telegram(bot_api, 0, "are you there?")]
             for probe in probes:
                 assert await probe.post(client, second.url, polling) == 200
-            await wait_until(lambda: all(answers(bot_api, twilio_api)[(p.surface, p.who, p.text)] == 1
+            await until(lambda: all(answers(bot_api, twilio_api)[(p.surface, p.who, p.text)] == 1
                                          for p in probes), "the probes' answers")
         second.terminate()
         assert second.wait() == 0
@@ -247,19 +252,19 @@ async def test_of_two_processes_exactly_one_polls_and_the_other_takes_over_when_
     try:
         daemons.append(a := ServeProcess(tmp_path / "a", envs[0][1], args=("--port", str(envs[0][0]))))
         a.wait_started()
-        await wait_until(lambda: any("telegram.poll_lease_taken" in line for line in a.lines), "a polls")
+        await until(lambda: any("telegram.poll_lease_taken" in line for line in a.lines), "a polls")
         daemons.append(b := ServeProcess(tmp_path / "b", envs[1][1], args=("--port", str(envs[1][0]))))
         b.wait_started()
-        await wait_until(lambda: any("telegram.poll_standby" in line for line in b.lines), "b stands by")
+        await until(lambda: any("telegram.poll_standby" in line for line in b.lines), "b stands by")
         before = telegram(bot_api, 0, "before the crash")
         bot_api.enqueue(before.body)
-        await wait_until(lambda: answers(bot_api, twilio_api)[("telegram", before.who, before.text)] == 1,
+        await until(lambda: answers(bot_api, twilio_api)[("telegram", before.who, before.text)] == 1,
                          "answered by the poller")
         os.kill(a.proc.pid, signal.SIGKILL)
         after = telegram(bot_api, 1, "after the crash")
         bot_api.enqueue(after.body)
         await asyncio.to_thread(b.wait_for, lambda line: "telegram.poll_lease_taken" in line)
-        await wait_until(lambda: answers(bot_api, twilio_api)[("telegram", after.who, after.text)] == 1,
+        await until(lambda: answers(bot_api, twilio_api)[("telegram", after.who, after.text)] == 1,
                          "answered by the process that took over")
         b.terminate()
         assert b.wait() == 0

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import re
 from collections.abc import Coroutine
 from typing import Any
 
@@ -29,7 +28,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from telegram import Update
-from telegram.error import InvalidToken, NetworkError, TelegramError
+from telegram.error import TelegramError
 from telegram.ext import Application
 
 from bot.config import Settings
@@ -37,26 +36,18 @@ from bot.keyed import KeyedLocks
 from bot.pipeline import Taken
 from bot.runtime import Runtime
 from kernel import catalog, log
-from kernel.errors import ConfigError, Draining, HiloError, ServiceUnavailable, StoreError
+from kernel.errors import ConfigError, Draining, StoreError
 from kernel.types import InboundMessage, OutboundMessage
 from surfaces.http_body import BodyTooLarge, parse_json, read_body
 from surfaces.telegram_inbound import Allowlist, BotIdentity, classify
 from surfaces.telegram_outbound import SendFailed, SendPolicy, deliver, send_text, show_typing
 from surfaces.telegram_polling import Poller
+from surfaces.telegram_setup import api_urls, check_webhook_settings, start_failed
 
 logger = log.get("hilo.telegram")
 
 WEBHOOK_PATH = "/webhooks/telegram"
-DEFAULT_API = "https://api.telegram.org"
 MAX_UPDATE_BYTES = 1024 * 1024
-_SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")  # what Telegram accepts as secret_token
-
-
-def api_urls(base: str) -> tuple[str, str]:
-    """Bot API and file URLs for TELEGRAM_API_BASE_URL ("http://host:8081" or ".../bot"; default Telegram's)."""
-    base = (base or DEFAULT_API).rstrip("/")
-    base = base.removesuffix("/bot")
-    return f"{base}/bot", f"{base}/file/bot"
 
 
 class TelegramSurface:
@@ -69,7 +60,7 @@ class TelegramSurface:
         if not settings.telegram_bot_token:
             raise ConfigError("the Telegram surface needs TELEGRAM_BOT_TOKEN (ask @BotFather for one)")
         if settings.telegram_mode == "webhook":
-            _check_webhook_settings(settings)
+            check_webhook_settings(settings)
         self.settings = settings
         self.mode = settings.telegram_mode
         self.allowlist = Allowlist(settings.telegram_allowed_users)
@@ -112,7 +103,7 @@ class TelegramSurface:
         except BaseException as exc:
             await app.bot.shutdown()  # a half-done initialize leaves its HTTP connections open
             if isinstance(exc, TelegramError):
-                raise self._start_failed(exc) from None
+                raise start_failed(self.settings, exc) from None
             raise
         self._app = app
         try:
@@ -131,29 +122,12 @@ class TelegramSurface:
         except BaseException as exc:
             await self.stop()
             if isinstance(exc, TelegramError):
-                raise self._start_failed(exc) from None
+                raise start_failed(self.settings, exc) from None
             raise
         self._accepting = True
         runtime.pipeline.notices.register(self.name, self._notify)
         runtime.intake.register(self.name, self._run, self._spawn)
         logger.info("telegram.started", mode=self.mode, bot_id=app.bot.id, allowlist=bool(self.allowlist))
-
-    def _start_failed(self, exc: TelegramError) -> HiloError:
-        """What a Bot API error at start means for the operator (`from None` where raised: the library's
-        messages and tracebacks may quote the token)."""
-        if isinstance(exc, InvalidToken):
-            return ConfigError(
-                "Telegram refused TELEGRAM_BOT_TOKEN (or TELEGRAM_API_BASE_URL is not a Bot API server): "
-                "check the token with @BotFather"
-            )
-        api = (self.settings.telegram_api_base_url or DEFAULT_API).rstrip("/")
-        detail = str(exc).replace(self.settings.telegram_bot_token, "<TELEGRAM_BOT_TOKEN>")
-        if isinstance(exc, NetworkError):  # connection refused, DNS, timeouts, 5xx
-            return ServiceUnavailable(
-                f"cannot reach the Telegram Bot API at {api} ({detail}): check the network, or "
-                "TELEGRAM_API_BASE_URL"
-            )
-        return ServiceUnavailable(f"the Telegram Bot API at {api} refused to start the bot ({detail})")
 
     async def stop(self) -> None:
         """Stop receiving, then let the Application finish the updates it has (queued and in flight)."""
@@ -346,22 +320,3 @@ class TelegramSurface:
             await send_text(self.application.bot, chat_id, text, reply_to=reply_to, policy=self.policy)
         except SendFailed as exc:
             logger.error("telegram.send_failed", error=type(exc.error).__name__, attempts=exc.attempts)
-
-
-def _check_webhook_settings(settings: Settings) -> None:
-    missing = [name for name, value in (("TELEGRAM_WEBHOOK_SECRET", settings.telegram_webhook_secret),
-                                        ("HILO_PUBLIC_URL", settings.public_url)) if not value]
-    if missing:
-        raise ConfigError(
-            f"HILO_TELEGRAM_MODE=webhook needs {' and '.join(missing)}: set TELEGRAM_WEBHOOK_SECRET to a random "
-            "string of letters, digits, _ and - (e.g. python3 -c 'import secrets; print(secrets.token_urlsafe(32))') "
-            "and HILO_PUBLIC_URL to the https URL at which Telegram reaches this daemon; "
-            "or set HILO_TELEGRAM_MODE=polling"
-        )
-    if not _SECRET.match(settings.telegram_webhook_secret):
-        raise ConfigError(
-            "TELEGRAM_WEBHOOK_SECRET may only hold A-Z, a-z, 0-9, _ and - (1 to 256 characters), as Telegram "
-            "requires: e.g. python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
-        )
-    if not settings.public_url.startswith(("https://", "http://")):
-        raise ConfigError(f"HILO_PUBLIC_URL={settings.public_url!r} must be a URL like https://bot.example.com")

@@ -144,8 +144,10 @@ def create_app(
                 started.append(surface)
             runtime.pipeline.outbox.start(runtime.tasks)  # resumes what an earlier run left undelivered
             scheduler = Scheduler(st, jobs if jobs is not None else job_list.registry(
-                settings, st, ch, embedder, pipeline=runtime.pipeline))
+                settings, st, ch, embedder, pipeline=runtime.pipeline, intake=runtime.intake))
             await scheduler.start()
+            if runtime.intake.journal.size():  # what the last run kept while the database was away
+                runtime.tasks.spawn(runtime.intake.replay(), name="journal.replay")
             if any(job.name == "recover" for job in scheduler.registry):  # at start too, not only when due
                 runtime.tasks.spawn(scheduler.run_now("recover"), name="recover.start")
             state["jobs"] = scheduler

@@ -59,6 +59,14 @@ def _share(env: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
+def _default_data_dir(database_url: str) -> str:
+    """The SQLite file's directory (it is on a disk hilo may write), or ./data (Postgres, or SQLite in memory)."""
+    path = database_url.removeprefix("sqlite:///") if database_url.startswith("sqlite:///") else ""
+    if not path or path.startswith(":memory:"):
+        return "data"
+    return str(Path(path.split("?")[0]).parent)
+
+
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
     raw = env.get(name, "").strip()
     if not raw:
@@ -227,6 +235,15 @@ class Settings:
     #: HILO_OUTBOX_LEASE: seconds a sender holds a part it is sending; a part of a process that died is sent
     #: again once it lapsed (longer than any send's timeout).
     outbox_lease: float = 60.0
+    # -- inbound (issue 12: stored, then acknowledged; bot/intake.py, bot/journal.py) ----------------------
+    #: HILO_DATA_DIR: where the inbound journal lives (messages the database could not take); default: the
+    #: SQLite file's directory, or ./data with Postgres. Created 0700; the journal file is 0600.
+    data_dir: str = "data"
+    #: HILO_JOURNAL_MAX_BYTES: the journal's bound; when full, webhooks get 503 (the platform's retry status).
+    journal_max_bytes: int = 64 * 1024 * 1024
+    #: HILO_INBOUND_RETENTION_DAYS: how long the records of non-turn deliveries (commands, refusals, STOP /
+    #: START) are kept against redeliveries (the cleanup job purges older ones; Telegram keeps updates 24 h).
+    inbound_retention_days: int = 7
 
     @property
     def models(self) -> tuple[ModelSpec, ...]:
@@ -347,6 +364,10 @@ class Settings:
             recovery_window=_float(env, "HILO_RECOVERY_WINDOW", 6 * 3600.0),
             recovery_seconds=_int(env, "HILO_RECOVERY_SECONDS", 60),
             outbox_lease=_float(env, "HILO_OUTBOX_LEASE", 60.0),
+            # -- inbound (issue 12)
+            data_dir=env.get("HILO_DATA_DIR", "").strip() or _default_data_dir(database_url),
+            journal_max_bytes=_int(env, "HILO_JOURNAL_MAX_BYTES", 64 * 1024 * 1024, minimum=4096),
+            inbound_retention_days=_int(env, "HILO_INBOUND_RETENTION_DAYS", 7),
         )
 
     @classmethod

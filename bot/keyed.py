@@ -2,15 +2,14 @@
 
 KeyedLocks  one asyncio.Lock per key (a conversation, a chat, a phone number) while someone holds or waits on
             it: work of one key runs one at a time, first come first served; keys never block each other.
-RecentIds   the last N ids this process has seen: a redelivery caught before any work (for what the database
-            does not deduplicate, such as commands and keywords).
+(Redeliveries are caught by the database's inbound-delivery records, memory/sql_inbound.py: also across
+restarts and processes.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Hashable
 from typing import Generic, TypeVar
 
@@ -38,22 +37,3 @@ class KeyedLocks(Generic[K]):
 
     def __len__(self) -> int:
         return len(self._locks)
-
-
-class RecentIds:
-    """The last `size` keys seen, oldest forgotten first."""
-
-    def __init__(self, size: int = 4096) -> None:
-        self._seen: OrderedDict[str, None] = OrderedDict()
-        self._size = size
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._seen
-
-    def first_time(self, key: str) -> bool:
-        if key in self._seen:
-            return False
-        self._seen[key] = None
-        if len(self._seen) > self._size:
-            self._seen.popitem(last=False)
-        return True

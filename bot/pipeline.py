@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -42,6 +43,24 @@ logger = log.get("hilo.pipeline")
 DeltaSink = Callable[[str, bool], Awaitable[None]]
 #: Called once the person's message is stored (before the model), e.g. to tell a client its conversation id.
 IngestSink = Callable[[Ingested], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """What `Pipeline.take` kept of a message. status: "turn" (its message stored; `turn` set), "command"
+    (recorded; `command` set), "duplicate" (a redelivery: nothing to do); bot/intake.py adds "journaled" (kept
+    in the local journal; `tell`: the person is not told yet that it is kept) and "refused" (empty or too long,
+    recorded; `refusal` set)."""
+
+    status: str
+    turn: Ingested | None = None
+    command: commands.Command | None = None
+    started: float = 0.0
+    refusal: InputError | None = None
+    tell: bool = False
+    #: taken from the journal (bot/intake.py `replay`), not from the platform: checks the surface skipped while
+    #: the database was away (WhatsApp's opt-out) are made now
+    replayed: bool = False
 
 
 class Pipeline:
@@ -80,14 +99,20 @@ class Pipeline:
     ) -> OutboundMessage:
         """Run one turn. A redelivery returns status "duplicate"; when every model fails the person gets the
         catalogue's "try again shortly" text (status "failed") and their message stays stored."""
+        return await self.run(msg, await self.take(msg), on_delta=on_delta, on_ingested=on_ingested)
+
+    async def take(self, msg: InboundMessage) -> Taken:
+        """Store what `msg` is, before its platform is acknowledged (bot/intake.py): a turn's message (one
+        `ingest` transaction), or the inbound record of a command (so that a redelivery never runs it twice).
+        InputError for empty or oversized text; StoreError when the database cannot take it (nothing kept)."""
         self.validate(msg)
         command = commands.parse(msg.text)
         if command is not None and command.name in commands.HANDLERS:
-            # A command (/link, /memory ...) is not a turn: not stored, never shown to the model.
-            text = await self.command(command, msg)
-            logger.info("turn.command", surface=msg.surface, command=command.name)
-            return OutboundMessage(msg.surface, msg.sender, text, "command")
-        lang = catalog.language(msg.language, self.settings.language)
+            # A command (/link, /memory ...) is not a turn: not stored as a message, never shown to the model.
+            if not await self.store.record_inbound(msg.surface, msg.external_id, "command"):
+                logger.info("turn.duplicate", surface=msg.surface, kind="command")
+                return Taken("duplicate")
+            return Taken("command", command=command)
         started = time.perf_counter()
         n_tokens = await _count(msg.text)
         turn = await self.store.ingest(msg, n_tokens)
@@ -95,10 +120,32 @@ class Pipeline:
             logger.info("turn.duplicate", surface=msg.surface)  # external ids may hold a person's id: not logged
             # its reply may be stored and not delivered yet (a crash while sending): the outbox sends it, once
             self.outbox.wake()
-            return OutboundMessage(msg.surface, msg.sender, "", "duplicate")
+            return Taken("duplicate")
         if turn.resumed:
             logger.info("turn.resumed", surface=msg.surface, message_id=turn.message.id)
-        return await self._answer(msg, turn, lang, started, on_delta, on_ingested)
+        self._in_flight[turn.message.id] = None  # its task is known once `run` starts it
+        return Taken("turn", turn=turn, started=started)
+
+    def release(self, taken: Taken) -> None:
+        """A taken turn that will not run (the daemon is draining): its message stays stored, unanswered."""
+        if taken.turn is not None:
+            self._in_flight.pop(taken.turn.message.id, None)
+
+    async def run(
+        self, msg: InboundMessage, taken: Taken, *, on_delta: DeltaSink | None = None,
+        on_ingested: IngestSink | None = None,
+    ) -> OutboundMessage:
+        """What `take` kept: the command's reply (status "command"), nothing for a redelivery ("duplicate"),
+        or the turn's answer."""
+        if taken.command is not None:
+            text = await self.command(taken.command, msg)
+            logger.info("turn.command", surface=msg.surface, command=taken.command.name)
+            return OutboundMessage(msg.surface, msg.sender, text, "command")
+        turn = taken.turn
+        if turn is None:
+            return OutboundMessage(msg.surface, msg.sender, "", "duplicate")
+        lang = catalog.language(msg.language, self.settings.language)
+        return await self._answer(msg, turn, lang, taken.started, on_delta, on_ingested)
 
     async def answer_stored(self, turn: Ingested) -> OutboundMessage:
         """Run the turn of a message stored earlier and never answered (recovery, bot/job_list.py): the reply is

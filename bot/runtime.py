@@ -8,11 +8,13 @@ task (`runtime.tasks.spawn`). Surfaces register under the `hilo.surfaces` entry 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from starlette.routing import BaseRoute
 
+from bot.intake import Intake
+from bot.journal import Journal
 from bot.shutdown import StopBudget
 
 if TYPE_CHECKING:
@@ -34,10 +36,14 @@ class Runtime:
     #: the stop budget from SIGTERM (bot/shutdown.py): a request waiting for its turn answers at
     #: `stop.requests_bound()` instead of being cut by uvicorn (default: a budget of HILO_STOP_TIMEOUT not begun)
     stop: StopBudget | None = None
+    #: stored, then acknowledged (bot/intake.py): what a messaging surface hands its deliveries to
+    intake: Intake = field(init=False)
 
     def __post_init__(self) -> None:
         if self.stop is None:
             self.stop = StopBudget(self.settings.stop_timeout)
+        self.intake = Intake(self.pipeline, self.tasks,
+                             Journal(self.settings.data_dir, self.settings.journal_max_bytes))
 
 
 class Surface(Protocol):

@@ -128,6 +128,10 @@ MESSAGES: dict[str, dict[str, str]] = {
         # issue 12, faults: a stop or a restart in the way (web 503 with Retry-After, the stream's error event)
         "restarting": "I am restarting. Please send that again in a moment.",
         "restarting_kept": "I am restarting. Your message is kept and I will answer it in a moment.",
+        # -- inbound (issue 12): the database could not take a message; it is kept in the journal
+        "message_kept": (
+            "I have your message, but I can't answer right now. It is kept safe and I will reply as soon as I'm back."
+        ),
     },
     "es": {
         "model_unavailable": (
@@ -256,6 +260,10 @@ MESSAGES: dict[str, dict[str, str]] = {
         # issue 12, faults
         "restarting": "Me estoy reiniciando. Vuelve a enviarlo en un momento, por favor.",
         "restarting_kept": "Me estoy reiniciando. Tu mensaje está guardado y te responderé en un momento.",
+        # -- inbound (issue 12): the database could not take a message; it is kept in the journal
+        "message_kept": (
+            "Tengo tu mensaje, pero ahora mismo no puedo contestar. Lo guardo y te responderé en cuanto vuelva."
+        ),
     },
 }
 

@@ -12,7 +12,8 @@ HiloError
  ├── ModelError             bot.models.base: TransientError (RateLimited, ServerError, ModelTimeout,
  │                          ConnectionFailed), PermanentError, AllModelsFailed
  ├── StoreError             the database refused: StoreUnavailable (here, so that surfaces catch it without
- │                          importing memory/), memory.migrate: MigrationError
+ │                          importing memory/), JournalFull (the database refused and bot.journal is full:
+ │                          the platform is told to retry), memory.migrate: MigrationError
  ├── ImportFileError        memory.importer: an import file that cannot be read
  ├── Rollback               memory.rows: rolls a transaction back (never escapes the store)
  ├── AuthFailed             surfaces.web_auth: a credential was sent but is not valid (401)
@@ -75,3 +76,6 @@ class SendError(HiloError):
         self.transient = transient
         self.code = code
         self.retry_after = retry_after
+class JournalFull(StoreError):
+    """The database could not take a message and the inbound journal (bot/journal.py) is at
+    HILO_JOURNAL_MAX_BYTES: nothing was kept, the platform is answered with its retry status (503)."""

@@ -18,6 +18,7 @@ from kernel.types import InboundMessage, ModelCallRecord, OutboxItem, Outgoing, 
 from memory import jobs, turn_lease
 from memory import sql_extract as extract
 from memory import sql_limits as limits
+from memory import sql_inbound as inbound
 from memory import sql_linking as linking
 from memory import sql_memories as memories
 from memory import sql_memory_vectors as memory_vectors
@@ -94,6 +95,14 @@ class SqlStore:
 
     async def purge_link_codes(self) -> int:
         return await self._tx("write", jobs.purge_link_codes)
+
+    # -- inbound-delivery records (memory/sql_inbound.py) ---------------------------------------------------
+
+    async def record_inbound(self, surface: str, external_id: str, kind: str) -> bool:
+        return await self._tx("write", inbound.record, surface, external_id, kind)
+
+    async def purge_inbound(self, older_than: timedelta) -> int:
+        return await self._tx("write", inbound.purge, older_than)
 
     # -- the turn ----------------------------------------------------------------------------------------
 

@@ -408,6 +408,15 @@ class Store(Protocol):
     async def purge_link_codes(self) -> int:
         """Delete link codes that can never be redeemed again (used, replaced or expired); their number."""
 
+    # -- inbound-delivery records (memory/sql_inbound.py) ---------------------------------------------------
+
+    async def record_inbound(self, surface: str, external_id: str, kind: str) -> bool:
+        """Record a delivery that is not a turn (a command, a refusal, STOP / START) before it is acknowledged
+        or acted on: True the first time (surface, external_id) is seen, False for a redelivery."""
+
+    async def purge_inbound(self, older_than: timedelta) -> int:
+        """Delete the inbound-delivery records older than `older_than`; their number."""
+
     # -- automatic memory extraction: watermarks (memory/sql_extract.py; bot/extract_job.py runs it) ----------
 
     async def extraction_due(self, every: int, limit: int) -> list[ExtractionDue]:

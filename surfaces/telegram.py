@@ -1,15 +1,17 @@
-"""The Telegram surface: a python-telegram-bot Application inside the daemon's lifecycle.
+"""The Telegram surface: a python-telegram-bot Application (the Bot, its HTTP and lifecycle) inside the daemon's.
 
-Polling (default): the Application's Updater long-polls getUpdates. Webhook (HILO_TELEGRAM_MODE=webhook):
-`POST /webhooks/telegram` checks X-Telegram-Bot-Api-Secret-Token against TELEGRAM_WEBHOOK_SECRET in
-constant time BEFORE reading the body (403 otherwise), puts the update on the Application's queue and answers
-200 at once; setWebhook is called at start with HILO_PUBLIC_URL. Either way the Application processes
-updates concurrently across chats and one at a time within a chat (`PerChatUpdates`), so a chat's replies
-go out in the order its messages came; `stop()` drains the queue and the updates in flight.
+Stored, then acknowledged (bot/intake.py). Webhook (HILO_TELEGRAM_MODE=webhook): `POST /webhooks/telegram`
+checks X-Telegram-Bot-Api-Secret-Token against TELEGRAM_WEBHOOK_SECRET in constant time BEFORE reading the body
+(403 otherwise), makes the update durable (its message stored, its inbound record written, or the local journal
+when the database cannot take it) and only then answers 200; when nothing could be kept it answers 503 and
+Telegram retries. setWebhook is called at start with HILO_PUBLIC_URL. Polling (default): hilo's own getUpdates
+loop (surfaces/telegram_polling.py) confirms an update's offset only once it is durable. Either way what follows
+(the model, the reply) runs in a tracked task, concurrently across chats and one at a time within a chat, in
+arrival order, so a chat's replies go out in the order its messages came; `stop()` lets them finish.
 
-Exactly once: a message's external_id is "<chat id>:<message id>"; the pipeline drops one already stored
-(UNIQUE index: also across restarts), and this process drops a redelivered update before any work, so
-commands and refusals are not answered twice either. Edited messages are not subscribed to nor answered.
+Exactly once: a message's external_id is "<chat id>:<message id>"; every delivery is recorded in the database
+(a turn's message, or the inbound record of a command or refusal), so a redelivery, in this process or after a
+restart, is never answered twice nor re-runs a command. Edited messages are not subscribed to nor answered.
 What a message means (ignore, refuse, command, turn) is decided in `telegram_inbound`. A turn's reply goes
 out through the outbox (bot/outbox.py: stored parts, in order per chat, retried, resumed after a restart) by
 `telegram_outbound.TelegramTransport`; the chat's next update waits until it is sent. "typing" and what is said
@@ -18,47 +20,41 @@ outside a turn (refusals, command answers: `_say`) are `telegram_outbound` too.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
-import re
-from datetime import timedelta
+from collections.abc import Coroutine
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from telegram import Update
-from telegram.error import InvalidToken, NetworkError, TelegramError
-from telegram.ext import Application, MessageHandler, filters
+from telegram.error import TelegramError
+from telegram.ext import Application
 
 from bot.config import Settings
-from bot.keyed import RecentIds
+from bot.keyed import KeyedLocks
 from bot.outbox import with_route
+from bot.pipeline import Taken
 from bot.runtime import Runtime
 from kernel import catalog, log
-from kernel.errors import ConfigError, HiloError, InputError, ServiceUnavailable, StoreError
+from kernel.errors import ConfigError, Draining, StoreError
+from kernel.types import InboundMessage
 from surfaces.http_body import BodyTooLarge, parse_json, read_body
-from surfaces.telegram_inbound import Allowlist, BotIdentity, Decision, classify
+from surfaces.telegram_inbound import Allowlist, BotIdentity, classify
 from surfaces.telegram_outbound import SendFailed, SendPolicy, TelegramTransport, send_text, show_typing
-from surfaces.telegram_updates import PerChatUpdates
+from surfaces.telegram_polling import Poller
+from surfaces.telegram_setup import api_urls, check_webhook_settings, start_failed
 
 logger = log.get("hilo.telegram")
 
 WEBHOOK_PATH = "/webhooks/telegram"
-DEFAULT_API = "https://api.telegram.org"
 MAX_UPDATE_BYTES = 1024 * 1024
 #: Seconds a chat's update waits for its reply's parts to be sent (the outbox goes on after: they stay queued).
 SETTLE_S = 120.0
 #: Seconds the stop gives the outbox to send what the drained updates queued (the rest waits for the next start).
 FLUSH_S = 10.0
-_SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")  # what Telegram accepts as secret_token
-
-
-def api_urls(base: str) -> tuple[str, str]:
-    """Bot API and file URLs for TELEGRAM_API_BASE_URL ("http://host:8081" or ".../bot"; default Telegram's)."""
-    base = (base or DEFAULT_API).rstrip("/")
-    base = base.removesuffix("/bot")
-    return f"{base}/bot", f"{base}/file/bot"
 
 
 class TelegramSurface:
@@ -71,7 +67,7 @@ class TelegramSurface:
         if not settings.telegram_bot_token:
             raise ConfigError("the Telegram surface needs TELEGRAM_BOT_TOKEN (ask @BotFather for one)")
         if settings.telegram_mode == "webhook":
-            _check_webhook_settings(settings)
+            check_webhook_settings(settings)
         self.settings = settings
         self.mode = settings.telegram_mode
         self.allowlist = Allowlist(settings.telegram_allowed_users)
@@ -82,7 +78,10 @@ class TelegramSurface:
         self._runtime: Runtime | None = None
         self._me: BotIdentity | None = None
         self._accepting = False
-        self._recent = RecentIds()
+        self._chats: KeyedLocks[int] = KeyedLocks()  # what follows an update: one at a time per chat, in order
+        self._taking: KeyedLocks[int] = KeyedLocks()  # taking an update in: one at a time per chat
+        self._inflight: set[asyncio.Task[Any]] = set()
+        self._poller: Poller | None = None
 
     def routes(self) -> list[BaseRoute]:
         if self.mode != "webhook":
@@ -100,21 +99,17 @@ class TelegramSurface:
         logging.getLogger("httpx").setLevel(logging.WARNING)
         self._runtime = runtime
         api, files = api_urls(self.settings.telegram_api_base_url)
-        builder = (
+        # No Updater: PTB's confirms offsets when it fetches the next batch, before hilo stored anything.
+        app = (
             Application.builder().token(self.settings.telegram_bot_token).base_url(api).base_file_url(files)
-            .concurrent_updates(PerChatUpdates()).job_queue(None)
+            .updater(None).job_queue(None).build()
         )
-        if self.mode == "webhook":
-            builder = builder.updater(None)
-        app = builder.build()
-        app.add_handler(MessageHandler(filters.UpdateType.MESSAGE, self._on_message))
-        app.add_error_handler(self._on_error)
         try:
             await app.initialize()  # getMe
         except BaseException as exc:
             await app.bot.shutdown()  # a half-done initialize leaves its HTTP connections open
             if isinstance(exc, TelegramError):
-                raise self._start_failed(exc) from None
+                raise start_failed(self.settings, exc) from None
             raise
         self._app = app
         try:
@@ -126,36 +121,19 @@ class TelegramSurface:
                     allowed_updates=[Update.MESSAGE],
                 )
             else:
-                assert app.updater is not None
-                await app.updater.start_polling(
-                    poll_interval=self.poll_interval, timeout=timedelta(seconds=self.poll_timeout),
-                    allowed_updates=[Update.MESSAGE],
-                )
+                await app.bot.delete_webhook()  # getUpdates answers 409 while a webhook is set
+                self._poller = Poller(app.bot, self._take_update, lease=runtime.intake.poll_lease(),
+                                      interval=self.poll_interval, timeout=self.poll_timeout)
+                self._poller.start()
         except BaseException as exc:
             await self.stop()
             if isinstance(exc, TelegramError):
-                raise self._start_failed(exc) from None
+                raise start_failed(self.settings, exc) from None
             raise
         self._accepting = True
         runtime.pipeline.outbox.register(TelegramTransport(app.bot))  # replies and notices go out through it
+        runtime.intake.register(self.name, self._run, self._spawn)
         logger.info("telegram.started", mode=self.mode, bot_id=app.bot.id, allowlist=bool(self.allowlist))
-
-    def _start_failed(self, exc: TelegramError) -> HiloError:
-        """What a Bot API error at start means for the operator (`from None` where raised: the library's
-        messages and tracebacks may quote the token)."""
-        if isinstance(exc, InvalidToken):
-            return ConfigError(
-                "Telegram refused TELEGRAM_BOT_TOKEN (or TELEGRAM_API_BASE_URL is not a Bot API server): "
-                "check the token with @BotFather"
-            )
-        api = (self.settings.telegram_api_base_url or DEFAULT_API).rstrip("/")
-        detail = str(exc).replace(self.settings.telegram_bot_token, "<TELEGRAM_BOT_TOKEN>")
-        if isinstance(exc, NetworkError):  # connection refused, DNS, timeouts, 5xx
-            return ServiceUnavailable(
-                f"cannot reach the Telegram Bot API at {api} ({detail}): check the network, or "
-                "TELEGRAM_API_BASE_URL"
-            )
-        return ServiceUnavailable(f"the Telegram Bot API at {api} refused to start the bot ({detail})")
 
     async def stop(self) -> None:
         """Stop receiving, then let the Application finish the updates it has (queued and in flight)."""
@@ -167,14 +145,18 @@ class TelegramSurface:
         if self._runtime is not None:  # the updates in flight stop waiting for their replies' sends
             self._runtime.pipeline.outbox.closing(self.name)
         # The webhook stays registered: another process (or this one, restarted) takes the updates; Telegram
-        # keeps them meanwhile. Polling's stop confirms the updates fetched so far.
+        # keeps them meanwhile. Polling's stop confirms the updates stored so far.
         try:
-            if app.updater is not None and app.updater.running:
-                await app.updater.stop()
+            if self._poller is not None:
+                await self._poller.stop()
+                self._poller = None
+            if self._inflight:  # what follows updates already taken in (turns, replies) finishes first
+                await asyncio.wait(set(self._inflight), timeout=self.settings.stop_timeout)
             if app.running:
                 await app.stop()
         finally:
             if self._runtime is not None:  # what the drained updates queued goes out before the bot closes
+                self._runtime.intake.unregister(self.name)
                 outbox = self._runtime.pipeline.outbox
                 await outbox.flush(self.name, timeout=FLUSH_S)
                 outbox.unregister(self.name)  # later parts stay queued for the next start
@@ -202,61 +184,133 @@ class TelegramSurface:
         except Exception as exc:
             logger.warning("telegram.webhook_unreadable", error=type(exc).__name__)
             return Response(status_code=400)
-        await app.update_queue.put(update)
+        try:
+            await self._take_update(update)
+        except StoreError:  # nothing could be kept (the journal is full): Telegram retries it later
+            return Response("store unavailable", status_code=503)
         return Response(status_code=200)
 
-    # -- one update ---------------------------------------------------------------------------------------
+    # -- one update: taken in (durable) before it is acknowledged, then answered in a tracked task ------------
 
-    async def _on_message(self, update: Update, context: Any) -> None:
+    async def _take_update(self, update: Update) -> None:
+        """Make `update` durable: its message stored (or journaled), or its inbound record written; then
+        start what follows. StoreError: nothing was kept (do not acknowledge it)."""
+        try:
+            await self._take_message(update)
+        except StoreError:
+            raise
+        except Exception as exc:  # a bug must not stop the other updates, nor leave the person in silence
+            logger.error("telegram.update_failed", update_id=update.update_id, error=type(exc).__name__)
+            message = update.message
+            if message is not None:
+                lang = catalog.language(message.from_user.language_code if message.from_user else None,
+                                        self.settings.language)
+                self._spawn(self._say(message.chat_id, catalog.t("internal_error", lang), None), "telegram.say")
+
+    async def _take_message(self, update: Update) -> None:
         message, rt, me = update.message, self._runtime, self._me
         if message is None or rt is None or me is None:
-            return
-        if not self._recent.first_time(f"{message.chat_id}:{message.message_id}"):
-            logger.info("telegram.redelivery_dropped", update_id=update.update_id)
             return
         d = classify(message, me, self.allowlist, default_language=rt.settings.language)
         logger.debug("telegram.update", update_id=update.update_id, chat_type=message.chat.type, action=d.action,
                      reason=d.reason)
         if d.action == "ignore":
             return
-        if d.action == "refuse":
-            logger.info("telegram.refused", update_id=update.update_id)
-            await self._say(message.chat_id, catalog.t("telegram_not_allowed", d.lang), d.reply_to)
-        elif d.action == "non_text":
-            await self._say(message.chat_id, catalog.t("telegram_non_text", d.lang), d.reply_to)
-        elif d.action == "command":
-            assert d.command is not None and d.msg is not None
-            try:
-                text = await rt.pipeline.command(d.command, d.msg)
-            except StoreError as exc:  # down, locked, full or broken
-                logger.error("telegram.store_failed", update_id=update.update_id, error=type(exc).__name__)
-                text = catalog.t("store_unavailable", d.lang)
-            await self._say(message.chat_id, text, d.reply_to)
-        else:
-            await self._turn(message.chat_id, d, rt)
+        chat_id = message.chat_id
+        async with self._taking.hold(chat_id):
+            if d.action in ("refuse", "non_text", "command"):
+                external_id = f"{chat_id}:{message.message_id}"
+                kind = "command" if d.action == "command" else "refused"
+                if not await rt.intake.record(self.name, external_id, kind):
+                    logger.info("telegram.redelivery_dropped", update_id=update.update_id)
+                    return
+                if d.action == "command":
+                    assert d.command is not None and d.msg is not None
+                    self._spawn(self._command(chat_id, d.command, d.msg, d.lang, d.reply_to), "telegram.command")
+                    return
+                logger.info("telegram.refused", update_id=update.update_id, reason=d.action)
+                key = "telegram_not_allowed" if d.action == "refuse" else "telegram_non_text"
+                self._spawn(self._in_order(chat_id, self._say(chat_id, catalog.t(key, d.lang), d.reply_to)),
+                            "telegram.say")
+                return
+            assert d.msg is not None
+            # the reply goes out through the outbox, to this chat (kept with the message: recovery too)
+            msg = with_route(d.msg, str(chat_id), d.reply_to)
+            taken = await rt.intake.take(msg)
+            if taken.status == "duplicate":
+                logger.info("telegram.redelivery_dropped", update_id=update.update_id)
+                return
+            rt.intake.spawn(msg, taken)
 
-    async def _turn(self, chat_id: int, d: Decision, rt: Runtime) -> None:
-        assert d.msg is not None
+    def _track(self, task: asyncio.Task[Any]) -> None:
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> bool:
+        """Start what follows an update in a tracked task (False: the daemon is draining)."""
+        if self._runtime is None:
+            coro.close()
+            return False
         try:
-            rt.pipeline.validate(d.msg)  # refuse before showing "typing"
-            async with show_typing(self.application.bot, chat_id):
-                # the reply goes out through the outbox, to this chat (kept with the message: recovery too)
-                out = await rt.pipeline.handle(with_route(d.msg, str(chat_id), d.reply_to))
-        except InputError as exc:
-            await self._say(chat_id, catalog.t(exc.key, d.lang, **exc.params), d.reply_to)
+            self._track(self._runtime.tasks.spawn(coro, name=name))
+        except Draining:
+            return False
+        return True
+
+    async def _in_order(self, chat_id: int, work: Coroutine[Any, Any, Any]) -> None:
+        """`work` after what the chat's earlier updates do (asyncio.Lock wakes its waiters first come, first served)."""
+        async with self._chats.hold(chat_id):
+            await work
+
+    async def _command(self, chat_id: int, command: Any, msg: InboundMessage, lang: str, reply_to: int | None) -> None:
+        assert self._runtime is not None
+        async with self._chats.hold(chat_id):
+            try:
+                text = await self._runtime.pipeline.command(command, msg)
+            except StoreError as exc:  # down, locked, full or broken
+                logger.error("telegram.store_failed", error=type(exc).__name__)
+                text = catalog.t("store_unavailable", lang)
+            await self._say(chat_id, text, reply_to)
+
+    async def _run(self, msg: InboundMessage, taken: Taken) -> None:
+        """bot.intake's runner: what follows a taken message (also one replayed from the journal)."""
+        rt = self._runtime
+        assert rt is not None
+        chat_id = int(msg.metadata["chat_id"])
+        lang = catalog.language(msg.language, rt.settings.language)
+        reply_to = int(msg.external_id.rsplit(":", 1)[1]) if msg.metadata.get("audience") == "group" else None
+        async with self._chats.hold(chat_id):
+            try:
+                await self._answer(chat_id, msg, taken, lang, reply_to, rt)
+            except Exception as exc:  # a bug must not leave the person waiting for an answer that never comes
+                logger.error("telegram.update_failed", error=type(exc).__name__)
+                await self._say(chat_id, catalog.t("internal_error", lang), None)
+                raise
+
+    async def _answer(self, chat_id: int, msg: InboundMessage, taken: Taken, lang: str, reply_to: int | None,
+                      rt: Runtime) -> None:
+        if taken.status == "journaled":
+            if taken.tell:
+                await self._say(chat_id, catalog.t("message_kept", lang), reply_to)
             return
-        except StoreError as exc:  # down, locked, full or broken: ingest is one transaction, nothing was kept
-            logger.error("telegram.not_stored", error=type(exc).__name__, chars=len(d.msg.text))
-            await self._say(chat_id, catalog.t("store_unavailable", d.lang), d.reply_to)
+        if taken.refusal is not None:
+            await self._say(chat_id, catalog.t(taken.refusal.key, lang, **taken.refusal.params), reply_to)
+            return
+        try:
+            async with show_typing(self.application.bot, chat_id):
+                out = await rt.pipeline.run(msg, taken)
+        except StoreError as exc:  # the message is stored; its context or reply could not be had
+            logger.error("telegram.store_failed", error=type(exc).__name__, chars=len(msg.text))
+            await self._say(chat_id, catalog.t("store_unavailable", lang), reply_to)
             return
         if out.status == "duplicate":
             return
         if out.status == "command":  # e.g. "@bot /help" in a group, or a photo captioned "/memory"
-            await self._say(chat_id, out.text, d.reply_to)
+            await self._say(chat_id, out.text, reply_to)
             return
         # "ok", or "failed" (every model down: the catalogue's apology): queued in the outbox with the reply
         if not out.metadata.get("queued"):  # the reply could not be stored: said directly, not lost
-            await self._say(chat_id, out.text, d.reply_to)
+            await self._say(chat_id, out.text, reply_to)
             return
         # the chat's next update waits for this reply to go out: what is said next comes after it
         await rt.pipeline.outbox.settled(self.name, str(chat_id), timeout=SETTLE_S)
@@ -267,32 +321,3 @@ class TelegramSurface:
             await send_text(self.application.bot, chat_id, text, reply_to=reply_to, policy=self.policy)
         except SendFailed as exc:
             logger.error("telegram.send_failed", error=type(exc.error).__name__, attempts=exc.attempts)
-
-    async def _on_error(self, update: object, context: Any) -> None:
-        error = context.error
-        logger.error("telegram.update_failed", error=type(error).__name__,
-                     update_id=update.update_id if isinstance(update, Update) else None)
-        message = update.message if isinstance(update, Update) else None
-        if message is not None and self._app is not None:
-            lang = catalog.language(message.from_user.language_code if message.from_user else None,
-                                    self.settings.language)
-            await self._say(message.chat_id, catalog.t("internal_error", lang), None)
-
-
-def _check_webhook_settings(settings: Settings) -> None:
-    missing = [name for name, value in (("TELEGRAM_WEBHOOK_SECRET", settings.telegram_webhook_secret),
-                                        ("HILO_PUBLIC_URL", settings.public_url)) if not value]
-    if missing:
-        raise ConfigError(
-            f"HILO_TELEGRAM_MODE=webhook needs {' and '.join(missing)}: set TELEGRAM_WEBHOOK_SECRET to a random "
-            "string of letters, digits, _ and - (e.g. python3 -c 'import secrets; print(secrets.token_urlsafe(32))') "
-            "and HILO_PUBLIC_URL to the https URL at which Telegram reaches this daemon; "
-            "or set HILO_TELEGRAM_MODE=polling"
-        )
-    if not _SECRET.match(settings.telegram_webhook_secret):
-        raise ConfigError(
-            "TELEGRAM_WEBHOOK_SECRET may only hold A-Z, a-z, 0-9, _ and - (1 to 256 characters), as Telegram "
-            "requires: e.g. python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
-        )
-    if not settings.public_url.startswith(("https://", "http://")):
-        raise ConfigError(f"HILO_PUBLIC_URL={settings.public_url!r} must be a URL like https://bot.example.com")

@@ -9,10 +9,11 @@ against the URL Twilio called: HILO_PUBLIC_URL + path (+ query string). The requ
 trusted, so signatures hold behind a proxy or a tunnel. Missing or forged: 403. Bodies over 64 KiB: 413.
 
 What a message does (STOP / START, media, a turn) is surfaces.whatsapp_inbox: nothing is acknowledged that
-is not stored (the opt-out state, the person's message); when the database cannot take it Twilio gets 503 and
-the person is told once. A turn's reply goes out through the outbox (bot/outbox.py: stored parts, in order per
-number, retried, resumed after a restart) and Twilio's REST API (surfaces.whatsapp_send.TwilioTransport), split at
-1,600 characters. Exactly once: MessageSid is the external id, so a redelivered webhook is a "duplicate" turn, also
+is not durable (its inbound record, the opt-out state, the person's message, or the local journal when the
+database cannot take it: bot/intake.py); when nothing could be kept Twilio gets 503 and the person is told once.
+A turn's reply goes out through the outbox (bot/outbox.py: stored parts, in order per number, retried, resumed
+after a restart) and Twilio's REST API (surfaces.whatsapp_send.TwilioTransport), split at 1,600 characters.
+Exactly once: MessageSid is the external id, recorded for every delivery, so a redelivered webhook changes nothing, also
 after a restart. ProfileName and WaId are kept in the message's metadata, never logged.
 """
 
@@ -124,6 +125,7 @@ class WhatsAppSurface:
         await self.sender.start()
         self._runtime = self.inbox.runtime = runtime
         runtime.pipeline.outbox.register(TwilioTransport(self.sender))  # replies and notices go out through it
+        runtime.intake.register(SURFACE, self.inbox.run, self._spawn)
         logger.info("whatsapp.started", webhook=self.settings.public_url + WEBHOOK_PATH)
 
     async def stop(self) -> None:
@@ -131,6 +133,7 @@ class WhatsAppSurface:
         self._stopping = True
         if self._runtime is not None:  # the turns in flight stop waiting for their replies' sends
             self._runtime.pipeline.outbox.closing(SURFACE)
+            self._runtime.intake.unregister(SURFACE)
         for task in self._inflight:
             if task.get_name().startswith("whatsapp-status:"):
                 task.cancel()  # a late status for a part never recorded: not worth holding the shutdown

@@ -1,12 +1,14 @@
 """What a signed WhatsApp message does, and its answer: surfaces.whatsapp checks the webhook, this module acts.
 
-Nothing is acknowledged that is not stored. While Twilio waits (milliseconds; it gives up after 15 s) the
-message's effect is written: the opt-out state for STOP / START, the person's message for a turn (the
-pipeline's `on_ingested`). Then Twilio gets empty TwiML and the answer follows from a tracked task. A
-StoreError on the way means nothing of it was stored: `not_stored` answers 503 (Twilio then calls the
-number's fallback URL, or retries where its connection overrides say so) and tells the person, once per
-MessageSid, that hilo cannot take messages right now (not after STOP: they asked for silence), logging
-`whatsapp.not_stored` with the MessageSid. A redelivery once the database is back is answered once.
+Stored, then acknowledged (bot/intake.py). While Twilio waits (milliseconds; it gives up after 15 s) the
+message's effect is made durable: the inbound record and opt-out state for STOP / START, the inbound record of
+a refusal (media without text, empty, too long), the person's message for a turn, or, when the database cannot
+take it, the local journal (the person is told once that it is kept and will be answered). Then Twilio gets
+empty TwiML and the answer follows from a tracked task (`run`). Every MessageSid is recorded in the database, so
+a redelivery, in this process or after a restart, is answered never twice, and a STOP redelivered after START
+changes nothing. A StoreError that reaches `not_stored` (the journal is full, or STOP / START could not be
+applied) means nothing was kept: Twilio gets 503 (it then calls the number's fallback URL) and the person is
+told so (not after STOP: they asked for silence), logging `whatsapp.not_stored` with the MessageSid.
 
 Decisions:
 - STOP / UNSUBSCRIBE / BAJA / ... (whole message; the policy is bot/opt_out.py): the number is opted out; no
@@ -17,19 +19,18 @@ Decisions:
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from starlette.responses import PlainTextResponse, Response
 
 from bot.config import Settings
-from bot.keyed import RecentIds
 from bot.opt_out import keyword
 from bot.outbox import with_route
+from bot.pipeline import Taken
 from bot.runtime import Runtime
 from kernel import catalog, log
-from kernel.errors import InputError, StoreError
+from kernel.errors import StoreError
 from kernel.types import InboundMessage
 from surfaces.whatsapp_send import TwilioSender, deliver
 
@@ -54,10 +55,6 @@ class Inbox:
         self.sender = sender
         self.spawn = spawn
         self.runtime: Runtime | None = None
-        # MessageSids answered without a turn (keywords, media, opted out): the store's UNIQUE index only
-        # dedups turns, so these are remembered here (per process) against Twilio's redeliveries.
-        self._seen = RecentIds()
-        self._apologized = RecentIds()  # MessageSids the database could not take, and the person was told so
 
     async def reply(self, recipient: str, text: str, user_id: int | None, message_id: int | None) -> None:
         """Send `text` to `recipient` part by part, recording each part (when the person is known)."""
@@ -74,6 +71,7 @@ class Inbox:
             return None
 
     async def _notice(self, recipient: str, text: str) -> None:
+        """What hilo says outside a turn (refusals, "kept", errors): the one way it does."""
         await self.reply(recipient, text, await self._user_id(recipient), None)
 
     def _answer(self, coro: Coroutine[Any, Any, Any], sid: str) -> Response:
@@ -83,80 +81,84 @@ class Inbox:
         return twiml()
 
     async def accept(self, msg: InboundMessage) -> Response:
-        """Store what `msg` changes (the opt-out state, the person's message) before Twilio hears 200; the
-        answer follows from a tracked task. StoreError: nothing of it was stored."""
+        """Make what `msg` changes durable (its record, the opt-out state, the message) before Twilio hears
+        200; the answer follows from a tracked task. StoreError: nothing of it was kept."""
         assert self.runtime is not None
-        lang, sid = self.settings.language, msg.external_id
-        if keyword(msg.text)[0] is not None and sid in self._seen:
-            return twiml()  # a redelivered keyword: handled already
-        step = await self.runtime.pipeline.opt_out.check(SURFACE, msg.sender, msg.text)
-        if step.action == "opted_out":
-            self._seen.first_time(sid)
+        msg = with_route(msg, msg.sender)  # the reply goes to the sender, through the outbox (recovery too)
+        rt, lang, sid = self.runtime, self.settings.language, msg.external_id
+        is_keyword = keyword(msg.text)[0] is not None
+        if is_keyword and not await rt.intake.record(SURFACE, sid, "opt"):
+            logger.info("whatsapp.redelivery_dropped", message_sid=sid)
+            return twiml()  # a redelivered STOP / START: done already (a STOP after START must not opt out again)
+        try:
+            step = await rt.pipeline.opt_out.check(SURFACE, msg.sender, msg.text)
+        except StoreError:
+            if is_keyword:
+                raise
+            step = None  # the database is away: the message is journaled below (opt-out is checked at replay)
+        if step is not None and step.action == "opted_out":
             logger.info("whatsapp.opted_out", user_id=step.user_id, message_sid=sid)
             return twiml()
-        if step.action == "silenced":
+        if step is not None and step.action == "silenced":
             logger.info("whatsapp.dropped_opted_out", message_sid=sid)
             return twiml()
-        if step.action == "opted_in":
-            self._seen.first_time(sid)
+        if step is not None and step.action == "opted_in":
             logger.info("whatsapp.opted_in", user_id=step.user_id, message_sid=sid)
             return self._answer(self.reply(msg.sender, catalog.t("whatsapp_resumed", step.lang or lang),
                                            step.user_id, None), sid)
         if not msg.text.strip() and (msg.metadata.get("num_media") or msg.metadata.get("location")):
-            if not self._seen.first_time(sid):
+            if not await rt.intake.record(SURFACE, sid, "refused"):
+                logger.info("whatsapp.redelivery_dropped", message_sid=sid)
                 return twiml()
             return self._answer(self._notice(msg.sender, catalog.t("whatsapp_media_only", lang)), sid)
-        # A turn: Twilio is answered once the person's message is stored (or the turn ended without storing
-        # it: a command, a refusal, a redelivery). The future holds the StoreError that kept it out.
-        stored: asyncio.Future[StoreError | None] = asyncio.get_running_loop().create_future()
-        if not self.spawn(self._turn(msg, stored), f"whatsapp:{sid}"):
-            return PlainTextResponse("shutting down", status_code=503)
-        failure = await asyncio.shield(stored)
-        if failure is not None:
-            raise failure
+        taken = await rt.intake.take(msg)  # stored, recorded or journaled: durable from here on
+        if taken.status == "duplicate":
+            logger.info("whatsapp.redelivery_dropped", message_sid=sid)
+        else:
+            rt.intake.spawn(msg, taken)
         return twiml()
 
     def not_stored(self, msg: InboundMessage, exc: StoreError) -> Response:
-        """The database could not take `msg`: 503 for Twilio, and (once per message) a word to the person."""
+        """Nothing of `msg` could be kept: 503 for Twilio, and (once while it lasts) a word to the person."""
+        assert self.runtime is not None
         sid = msg.external_id
-        told = keyword(msg.text)[0] != "stop" and self._apologized.first_time(sid)
+        told = keyword(msg.text)[0] != "stop" and self.runtime.intake.tell_once(SURFACE, msg.sender)
         logger.error("whatsapp.not_stored", message_sid=sid, error=type(exc).__name__, chars=len(msg.text),
                      person_told=told,
-                     fix="the database refused it (down, locked or full): Twilio got 503; check HILO_DATABASE_URL")
+                     fix="the database refused it and the journal could not keep it: Twilio got 503; check "
+                         "HILO_DATABASE_URL and HILO_DATA_DIR / HILO_JOURNAL_MAX_BYTES")
         if told:
             self._answer(self.reply(msg.sender, catalog.t("store_unavailable", self.settings.language), None, None),
                          sid)
         return PlainTextResponse("store unavailable", status_code=503)
 
-    async def _turn(self, msg: InboundMessage, stored: asyncio.Future[StoreError | None]) -> None:
+    async def run(self, msg: InboundMessage, taken: Taken) -> None:
+        """bot.intake's runner: what follows a taken message, in a tracked task."""
         assert self.runtime is not None
         lang, sid = self.settings.language, msg.external_id
-
-        async def on_ingested(_: object) -> None:
-            if not stored.done():
-                stored.set_result(None)
-
-        try:
-            # the reply goes out through the outbox, to the sender (kept with the message: recovery too)
-            out = await self.runtime.pipeline.handle(with_route(msg, msg.sender), on_ingested=on_ingested)
-        except InputError as exc:
-            logger.info("whatsapp.refused", message_sid=sid, reason=exc.key)
-            await self._notice(msg.sender, catalog.t(exc.key, lang, **exc.params))
+        if taken.status == "journaled":
+            if taken.tell:
+                await self._notice(msg.sender, catalog.t("message_kept", lang))
             return
-        except StoreError as exc:
-            if not stored.done():  # not stored: the webhook answers 503 and says so
-                stored.set_result(exc)
+        if taken.refusal is not None:
+            logger.info("whatsapp.refused", message_sid=sid, reason=taken.refusal.key)
+            await self._notice(msg.sender, catalog.t(taken.refusal.key, lang, **taken.refusal.params))
+            return
+        try:
+            if taken.replayed and (await self.runtime.pipeline.opt_out.check(SURFACE, msg.sender, msg.text)
+                                   ).action == "silenced":  # opted out before the database came back
+                self.runtime.pipeline.release(taken)
+                logger.info("whatsapp.dropped_opted_out", message_sid=sid)
                 return
+            out = await self.runtime.pipeline.run(msg, taken)
+        except StoreError as exc:
             logger.error("whatsapp.store_unavailable", message_sid=sid, error=type(exc).__name__)
-            await self.reply(msg.sender, catalog.t("store_unavailable", lang), None, None)
+            await self._notice(msg.sender, catalog.t("store_unavailable", lang))
             return
         except Exception as exc:  # a bug must not leave the person waiting for an answer that never comes
             logger.error("whatsapp.turn_crashed", message_sid=sid, error=type(exc).__name__)
-            await self.reply(msg.sender, catalog.t("internal_error", lang), None, None)
+            await self._notice(msg.sender, catalog.t("internal_error", lang))
             raise
-        finally:
-            if not stored.done():
-                stored.set_result(None)
         if out.status == "duplicate":
             return
         if out.metadata.get("queued"):  # a turn's reply (or apology), queued in the outbox with it

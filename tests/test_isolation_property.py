@@ -160,9 +160,14 @@ async def run(backend: Backend, ops: list[tuple[Any, ...]]) -> None:
         await store.close()
 
 
+_commands = itertools.count()
+
+
 async def say(pipeline: Pipeline, ident: tuple[str, str], text: str) -> str:
-    out = await pipeline.handle(InboundMessage(surface=ident[0], sender=ident[1], external_id=f"{ident}-{text}",
-                                               text=text, conversation_ref=None))
+    # each command its own delivery: a repeated external id is a redelivery (recorded, never run twice)
+    out = await pipeline.handle(InboundMessage(surface=ident[0], sender=ident[1],
+                                               external_id=f"{ident}-{text}-{next(_commands)}", text=text,
+                                               conversation_ref=None))
     assert out.status == "command"
     return out.text
 

@@ -442,26 +442,32 @@ async def test_an_unexpected_error_gets_an_apology_not_silence(tmp_path: Path, b
         async def broken(*args: Any, **kwargs: Any) -> Any:
             raise RuntimeError("a bug")
 
-        runtime(client).pipeline.handle = broken
+        runtime(client).pipeline.run = broken  # after the message is stored
         bot_api.enqueue(bot_api.text_update("hi", language_code="es"))
         [reply] = await bot_api.wait_sent(1)
     assert reply.text == catalog.t("internal_error", "es")
 
 
-async def test_a_full_disk_gets_the_store_unavailable_text_and_keeps_nothing(
+async def test_a_full_disk_keeps_the_message_in_the_journal_and_answers_it_when_the_disk_has_room(
     tmp_path: Path, bot_api: FakeBotApi,
 ) -> None:
-    """SQLite really answering "database or disk is full" (a StoreError, not StoreUnavailable) on ingest."""
+    """SQLite really answering "database or disk is full" (a StoreError, not StoreUnavailable) on ingest: the
+    update is journaled (and confirmed), the person told once that it is kept; once there is room it is stored
+    and answered, before the message that came after it."""
     async with running_daemon(tg_settings(tmp_path, bot_api)) as client:
         async with disk_full(runtime(client).pipeline.store):
             bot_api.enqueue(bot_api.text_update(PAGE_SIZED_TEXT, language_code="es"))
-            [apology] = await bot_api.wait_sent(1)
-            assert apology.text == catalog.t("store_unavailable", "es")
+            [kept] = await bot_api.wait_sent(1)
+            assert kept.text == catalog.t("message_kept", "es")
             assert await inspect(client) is None  # nothing half-stored: no person, no message
         bot_api.enqueue(bot_api.text_update("and now?"))
-        await bot_api.wait_sent(2)
-        data = await delivered(client, 1)
-    assert messages(data) == [("user", "and now?"), ("assistant", bot_api.sent[1].text)]
+        await bot_api.wait_for(lambda: any("You said: and now?" in m.text for m in bot_api.sent), timeout=30)
+        data = await inspect(client)
+    assert [text for role, text in messages(data) if role == "user"] == [PAGE_SIZED_TEXT, "and now?"]
+    assert [role for role, _ in messages(data)].count("assistant") == 2
+    texts = [m.text for m in bot_api.sent]
+    assert texts[0] == catalog.t("message_kept", "es") and texts.count(texts[0]) == 1  # told once
+    assert "You said: " + PAGE_SIZED_TEXT[:30] in texts[1] and "You said: and now?" in texts[-1]  # in order
 
 
 # -- the daemon, webhook ----------------------------------------------------------------------------------
@@ -596,3 +602,20 @@ async def test_a_command_in_a_photo_caption_is_answered_as_a_command(tmp_path: P
         [reply] = await bot_api.wait_sent(1)
         assert reply.text == catalog.t("cmd_help", "en")
         assert await inspect(client) is None  # a command is not a turn: nothing stored
+
+
+async def test_the_webhook_answers_503_when_neither_the_database_nor_the_full_journal_can_keep_the_update(
+    tmp_path: Path, bot_api: FakeBotApi, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Telegram retries a non-2xx: nothing is acknowledged that nothing keeps."""
+    settings = tg_settings(tmp_path, bot_api, HILO_JOURNAL_MAX_BYTES="4096", **webhook_env())
+    async with running_daemon(settings) as client:
+        update = bot_api.text_update(PAGE_SIZED_TEXT)  # a journal line over 4,096 bytes
+        async with disk_full(runtime(client).pipeline.store):
+            assert await post_update(client, update) == 503
+            assert "journal.full" in "".join(capsys.readouterr())
+        assert await post_update(client, update) == 200  # Telegram's retry, once there is room
+        await bot_api.wait_sent(1)
+        data = await delivered(client, 1)
+    assert messages(data)[0] == ("user", PAGE_SIZED_TEXT)
+    assert not (tmp_path / "inbound.journal").exists()

@@ -41,6 +41,7 @@ from tests.fakes import twilio_api as fake_twilio
 from tests.fakes.daemon import free_port, running_daemon
 from tests.fakes.full_disk import PAGE_SIZED_TEXT, disk_full
 from tests.fakes.postgres import StoppablePostgres
+from tests.waiting import wait_until
 
 twilio_api_session = fake_twilio.twilio_api_session
 twilio_api = fake_twilio.twilio_api
@@ -477,51 +478,62 @@ def test_hilo_serve_signed_webhook_one_send_one_turn_unsigned_403(
     assert [(d["status"], d["provider_ref"]) for d in data["deliveries"]] == [("sent", sent.sid)]
 
 
-async def test_a_full_disk_gets_a_503_and_the_store_unavailable_text(
-    daemon: httpx.AsyncClient, twilio_api: fake_twilio.FakeTwilioApi,
+async def test_a_full_disk_keeps_the_message_in_the_journal_and_answers_it_once_the_disk_has_room(
+    daemon: httpx.AsyncClient, twilio_api: fake_twilio.FakeTwilioApi, tmp_path: Path,
 ) -> None:
-    """SQLite really answering "database or disk is full" (a StoreError) on ingest: as when it is down."""
+    """SQLite really answering "database or disk is full" (a StoreError) on ingest: the message goes to the
+    journal (fsync'd, 0600), Twilio gets 200, the person is told once it is kept; once the database has room
+    again the journal_replay job stores it and it is answered, once."""
     params = incoming("SM" + "f" * 32, PAGE_SIZED_TEXT)
     async with disk_full(daemon.app.state.hilo["runtime"].pipeline.store):  # type: ignore[attr-defined]
-        assert (await post(daemon, "/webhooks/whatsapp", params)).status_code == 503
-        (apology,) = await twilio_api.wait_for(1)
-        assert (apology.to, apology.body) == (HANDLE, catalog.t("store_unavailable", "en"))
+        assert (await post(daemon, "/webhooks/whatsapp", params)).status_code == 200
+        (kept,) = await twilio_api.wait_for(1)
+        assert (kept.to, kept.body) == (HANDLE, catalog.t("message_kept", "en"))
+        assert (await post(daemon, "/webhooks/whatsapp", params)).status_code == 200  # a redelivery meanwhile
         await idle(daemon)
         assert await inspect(daemon) is None  # nothing half-stored
-    assert (await post(daemon, "/webhooks/whatsapp", params)).status_code == 200  # Twilio's retry is answered
-    answer = (await twilio_api.wait_for(2))[1]
+        journal = tmp_path / "inbound.journal"
+        assert journal.stat().st_mode & 0o777 == 0o600
+    answer = (await twilio_api.wait_for(2, timeout=30))[1]
     assert answer.body.startswith("[echo")
+    await wait_until(lambda: not journal.exists(), "the replayed journal is deleted")
+    await idle(daemon)
+    sent = len(twilio_api.requests)  # the notice, then the answer's parts
+    assert (await post(daemon, "/webhooks/whatsapp", params)).status_code == 200  # Twilio's retry changes nothing
+    await idle(daemon)
+    assert len(twilio_api.requests) == sent
+    (conv,) = (await inspect(daemon))["conversations"]
+    assert [m["role"] for m in conv["messages"]] == ["user", "assistant"]
 
 
-async def test_a_message_that_arrives_while_the_database_is_down_is_neither_acknowledged_nor_lost(
+async def test_a_message_that_arrives_while_the_database_is_down_is_journaled_acknowledged_and_answered_later(
     tmp_path: Path, twilio_api: fake_twilio.FakeTwilioApi, capsys: pytest.CaptureFixture[str],
 ) -> None:
     # A real Postgres of this test's own, stopped under the running daemon and started again.
     pg = StoppablePostgres()
     uri = await asyncio.to_thread(pg.start)
     try:
-        async with running_daemon(settings_for(tmp_path, twilio_api, HILO_DATABASE_URL=uri)) as client:
+        async with running_daemon(settings_for(tmp_path, twilio_api, HILO_DATABASE_URL=uri,
+                                               HILO_DATA_DIR=str(tmp_path / "data"))) as client:
             await asyncio.to_thread(pg.stop)
             params = incoming("SM" + "d" * 32, "are you there?")
             r = await post(client, "/webhooks/whatsapp", params)
-            # not stored, so not acknowledged: Twilio hears a 5xx (its fallback URL, or its retry, takes over)
-            assert r.status_code == 503, r.text
-            # and the person is told, once, that hilo could not take it
-            (apology,) = await twilio_api.wait_for(1)
-            assert (apology.to, apology.body) == (HANDLE, catalog.t("store_unavailable", "en"))
+            # kept in the journal, so acknowledged
+            assert r.status_code == 200 and r.text == EMPTY_TWIML, r.text
+            # and the person is told, once, that it is kept and will be answered
+            (kept,) = await twilio_api.wait_for(1)
+            assert (kept.to, kept.body) == (HANDLE, catalog.t("message_kept", "en"))
             logged = "".join(capsys.readouterr())
-            assert "whatsapp.not_stored" in logged and params["MessageSid"] in logged
+            assert "intake.not_stored" in logged and "journal.kept" in logged
             assert "are you there" not in logged  # ids and sizes, never the text
-            assert (await post(client, "/webhooks/whatsapp", params)).status_code == 503  # Twilio again
+            assert (await post(client, "/webhooks/whatsapp", params)).status_code == 200  # Twilio again
             stop = incoming("SM" + "s" * 32, "STOP")
             assert (await post(client, "/webhooks/whatsapp", stop)).status_code == 503  # STOP is not lost either
             await idle(client)
-            assert len(twilio_api.requests) == 1  # one apology; none for STOP
+            assert len(twilio_api.requests) == 1  # one word to the person; none for STOP
 
             await asyncio.to_thread(pg.start)
-            r = await post(client, "/webhooks/whatsapp", params)  # the redelivery, once the database is back
-            assert r.status_code == 200 and r.text == EMPTY_TWIML
-            (_, answer) = await twilio_api.wait_for(2)
+            (_, answer) = await twilio_api.wait_for(2, timeout=30)  # the journal_replay job, once it is back
             assert "You said: are you there?" in answer.body
             assert (await post(client, "/webhooks/whatsapp", params)).status_code == 200
             await idle(client)

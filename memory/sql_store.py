@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 from kernel.types import InboundMessage, ModelCallRecord, OutboxItem, Outgoing, utcnow
 from memory import jobs, turn_lease
 from memory import sql_extract as extract
-from memory import sql_limits as limits
 from memory import sql_inbound as inbound
+from memory import sql_limits as limits
 from memory import sql_linking as linking
 from memory import sql_memories as memories
 from memory import sql_memory_vectors as memory_vectors

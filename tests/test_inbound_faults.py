@@ -227,7 +227,8 @@ async def test_messages_while_postgres_is_stopped_are_journaled_acknowledged_and
         await asyncio.to_thread(pg.remove)
     got = answers(bot_api, twilio_api)
     dropped = [d.text for d in deliveries if got[(d.surface, d.who, d.text)] == 0]
-    assert dropped == [], f"{len(dropped)} of {len(deliveries)} messages dropped (statuses {statuses})"
+    assert dropped == [], (f"{len(dropped)} of {len(deliveries)} messages dropped (statuses {statuses}); the "
+                           "daemon's last lines:\n" + "\n".join(daemon.lines[-80:]))
     assert statuses == [200] * len(deliveries) and again == [200] * 4, "journaled, so acknowledged"
     assert told
     kept = catalog.t("message_kept", "en")

@@ -51,8 +51,17 @@ POLICY = RetryPolicy(attempts=5, backoff_base=1.0, backoff_max=60.0, retry_after
 
 def with_route(msg: InboundMessage, recipient: str, reply_to: str | int | None = None) -> InboundMessage:
     """`msg` carrying where its reply is to be sent (kept with the stored message)."""
-    route = {"to": recipient, "reply_to": None if reply_to is None else str(reply_to)}
+    route: dict[str, Any] = {"to": recipient, "reply_to": None if reply_to is None else str(reply_to)}
+    if msg.language:  # the person's language, for what a later turn (recovery) says from the catalogue
+        route["lang"] = msg.language
     return replace(msg, metadata={**msg.metadata, ROUTE: route})
+
+
+def route_language(metadata: dict[str, Any]) -> str | None:
+    """The language the person's client or platform gave with a routed message (with_route), if any."""
+    route = metadata.get(ROUTE)
+    lang = route.get("lang") if isinstance(route, dict) else None
+    return str(lang) if lang else None
 
 
 def route_of(metadata: dict[str, Any]) -> tuple[str, str | None] | None:

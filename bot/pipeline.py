@@ -27,7 +27,7 @@ from bot.keyed import KeyedLocks
 from bot.models.base import AllModelsFailed, Chain, ChainResult, Completion, Reset
 from bot.notices import Notices
 from bot.opt_out import OptOut
-from bot.outbox import Outbox, route_of
+from bot.outbox import Outbox, route_language, route_of
 from bot.ports import Deliveries, History, RateLimits
 from kernel import catalog, log, tokens
 from kernel.errors import InputError
@@ -158,7 +158,7 @@ class Pipeline:
         if m.id in self._in_flight:
             return OutboundMessage(msg.surface, msg.sender, "", "duplicate")
         logger.info("turn.recovered", surface=m.surface, message_id=m.id)
-        lang = catalog.language(None, self.settings.language)
+        lang = catalog.language(route_language(m.metadata), self.settings.language)
         return await self._answer(msg, turn, lang, time.perf_counter(), None, None)
 
     async def _answer(

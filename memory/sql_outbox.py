@@ -90,9 +90,9 @@ async def undelivered(db: Db, surface: str, recipient: str) -> int:
 
 async def pending(db: Db, user_id: int) -> list[dict[str, Any]]:
     """The user's undelivered parts (for tests and read-outs)."""
-    rows = await db.all("SELECT id, surface, recipient, part, parts, status, attempts FROM deliveries "
+    rows = await db.all("SELECT id, surface, recipient, part, parts, status, attempts, body FROM deliveries "
                         "WHERE user_id = $1 AND status IN ('pending', 'sending') ORDER BY id", user_id)
-    keys = ("id", "surface", "recipient", "part", "parts", "status", "attempts")
+    keys = ("id", "surface", "recipient", "part", "parts", "status", "attempts", "text")
     return [dict(zip(keys, r, strict=True)) for r in rows]
 
 

@@ -20,6 +20,7 @@ from bot.notices import Notices
 from bot.outbox import Outbox, with_route
 from bot.pipeline import Pipeline
 from bot.tasks import TaskSet
+from kernel import catalog
 from kernel.types import InboundMessage, Outgoing
 from surfaces.telegram import api_urls
 from surfaces.telegram_outbound import TelegramTransport
@@ -27,6 +28,7 @@ from surfaces.whatsapp_send import WINDOW_CLOSED_EXPLANATION, TwilioSender, Twil
 from tests.backends import TestClock
 from tests.fakes import telegram_api as fake_telegram
 from tests.fakes import twilio_api as fake_twilio
+from tests.fakes.model_server import FakeModelServer, status
 from tests.waiting import wait_until
 
 bot_api_session = fake_telegram.bot_api_session
@@ -277,6 +279,25 @@ async def test_the_recover_job_answers_a_stored_message_once_and_queues_its_repl
     reply = conversation["messages"][1]
     assert (reply["role"], reply["reply_to"]) == ("assistant", stored.message.id)
     assert [(p["recipient"], p["status"]) for p in await store.outbox_pending(stored.user_id)] == [("42", "pending")]
+
+
+async def test_recovery_apologizes_in_the_language_the_message_came_with(store: Any, clock: TestClock,
+                                                                          model_server: FakeModelServer) -> None:
+    model_server.script("m1", default=status(503))
+    settings = Settings.from_mapping({"HILO_MODEL": "openai:m1", "HILO_MODEL_ATTEMPTS": "1",
+                                      "OPENAI_BASE_URL": model_server.base_url + "/v1", "OPENAI_API_KEY": "sk-test",
+                                      "HILO_RECOVERY_GRACE": "30"})
+    pipeline = Pipeline(settings, store, build_chain(settings))
+    pipeline.outbox.register(_Silent())
+    stored = await store.ingest(inbound("42:9", "hola", received_at=clock(), language="es"), 1)
+    assert stored is not None
+    clock.advance(31)
+    try:
+        assert await recovery(settings, store, pipeline)(JobContext("recover", "run-1"))
+    finally:
+        await pipeline.chain.aclose()
+    [part] = await store.outbox_pending(stored.user_id)
+    assert part["text"] == catalog.t("model_unavailable", "es")  # not the default language's
 
 
 class _Silent:

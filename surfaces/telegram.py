@@ -14,11 +14,8 @@ Exactly once: a message's external_id is "<chat id>:<message id>"; every deliver
 restart, is never answered twice nor re-runs a command. Edited messages are not subscribed to nor answered.
 What a message means (ignore, refuse, command, turn) is decided in `telegram_inbound`. A turn's reply goes
 out through the outbox (bot/outbox.py: stored parts, in order per chat, retried, resumed after a restart) by
-`telegram_outbound.TelegramTransport`. What is said outside a turn (command answers, refusals, errors: `_say`)
-goes the same way when the person is known to the database (bot/notices.py `say`), queued in the chat's order
-after the replies before it. Only where no row can be stored is it sent directly (`telegram_outbound.send_text`,
-retried there): a person the database does not know (a refused sender off the allowlist, a first /start), or the
-database failing ("store unavailable", "message kept", a reply that could not be stored).
+`telegram_outbound.TelegramTransport`; so is what is said outside a turn (`_say`: command answers, refusals,
+errors) when the person is known to the database, else sent directly (`telegram_outbound.Say` says where).
 """
 
 from __future__ import annotations
@@ -46,7 +43,7 @@ from kernel.errors import ConfigError, Draining, StoreError
 from kernel.types import InboundMessage
 from surfaces.http_body import BodyTooLarge, parse_json, read_body
 from surfaces.telegram_inbound import Allowlist, BotIdentity, classify
-from surfaces.telegram_outbound import SendFailed, SendPolicy, TelegramTransport, send_text, show_typing
+from surfaces.telegram_outbound import Say, SendPolicy, TelegramTransport, show_typing
 from surfaces.telegram_polling import Poller
 from surfaces.telegram_setup import api_urls, check_webhook_settings, start_failed
 
@@ -78,6 +75,7 @@ class TelegramSurface:
         self._app: Application[Any, Any, Any, Any, Any, Any] | None = None
         self._runtime: Runtime | None = None
         self._me: BotIdentity | None = None
+        self._speaker: Say | None = None
         self._accepting = False
         self._chats: KeyedLocks[int] = KeyedLocks()  # what follows an update: one at a time per chat, in order
         self._taking: KeyedLocks[int] = KeyedLocks()  # taking an update in: one at a time per chat
@@ -113,6 +111,7 @@ class TelegramSurface:
                 raise start_failed(self.settings, exc) from None
             raise
         self._app = app
+        self._speaker = Say(app.bot, runtime.pipeline.notices, self.policy)
         try:
             self._me = BotIdentity(app.bot.id, (app.bot.username or "").lower())
             await app.start()
@@ -233,7 +232,8 @@ class TelegramSurface:
                     return
                 logger.info("telegram.refused", update_id=update.update_id, reason=d.action)
                 if d.action == "refuse":  # off the allowlist: nothing is stored for them, not even a part
-                    say = self._say_direct(chat_id, catalog.t("telegram_not_allowed", d.lang), d.reply_to)
+                    assert self._speaker is not None
+                    say = self._speaker.direct(chat_id, catalog.t("telegram_not_allowed", d.lang), d.reply_to)
                 else:
                     assert message.from_user is not None
                     say = self._say(chat_id, catalog.t("telegram_non_text", d.lang), d.reply_to,
@@ -327,25 +327,6 @@ class TelegramSurface:
 
     async def _say(self, chat_id: int, text: str, reply_to: int | None, *, sender: str | None = None,
                    user_id: int | None = None) -> None:
-        """What hilo says outside a turn (commands, refusals, errors): queued in the outbox when the person is
-        known to the database (`user_id`, or the user of the identity `sender`); else sent directly, after what
-        the chat has queued. Neither given: the database is failing, sent directly at once."""
-        rt = self._runtime
-        if rt is not None and (sender is not None or user_id is not None) and await rt.pipeline.notices.say(
-                self.name, str(chat_id), text, user_id=user_id, sender=sender,
-                reply_to=None if reply_to is None else str(reply_to)):
-            return
-        await self._send_now(chat_id, text, reply_to)
-
-    async def _say_direct(self, chat_id: int, text: str, reply_to: int | None) -> None:
-        """Sent directly, never queued (a sender off the allowlist), after what the chat has queued (a group)."""
-        if self._runtime is not None:
-            await self._runtime.pipeline.notices.after_queued(self.name, str(chat_id))
-        await self._send_now(chat_id, text, reply_to)
-
-    async def _send_now(self, chat_id: int, text: str, reply_to: int | None) -> None:
-        """The direct send, where no row can be stored: retried here, not recorded."""
-        try:
-            await send_text(self.application.bot, chat_id, text, reply_to=reply_to, policy=self.policy)
-        except SendFailed as exc:
-            logger.error("telegram.send_failed", error=type(exc.error).__name__, attempts=exc.attempts)
+        """What hilo says outside a turn (telegram_outbound.Say: queued when the person is known)."""
+        assert self._speaker is not None
+        await self._speaker.say(chat_id, text, reply_to, sender=sender, user_id=user_id)

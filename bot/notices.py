@@ -12,9 +12,11 @@ delivery. `register` keeps a sender of its own for a surface without a transport
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextlib import suppress
 
 from bot.outbox import Outbox
 from kernel import log, tokens
+from kernel.errors import StoreError
 from memory.store import Store, StoredMessage
 
 logger = log.get("hilo.notices")
@@ -22,6 +24,8 @@ logger = log.get("hilo.notices")
 #: (recipient on the surface, text, user id, id of the stored notice) -> None, returning once the delivery
 #: is under way (it must not wait for the provider).
 Sender = Callable[[str, str, int, int], Awaitable[None]]
+#: Seconds a direct send waits for what is queued for its recipient (the outbox goes on after: it stays queued).
+SETTLE_S = 120.0
 
 
 class Notices:
@@ -57,3 +61,30 @@ class Notices:
         logger.info("notice.posted", surface=surface, user_id=user_id, message_id=stored.id,
                     pushed=sender is not None or outgoing is not None)
         return stored
+
+    async def say(self, surface: str, recipient: str, text: str, *, user_id: int | None = None,
+                  sender: str | None = None, reply_to: str | None = None) -> bool:
+        """Queue `text` for `recipient` in the outbox when the person is known to the database (`user_id`, else
+        the user of the identity (surface, `sender`)); True when queued. False: no row can be stored (a person the
+        database does not know, the database failing, no transport of `surface` here) and the caller sends it
+        directly; for an unknown person only once what is queued for `recipient` went out (a group's replies to
+        others), so it still comes after them."""
+        if self.outbox is None:
+            return False
+        try:
+            if user_id is None and sender is not None:
+                user_id = await self.store.identity_user(surface, sender)
+            if user_id is not None:
+                return bool(await self.outbox.enqueue(surface, recipient, text, user_id=user_id, reply_to=reply_to))
+        except StoreError as exc:  # the database is failing: said directly, at once (nothing queued goes out now)
+            logger.error("say.not_queued", surface=surface, user_id=user_id, error=type(exc).__name__)
+            return False
+        await self.after_queued(surface, recipient)
+        return False
+
+    async def after_queued(self, surface: str, recipient: str) -> None:
+        """Wait (up to SETTLE_S) until what is queued for `recipient` is sent or finally failed: a direct send
+        comes after it. The database failing: no wait (nothing queued can go out meanwhile)."""
+        if self.outbox is not None:
+            with suppress(StoreError):
+                await self.outbox.settled(surface, recipient, timeout=SETTLE_S)

@@ -85,6 +85,8 @@ class Outbox:
         self._tasks: TaskSet | None = None
         self._loop: asyncio.Task[Any] | None = None
         self._sending: dict[asyncio.Task[Any], str] = {}
+        #: surfaces whose claim runs now (its parts are 'sending' before their tasks are in `_sending`)
+        self._claiming: set[str] = set()
         self._stopping = False
         #: (surface, recipient) -> set when one of its parts settled; and how many wait on it
         self._settled: dict[tuple[str, str], asyncio.Event] = {}
@@ -155,7 +157,14 @@ class Outbox:
 
     async def _claim(self, surface: str) -> float:
         """Start sending the due heads of `surface`; seconds until the next is due (at most IDLE_S)."""
-        items = await self.store.claim_outbox(surface, self.owner, self.lease)
+        self._claiming.add(surface)
+        try:
+            items = await self.store.claim_outbox(surface, self.owner, self.lease)
+            return await self._start_sends(surface, items)
+        finally:
+            self._claiming.discard(surface)
+
+    async def _start_sends(self, surface: str, items: list[OutboxItem]) -> float:
         for item in items:
             assert self._tasks is not None
             try:
@@ -198,8 +207,8 @@ class Outbox:
 
     async def settled(self, surface: str, recipient: str, timeout: float) -> bool:
         """Wait (up to `timeout` s) until every part queued for `recipient` is sent or finally failed; False
-        when some are still undelivered. A surface awaits it after a turn, so that what it says next to the
-        same person (a refusal, a command's answer) comes after the reply, as the messages came."""
+        when some are still undelivered. Awaited only before a direct send (bot/notices.py `after_queued`: a
+        person the database does not know), so that it comes after what is queued for the same chat."""
         key = (surface, recipient)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -244,8 +253,8 @@ class Outbox:
     # -- stopping -------------------------------------------------------------------------------------------
 
     def closing(self, surface: str) -> None:
-        """The surface's stop began: its turns stop waiting for their parts (`settled`), which stay queued and
-        go out with `flush` or at the next start, so in-flight turns end within the stop budget."""
+        """The surface's stop began: its direct sends stop waiting for queued parts (`settled`), which stay
+        queued and go out with `flush` or at the next start, so in-flight work ends within the stop budget."""
         self._closing.add(surface)
         for (name, _), event in self._settled.items():
             if name == surface:
@@ -260,6 +269,9 @@ class Outbox:
             busy = [t for t, s in self._sending.items() if s == surface]
             if busy:
                 await asyncio.wait(busy, timeout=max(0.0, deadline - loop.time()))
+                continue
+            if surface in self._claiming:  # claimed parts whose sends are not started yet
+                await asyncio.sleep(0.02)
                 continue
             try:
                 due = await self.store.outbox_next_due(surface)

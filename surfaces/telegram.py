@@ -14,8 +14,8 @@ Exactly once: a message's external_id is "<chat id>:<message id>"; every deliver
 restart, is never answered twice nor re-runs a command. Edited messages are not subscribed to nor answered.
 What a message means (ignore, refuse, command, turn) is decided in `telegram_inbound`. A turn's reply goes
 out through the outbox (bot/outbox.py: stored parts, in order per chat, retried, resumed after a restart) by
-`telegram_outbound.TelegramTransport`; the chat's next update waits until it is sent. "typing" and what is said
-outside a turn (refusals, command answers: `_say`) are `telegram_outbound` too.
+`telegram_outbound.TelegramTransport`; so is what is said outside a turn (`_say`: command answers, refusals,
+errors) when the person is known to the database, else sent directly (`telegram_outbound.Say` says where).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from kernel.errors import ConfigError, Draining, StoreError
 from kernel.types import InboundMessage
 from surfaces.http_body import BodyTooLarge, parse_json, read_body
 from surfaces.telegram_inbound import Allowlist, BotIdentity, classify
-from surfaces.telegram_outbound import SendFailed, SendPolicy, TelegramTransport, send_text, show_typing
+from surfaces.telegram_outbound import Say, SendPolicy, TelegramTransport, show_typing
 from surfaces.telegram_polling import Poller
 from surfaces.telegram_setup import api_urls, check_webhook_settings, start_failed
 
@@ -51,8 +51,6 @@ logger = log.get("hilo.telegram")
 
 WEBHOOK_PATH = "/webhooks/telegram"
 MAX_UPDATE_BYTES = 1024 * 1024
-#: Seconds a chat's update waits for its reply's parts to be sent (the outbox goes on after: they stay queued).
-SETTLE_S = 120.0
 #: Seconds the stop gives the outbox to send what the drained updates queued (the rest waits for the next start).
 FLUSH_S = 10.0
 
@@ -77,6 +75,7 @@ class TelegramSurface:
         self._app: Application[Any, Any, Any, Any, Any, Any] | None = None
         self._runtime: Runtime | None = None
         self._me: BotIdentity | None = None
+        self._speaker: Say | None = None
         self._accepting = False
         self._chats: KeyedLocks[int] = KeyedLocks()  # what follows an update: one at a time per chat, in order
         self._taking: KeyedLocks[int] = KeyedLocks()  # taking an update in: one at a time per chat
@@ -112,6 +111,7 @@ class TelegramSurface:
                 raise start_failed(self.settings, exc) from None
             raise
         self._app = app
+        self._speaker = Say(app.bot, runtime.pipeline.notices, self.policy)
         try:
             self._me = BotIdentity(app.bot.id, (app.bot.username or "").lower())
             await app.start()
@@ -205,7 +205,9 @@ class TelegramSurface:
             if message is not None:
                 lang = catalog.language(message.from_user.language_code if message.from_user else None,
                                         self.settings.language)
-                self._spawn(self._say(message.chat_id, catalog.t("internal_error", lang), None), "telegram.say")
+                sender = str(message.from_user.id) if message.from_user else None
+                self._spawn(self._say(message.chat_id, catalog.t("internal_error", lang), None, sender=sender),
+                            "telegram.say")
 
     async def _take_message(self, update: Update) -> None:
         message, rt, me = update.message, self._runtime, self._me
@@ -229,9 +231,14 @@ class TelegramSurface:
                     self._spawn(self._command(chat_id, d.command, d.msg, d.lang, d.reply_to), "telegram.command")
                     return
                 logger.info("telegram.refused", update_id=update.update_id, reason=d.action)
-                key = "telegram_not_allowed" if d.action == "refuse" else "telegram_non_text"
-                self._spawn(self._in_order(chat_id, self._say(chat_id, catalog.t(key, d.lang), d.reply_to)),
-                            "telegram.say")
+                if d.action == "refuse":  # off the allowlist: nothing is stored for them, not even a part
+                    assert self._speaker is not None
+                    say = self._speaker.direct(chat_id, catalog.t("telegram_not_allowed", d.lang), d.reply_to)
+                else:
+                    assert message.from_user is not None
+                    say = self._say(chat_id, catalog.t("telegram_non_text", d.lang), d.reply_to,
+                                    sender=str(message.from_user.id))
+                self._spawn(self._in_order(chat_id, say), "telegram.say")
                 return
             assert d.msg is not None
             # the reply goes out through the outbox, to this chat (kept with the message: recovery too)
@@ -267,10 +274,13 @@ class TelegramSurface:
         async with self._chats.hold(chat_id):
             try:
                 text = await self._runtime.pipeline.command(command, msg)
-            except StoreError as exc:  # down, locked, full or broken
+            except StoreError as exc:  # down, locked, full or broken: said directly
                 logger.error("telegram.store_failed", error=type(exc).__name__)
-                text = catalog.t("store_unavailable", lang)
-            await self._say(chat_id, text, reply_to)
+                await self._say(chat_id, catalog.t("store_unavailable", lang), reply_to)
+                return
+            # queued (the person is known) after the chat's replies before it; a crash between the command's
+            # inbound record and this loses the answer (docs/architecture.md, "The outbox")
+            await self._say(chat_id, text, reply_to, sender=msg.sender)
 
     async def _run(self, msg: InboundMessage, taken: Taken) -> None:
         """bot.intake's runner: what follows a taken message (also one replayed from the journal)."""
@@ -284,17 +294,19 @@ class TelegramSurface:
                 await self._answer(chat_id, msg, taken, lang, reply_to, rt)
             except Exception as exc:  # a bug must not leave the person waiting for an answer that never comes
                 logger.error("telegram.update_failed", error=type(exc).__name__)
-                await self._say(chat_id, catalog.t("internal_error", lang), None)
+                await self._say(chat_id, catalog.t("internal_error", lang), None, sender=msg.sender,
+                                user_id=taken.turn.user_id if taken.turn is not None else None)
                 raise
 
     async def _answer(self, chat_id: int, msg: InboundMessage, taken: Taken, lang: str, reply_to: int | None,
                       rt: Runtime) -> None:
-        if taken.status == "journaled":
+        if taken.status == "journaled":  # the database cannot take it: said directly
             if taken.tell:
                 await self._say(chat_id, catalog.t("message_kept", lang), reply_to)
             return
         if taken.refusal is not None:
-            await self._say(chat_id, catalog.t(taken.refusal.key, lang, **taken.refusal.params), reply_to)
+            await self._say(chat_id, catalog.t(taken.refusal.key, lang, **taken.refusal.params), reply_to,
+                            sender=msg.sender)
             return
         try:
             async with show_typing(self.application.bot, chat_id):
@@ -306,18 +318,15 @@ class TelegramSurface:
         if out.status == "duplicate":
             return
         if out.status == "command":  # e.g. "@bot /help" in a group, or a photo captioned "/memory"
-            await self._say(chat_id, out.text, reply_to)
+            await self._say(chat_id, out.text, reply_to, sender=msg.sender)
             return
-        # "ok", or "failed" (every model down: the catalogue's apology): queued in the outbox with the reply
+        # "ok", or "failed" (every model down: the catalogue's apology): queued in the outbox with the reply,
+        # and what the chat's next update says is queued after it
         if not out.metadata.get("queued"):  # the reply could not be stored: said directly, not lost
             await self._say(chat_id, out.text, reply_to)
-            return
-        # the chat's next update waits for this reply to go out: what is said next comes after it
-        await rt.pipeline.outbox.settled(self.name, str(chat_id), timeout=SETTLE_S)
 
-    async def _say(self, chat_id: int, text: str, reply_to: int | None) -> None:
-        """A reply that is not a turn's (commands, refusals, errors): sent, retried, not recorded."""
-        try:
-            await send_text(self.application.bot, chat_id, text, reply_to=reply_to, policy=self.policy)
-        except SendFailed as exc:
-            logger.error("telegram.send_failed", error=type(exc.error).__name__, attempts=exc.attempts)
+    async def _say(self, chat_id: int, text: str, reply_to: int | None, *, sender: str | None = None,
+                   user_id: int | None = None) -> None:
+        """What hilo says outside a turn (telegram_outbound.Say: queued when the person is known)."""
+        assert self._speaker is not None
+        await self._speaker.say(chat_id, text, reply_to, sender=sender, user_id=user_id)

@@ -1,6 +1,7 @@
 """Telegram's side of a reply: split to the 4,096 limit, "typing" while the model works, and the transport the
-outbox sends replies and notices through (`TelegramTransport`: one part, classified errors); `send_text` (retried
-here) is for what is said outside the outbox (refusals, command answers, errors).
+outbox sends replies and notices through (`TelegramTransport`: one part, classified errors), and `Say`: what is said
+outside a turn (command answers, refusals, errors), queued in the outbox when the person is known to the
+database, else sent directly by `send_text` (retried here) where no row can be stored.
 
 Bot API calls are retried by bot.retry (the one retry module) under Telegram's numbers (SendPolicy); this
 module only classifies:
@@ -25,6 +26,7 @@ from telegram import Bot, ReplyParameters
 from telegram.constants import ChatAction
 from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
 
+from bot.notices import Notices
 from bot.retry import GaveUp, RetryPolicy, call_with_retry
 from kernel import log
 from kernel.errors import SendError, ServiceUnavailable
@@ -160,3 +162,37 @@ class TelegramTransport:
             raise SendError(describe(exc), transient=_transient(exc), code=type(exc).__name__,
                             retry_after=_pause(exc)) from exc
         return str(message.message_id)
+
+
+class Say:
+    """What the Telegram surface says outside a turn: queued in the outbox when the person is known to the
+    database (bot/notices.py `say`: `user_id`, or the user of the identity `sender`), so it goes out in the
+    chat's order with the replies, retried, recorded. Else sent directly, where no row can be stored: a person
+    the database does not know (after what the chat has queued), or, with neither `sender` nor `user_id`, the
+    database failing (at once)."""
+
+    def __init__(self, bot: Bot, notices: Notices, policy: SendPolicy) -> None:
+        self.bot = bot
+        self.notices = notices
+        self.policy = policy
+
+    async def say(self, chat_id: int, text: str, reply_to: int | None, *, sender: str | None = None,
+                  user_id: int | None = None) -> None:
+        if (sender is not None or user_id is not None) and await self.notices.say(
+                "telegram", str(chat_id), text, user_id=user_id, sender=sender,
+                reply_to=None if reply_to is None else str(reply_to)):
+            return
+        await self.send_now(chat_id, text, reply_to)
+
+    async def direct(self, chat_id: int, text: str, reply_to: int | None) -> None:
+        """Never queued (a sender off the allowlist: hilo keeps nothing about them), but after what the chat has
+        queued (a group's replies to others)."""
+        await self.notices.after_queued("telegram", str(chat_id))
+        await self.send_now(chat_id, text, reply_to)
+
+    async def send_now(self, chat_id: int, text: str, reply_to: int | None) -> None:
+        """The direct send: retried here, not recorded."""
+        try:
+            await send_text(self.bot, chat_id, text, reply_to=reply_to, policy=self.policy)
+        except SendFailed as exc:
+            logger.error("telegram.send_failed", error=type(exc.error).__name__, attempts=exc.attempts)

@@ -15,6 +15,14 @@ Decisions:
   turn and no reply (on numbers with Twilio's opt-out handling, Twilio sends the confirmation itself). While
   opted out, nothing new is stored and nothing is sent. START / ALTA / ... resumes, with a short confirmation.
 - Media without text gets the catalogue's "text only" answer and no turn; a caption is the message text.
+
+What hilo says goes out through the outbox (bot/outbox.py, surfaces.whatsapp_send.TwilioTransport): a turn's
+reply queued with it, and what is said outside a turn (command answers, refusals, the START confirmation, errors:
+`say`) queued too when the person is known to the database (bot/notices.py `say`). What follows a number's
+messages runs one at a time per number, in arrival order, so their answers are queued (and sent) in that order.
+Only where no row can be stored is it sent directly (`reply`: surfaces.whatsapp_send.deliver, retried there): a
+number the database does not know (a first message that is media only), or the database failing ("store
+unavailable", "message kept", a reply that could not be stored).
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from typing import Any
 from starlette.responses import PlainTextResponse, Response
 
 from bot.config import Settings
+from bot.keyed import KeyedLocks
 from bot.opt_out import keyword
 from bot.outbox import with_route
 from bot.pipeline import Taken
@@ -38,8 +47,6 @@ logger = log.get("hilo.whatsapp")
 
 SURFACE = "whatsapp"
 EMPTY_TWIML = '<?xml version="1.0" encoding="UTF-8"?><Response></Response>'
-#: Seconds a turn's task waits for its reply's parts to be sent (the outbox goes on after: they stay queued).
-SETTLE_S = 120.0
 Spawn = Callable[[Coroutine[Any, Any, Any], str], bool]
 
 
@@ -55,28 +62,33 @@ class Inbox:
         self.sender = sender
         self.spawn = spawn
         self.runtime: Runtime | None = None
+        self._numbers: KeyedLocks[str] = KeyedLocks()  # what follows a number's messages: one at a time, in order
 
     async def reply(self, recipient: str, text: str, user_id: int | None, message_id: int | None) -> None:
-        """Send `text` to `recipient` part by part, recording each part (when the person is known)."""
+        """The direct send, where no row can be stored: `text` part by part, retried, each part recorded when
+        the person is known."""
         assert self.runtime is not None
         await deliver(self.sender, self.runtime.pipeline.deliveries, recipient=recipient, text=text, user_id=user_id,
                       message_id=message_id)
 
-    async def _user_id(self, sender: str) -> int | None:
-        """The person's user id for delivery rows; None when unknown or the database cannot say."""
+    async def say(self, recipient: str, text: str, user_id: int | None = None) -> None:
+        """What hilo says outside a turn (command answers, refusals, START, errors): queued in the outbox when the
+        person is known to the database (`user_id`, or the user of the number's identity), else sent directly
+        after what is queued for the number."""
         assert self.runtime is not None
-        try:
-            return await self.runtime.pipeline.history.identity_user(SURFACE, sender)
-        except StoreError:
-            return None
+        if not await self.runtime.pipeline.notices.say(SURFACE, recipient, text, user_id=user_id, sender=recipient):
+            await self.reply(recipient, text, None, None)
 
-    async def _notice(self, recipient: str, text: str) -> None:
-        """What hilo says outside a turn (refusals, "kept", errors): the one way it does."""
-        await self.reply(recipient, text, await self._user_id(recipient), None)
+    async def _in_order(self, sender: str, work: Coroutine[Any, Any, Any]) -> None:
+        """`work` after what the number's earlier messages do (asyncio.Lock: first come, first served)."""
+        async with self._numbers.hold(sender):
+            await work
 
-    def _answer(self, coro: Coroutine[Any, Any, Any], sid: str) -> Response:
-        """Empty TwiML, the reply going out in the background."""
-        if not self.spawn(coro, f"whatsapp:{sid}"):
+    def _answer(self, coro: Coroutine[Any, Any, Any], msg: InboundMessage) -> Response:
+        """Empty TwiML, the answer going out in the background, after the number's earlier answers."""
+        work = self._in_order(msg.sender, coro)
+        if not self.spawn(work, f"whatsapp:{msg.external_id}"):
+            work.close()
             coro.close()
         return twiml()
 
@@ -104,13 +116,13 @@ class Inbox:
             return twiml()
         if step is not None and step.action == "opted_in":
             logger.info("whatsapp.opted_in", user_id=step.user_id, message_sid=sid)
-            return self._answer(self.reply(msg.sender, catalog.t("whatsapp_resumed", step.lang or lang),
-                                           step.user_id, None), sid)
+            return self._answer(self.say(msg.sender, catalog.t("whatsapp_resumed", step.lang or lang),
+                                         step.user_id), msg)
         if not msg.text.strip() and (msg.metadata.get("num_media") or msg.metadata.get("location")):
             if not await rt.intake.record(SURFACE, sid, "refused"):
                 logger.info("whatsapp.redelivery_dropped", message_sid=sid)
                 return twiml()
-            return self._answer(self._notice(msg.sender, catalog.t("whatsapp_media_only", lang)), sid)
+            return self._answer(self.say(msg.sender, catalog.t("whatsapp_media_only", lang)), msg)
         taken = await rt.intake.take(msg)  # stored, recorded or journaled: durable from here on
         if taken.status == "duplicate":
             logger.info("whatsapp.redelivery_dropped", message_sid=sid)
@@ -127,22 +139,27 @@ class Inbox:
                      person_told=told,
                      fix="the database refused it and the journal could not keep it: Twilio got 503; check "
                          "HILO_DATABASE_URL and HILO_DATA_DIR / HILO_JOURNAL_MAX_BYTES")
-        if told:
-            self._answer(self.reply(msg.sender, catalog.t("store_unavailable", self.settings.language), None, None),
-                         sid)
+        if told:  # the database is failing: said directly, at once
+            coro = self.reply(msg.sender, catalog.t("store_unavailable", self.settings.language), None, None)
+            if not self.spawn(coro, f"whatsapp:{sid}"):
+                coro.close()
         return PlainTextResponse("store unavailable", status_code=503)
 
     async def run(self, msg: InboundMessage, taken: Taken) -> None:
-        """bot.intake's runner: what follows a taken message, in a tracked task."""
+        """bot.intake's runner: what follows a taken message, in a tracked task, after the number's earlier ones."""
+        async with self._numbers.hold(msg.sender):
+            await self._run(msg, taken)
+
+    async def _run(self, msg: InboundMessage, taken: Taken) -> None:
         assert self.runtime is not None
         lang, sid = self.settings.language, msg.external_id
-        if taken.status == "journaled":
+        if taken.status == "journaled":  # the database cannot take it: said directly
             if taken.tell:
-                await self._notice(msg.sender, catalog.t("message_kept", lang))
+                await self.reply(msg.sender, catalog.t("message_kept", lang), None, None)
             return
         if taken.refusal is not None:
             logger.info("whatsapp.refused", message_sid=sid, reason=taken.refusal.key)
-            await self._notice(msg.sender, catalog.t(taken.refusal.key, lang, **taken.refusal.params))
+            await self.say(msg.sender, catalog.t(taken.refusal.key, lang, **taken.refusal.params))
             return
         try:
             if taken.replayed and (await self.runtime.pipeline.opt_out.check(SURFACE, msg.sender, msg.text)
@@ -153,15 +170,17 @@ class Inbox:
             out = await self.runtime.pipeline.run(msg, taken)
         except StoreError as exc:
             logger.error("whatsapp.store_unavailable", message_sid=sid, error=type(exc).__name__)
-            await self._notice(msg.sender, catalog.t("store_unavailable", lang))
+            await self.reply(msg.sender, catalog.t("store_unavailable", lang), None, None)  # said directly
             return
         except Exception as exc:  # a bug must not leave the person waiting for an answer that never comes
             logger.error("whatsapp.turn_crashed", message_sid=sid, error=type(exc).__name__)
-            await self._notice(msg.sender, catalog.t("internal_error", lang))
+            await self.say(msg.sender, catalog.t("internal_error", lang),
+                           taken.turn.user_id if taken.turn is not None else None)
             raise
-        if out.status == "duplicate":
+        if out.status == "duplicate" or out.metadata.get("queued"):  # a turn's reply: queued with it
             return
-        if out.metadata.get("queued"):  # a turn's reply (or apology), queued in the outbox with it
-            await self.runtime.pipeline.outbox.settled(SURFACE, msg.sender, timeout=SETTLE_S)
+        if out.status == "command":  # queued after the number's replies before it (a crash between the
+            await self.say(msg.sender, out.text)  # command's inbound record and this loses it: docs/architecture.md)
             return
+        # the reply could not be stored: said directly, not lost
         await self.reply(msg.sender, out.text, out.user_id, out.reply_id or out.message_id)

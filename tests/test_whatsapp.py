@@ -29,7 +29,7 @@ from bot.app import create_app
 from bot.config import Settings
 from bot.opt_out import keyword
 from kernel import catalog
-from kernel.errors import ConfigError
+from kernel.errors import ConfigError, StoreError
 from memory.store import Delivery
 from surfaces.text_split import utf16_len
 from surfaces.web import WebSurface
@@ -94,11 +94,20 @@ def surface_of(client: httpx.AsyncClient) -> WhatsAppSurface:
 
 
 async def idle(client: httpx.AsyncClient, timeout: float = 10.0) -> None:
-    """Wait until every WhatsApp task (turn, reply, late status) has finished."""
+    """Wait until every WhatsApp task (turn, command, late status) has finished and every part they queued in
+    the outbox is sent or finally failed (a task ends once its answer is queued)."""
     surface = surface_of(client)
+    store = client.app.state.hilo["runtime"].pipeline.store  # type: ignore[attr-defined]
     deadline = time.monotonic() + timeout
-    while surface._inflight:
-        assert time.monotonic() < deadline, "WhatsApp tasks still running"
+
+    async def queued() -> bool:
+        try:
+            return await store.outbox_next_due("whatsapp") is not None
+        except StoreError:  # the database is down: nothing queued can go out meanwhile
+            return False
+
+    while surface._inflight or await queued():
+        assert time.monotonic() < deadline, "WhatsApp tasks or their parts still running"
         await asyncio.sleep(0.01)
 
 

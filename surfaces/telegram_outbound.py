@@ -30,7 +30,7 @@ from bot.notices import Notices
 from bot.retry import GaveUp, RetryPolicy, call_with_retry
 from kernel import log
 from kernel.errors import SendError, ServiceUnavailable
-from surfaces.text_split import split_text, utf16_len
+from kernel.text_split import split_text, utf16_len
 
 logger = log.get("hilo.telegram")
 
@@ -47,7 +47,7 @@ TYPING_EVERY_S = 4.0
 
 def split_reply(text: str, limit: int = MAX_MESSAGE_CHARS) -> list[str]:
     """`text` as parts of at most `limit` UTF-16 units (as Telegram counts), in order, cut on paragraph, then
-    line, then sentence, then word boundaries (surfaces.text_split). A blank text gives no part."""
+    line, then sentence, then word boundaries (kernel.text_split). A blank text gives no part."""
     if limit < 2:
         raise ValueError("limit must be at least 2 (a character outside the BMP takes 2 units)")
     return split_text(text, limit, length=utf16_len)

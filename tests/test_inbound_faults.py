@@ -31,6 +31,7 @@ from tests.fakes.postgres import StoppablePostgres
 from tests.fakes.serve_process import ServeProcess
 from tests.fakes.telegram_api import FakeBotApi
 from tests.inbound_faults import Delivery, answers, sent, serve_env, telegram, telegram_update, whatsapp
+from tests.waiting import wait_until
 
 bot_api_session = fake_telegram.bot_api_session
 bot_api = fake_telegram.bot_api
@@ -45,16 +46,24 @@ ANSWERS = 11  # the redelivery test's deliveries get one answer each, but STOP (
 async def settle(condition: Callable[[], bool], what: str, timeout: float = 120.0) -> bool:
     """Whether `condition` came true within `timeout` s (the figures are asserted after, so a failure says how
     many); a busy CI machine is slow, never wrong."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.02)
+    try:
+        await wait_until(condition, what, seconds=timeout)
+    except AssertionError:
+        return False
     return True
 
 
 async def until(condition: Callable[[], bool], what: str) -> None:
-    assert await settle(condition, what), f"never happened: {what}"
+    await wait_until(condition, what, seconds=120.0)
+
+
+async def answered_then_stopped(daemon: ServeProcess, deliveries: list[Delivery], bot_api: FakeBotApi,
+                                twilio_api: fake_twilio.FakeTwilioApi, what: str) -> None:
+    """Wait (up to the settle timeout) until every delivery got an answer, then stop `daemon` cleanly."""
+    everyone = {(d.surface, d.who, d.text) for d in deliveries}
+    await settle(lambda: set(answers(bot_api, twilio_api)) >= everyone, what)
+    daemon.terminate()
+    daemon.wait()
 
 
 def serve(tmp_path: Path, port: int, env: dict[str, str]) -> ServeProcess:
@@ -92,10 +101,7 @@ async def test_sigkill_while_acknowledged_webhooks_wait_on_a_locked_database_los
             for d, status in zip(deliveries, statuses, strict=True):
                 if status != 200:  # no 2xx: the platform delivers it again
                     assert await d.post(client, base) == 200
-        everyone = {(d.surface, d.who, d.text) for d in deliveries}
-        await settle(lambda: set(answers(bot_api, twilio_api)) >= everyone, "every message answered")
-        second.terminate()
-        second.wait()
+        await answered_then_stopped(second, deliveries, bot_api, twilio_api, "every message answered")
     finally:
         second.kill()
     got = answers(bot_api, twilio_api)
@@ -127,10 +133,7 @@ async def test_sigkill_while_polled_updates_wait_on_a_locked_database_loses_none
     acknowledged = [d for d in deliveries if d.body["update_id"] <= confirmed]
     second = serve(tmp_path, port, env)
     try:
-        everyone = {(d.surface, d.who, d.text) for d in deliveries}
-        await settle(lambda: set(answers(bot_api, twilio_api)) >= everyone, "every update answered")
-        second.terminate()
-        second.wait()
+        await answered_then_stopped(second, deliveries, bot_api, twilio_api, "every update answered")
     finally:
         second.kill()
     got = answers(bot_api, twilio_api)
@@ -218,10 +221,7 @@ async def test_messages_while_postgres_is_stopped_are_journaled_acknowledged_and
         # the outage lasts OUTAGE s (a duration, not an ordering: everything above has happened already)
         await asyncio.sleep(max(0.0, OUTAGE - (time.monotonic() - stopped)))
         await asyncio.to_thread(pg.start)
-        everyone = {(d.surface, d.who, d.text) for d in deliveries}
-        await settle(lambda: set(answers(bot_api, twilio_api)) >= everyone, "every message answered")
-        daemon.terminate()
-        daemon.wait()
+        await answered_then_stopped(daemon, deliveries, bot_api, twilio_api, "every message answered")
     finally:
         daemon.kill()
         await asyncio.to_thread(pg.remove)

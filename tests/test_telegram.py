@@ -25,6 +25,7 @@ from bot.runtime import Runtime
 from bot.tasks import TaskSet
 from kernel import catalog
 from kernel.errors import ConfigError
+from kernel.text_split import utf16_len
 from surfaces.telegram import TelegramSurface, api_urls
 from surfaces.telegram_inbound import Allowlist, BotIdentity, classify
 from surfaces.telegram_outbound import (
@@ -34,7 +35,6 @@ from surfaces.telegram_outbound import (
     show_typing,
     split_reply,
 )
-from surfaces.text_split import utf16_len
 from tests.fakes import telegram_api as fake_telegram
 from tests.fakes.daemon import free_port, running_daemon
 from tests.fakes.full_disk import PAGE_SIZED_TEXT, disk_full

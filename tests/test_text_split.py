@@ -1,4 +1,4 @@
-"""surfaces.text_split: the one reply-splitting algorithm behind Telegram's split_reply (4,096) and WhatsApp's
+"""kernel.text_split: the one reply-splitting algorithm behind Telegram's split_reply (4,096) and WhatsApp's
 split_message (1,600). Pure; the surfaces' own tests check their limits and wiring."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
+from kernel.text_split import split_text, utf16_len
 from surfaces.telegram_outbound import MAX_MESSAGE_CHARS, split_reply
-from surfaces.text_split import split_text, utf16_len
 from surfaces.whatsapp_text import MAX_BODY_CHARS, split_message
 
 

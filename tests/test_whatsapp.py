@@ -30,8 +30,8 @@ from bot.config import Settings
 from bot.opt_out import keyword
 from kernel import catalog
 from kernel.errors import ConfigError, StoreError
+from kernel.text_split import utf16_len
 from memory.store import Delivery
-from surfaces.text_split import utf16_len
 from surfaces.web import WebSurface
 from surfaces.whatsapp import EMPTY_TWIML, Form, WhatsAppSurface, inbound
 from surfaces.whatsapp_send import TwilioSender, deliver

@@ -37,6 +37,8 @@ from memory.store import Store
 logger = log.get("hilo.app")
 #: At most this much of the stop budget goes to the outbox's sends in flight (after the surfaces' own flush).
 OUTBOX_DRAIN_SECONDS = 5.0
+#: At most this much goes to a journal replay in progress (bot/intake.py; each message is one transaction).
+INTAKE_STOP_SECONDS = 5.0
 
 
 def secret_file(settings: Settings) -> Path:
@@ -116,6 +118,8 @@ def create_app(
             # every phase gets at most what is left of ONE budget from SIGTERM (bot/shutdown.py)
             if scheduler is not None:
                 await scheduler.stop(timeout=budget.left(scheduler.drain_timeout))
+            if runtime is not None:  # before the surfaces its replayed messages run through; what is still
+                await runtime.intake.stop(budget.left(INTAKE_STOP_SECONDS))  # journaled: the next start's
             for surface in reversed(started):
                 await _stop_surface(surface, budget)
             if runtime is not None:  # the surfaces flushed their parts before closing; the rest waits for a start
@@ -144,10 +148,9 @@ def create_app(
                 started.append(surface)
             runtime.pipeline.outbox.start(runtime.tasks)  # resumes what an earlier run left undelivered
             scheduler = Scheduler(st, jobs if jobs is not None else job_list.registry(
-                settings, st, ch, embedder, pipeline=runtime.pipeline, intake=runtime.intake))
+                settings, st, ch, embedder, pipeline=runtime.pipeline))
             await scheduler.start()
-            if runtime.intake.journal.size():  # what the last run kept while the database was away
-                runtime.tasks.spawn(runtime.intake.replay(), name="journal.replay")
+            runtime.intake.start()  # replays what the last run kept while the database was away, then watches
             if any(job.name == "recover" for job in scheduler.registry):  # at start too, not only when due
                 runtime.tasks.spawn(scheduler.run_now("recover"), name="recover.start")
             state["jobs"] = scheduler

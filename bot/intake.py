@@ -8,8 +8,10 @@ message appended to the local journal (bot/journal.py, fsync'd). Only then does 
 platform (webhook 200 / empty TwiML; polling: the update's offset), and `spawn` runs the rest (the model, the
 reply) in a tracked task through the surface's registered runner.
 
-Journaled messages are replayed into the database, in order, by `replay` (the `journal_replay` job every few
-seconds, and once at start); each then runs through its surface's runner like any other. While the journal
+Journaled messages are replayed into the database, in order, by `replay`: this process's own replayer (`start`),
+at start and every REPLAY_SECONDS while the journal holds messages, in every process (the journal is a file of
+this process, so a job leased to one process of the database would leave the others' journals waiting); each
+then runs through its surface's runner like any other. While the journal
 holds messages, new ones go to it too, behind them, so that a person's messages keep their order. The person
 is told once (per surface and person, until the journal is empty) that their message is kept and will be
 answered (`Taken.tell`). JournalFull (a StoreError) means nothing was kept: the surface answers 503.
@@ -18,6 +20,7 @@ answered (`Taken.tell`). JournalFull (a StoreError) means nothing was kept: the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -35,6 +38,9 @@ if TYPE_CHECKING:
 
 logger = log.get("hilo.intake")
 
+#: How often the replayer looks at the journal (a look at a file's size while it is empty).
+REPLAY_SECONDS = 2.0
+
 #: What a surface does with a taken message, in a tracked task: run the turn or command, answer.
 Runner = Callable[[InboundMessage, Taken], Coroutine[Any, Any, None]]
 #: How a surface starts its tracked tasks (False: the daemon is draining), so that its stop drains them.
@@ -49,6 +55,41 @@ class Intake:
         self._runners: dict[str, tuple[Runner, Spawn | None]] = {}
         self._told: set[tuple[str, str]] = set()
         self._replaying = asyncio.Lock()
+        self._kept = asyncio.Event()  # set when a message was journaled, and by `stop`
+        self._replayer: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    def start(self) -> None:
+        """Run this process's replayer as a tracked task: the journal now (what an earlier run kept), then every
+        REPLAY_SECONDS while it holds messages."""
+        self._stopping = False
+        self._replayer = self.tasks.spawn(self._replay_loop(), name="journal.replayer")
+
+    async def _replay_loop(self) -> None:
+        while not self._stopping:
+            self._kept.clear()
+            if self.journal.size():
+                try:
+                    await self.replay()
+                except Exception as exc:  # one failed look never ends the replayer: the next one tries again
+                    logger.error("journal.replay_failed", error=type(exc).__name__)
+            wait = REPLAY_SECONDS if self.journal.size() else None  # empty: until a message is kept
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kept.wait(), timeout=wait)
+
+    async def stop(self, timeout: float) -> None:
+        """End the replayer: a replay in progress stops after its message, or is cancelled after `timeout` s (a
+        database that hangs); what it had not dropped from the journal is replayed again, as redeliveries, by
+        the next start."""
+        self._stopping = True
+        self._kept.set()
+        if self._replayer is not None:
+            _, pending = await asyncio.wait({self._replayer}, timeout=timeout)
+            if pending:
+                self._replayer.cancel()
+                logger.warning("journal.replay_cancelled", left=len(await self.journal.pending()))
+            await asyncio.gather(self._replayer, return_exceptions=True)
+            self._replayer = None
 
     def poll_lease(self) -> PollLease:
         """The lease that lets one process of many poll Telegram (bot/poll_lease.py)."""
@@ -88,6 +129,7 @@ class Intake:
                              chars=len(msg.text), fix="the database refused it (down, locked or full): kept in "
                              f"the journal ({self.journal.path}) until it returns; check HILO_DATABASE_URL")
         await self.journal.append(msg)
+        self._kept.set()  # the replayer looks every REPLAY_SECONDS from now on, until the journal is empty
         return Taken("journaled", tell=self.tell_once(msg.surface, msg.sender))
 
     def tell_once(self, surface: str, sender: str) -> bool:
@@ -127,6 +169,8 @@ class Intake:
             lines = await self.journal.pending()
             done = 0
             for msg in lines:
+                if self._stopping:
+                    break
                 if msg is not None:
                     try:
                         taken = await self.pipeline.take(msg)

@@ -4,8 +4,6 @@
   again (used, replaced by a newer code, or expired; nothing else deletes them), the rate limits' counters of
   windows over COUNTERS_KEPT_S ago, and the inbound-delivery records (memory/sql_inbound.py) older than
   HILO_INBOUND_RETENTION_DAYS.
-- journal_replay (every JOURNAL_REPLAY_SECONDS): replays the messages the inbound journal kept while the database
-  could not take them (bot/intake.py), in order; each is then answered. A run that found nothing logs at debug.
 - memory_expiry (daily): ends the memories whose expiry date passed, and those less important than
   HILO_MEMORY_EXPIRY_IMPORTANCE that no context used for HILO_MEMORY_EXPIRY_DAYS (memory/sql_memories.py).
 - extract (every bot.extract_job.EVERY_SECONDS, when a model can answer with structured output and
@@ -35,7 +33,6 @@ from bot import extract_job, summary_job
 from bot.config import Settings
 from bot.embedders.base import Embedder
 from bot.embedding import active, embed_pending
-from bot.intake import Intake
 from bot.jobs import JobContext, JobRegistry
 from bot.models.base import Chain
 from kernel import log
@@ -55,13 +52,10 @@ COUNTERS_KEPT_S = 3600
 RECOVER_BATCH = 50
 #: How many ids before the last run's end the embed job looks again.
 REWIND = 1000
-#: How often the journal is replayed (a cheap look at a file's size when it is empty).
-JOURNAL_REPLAY_SECONDS = 2.0
 
 
 def registry(settings: Settings, store: Store, chain: Chain | None = None,
-             embedder: Embedder | None = None, *, pipeline: Pipeline | None = None,
-             intake: Intake | None = None) -> JobRegistry:
+             embedder: Embedder | None = None, *, pipeline: Pipeline | None = None) -> JobRegistry:
     """The app's jobs; `chain` is the turns' model chain (the extractor uses its models, with breakers of its
     own). Without one (or with the echo model only) there is no extraction: said once, here, at start. `embedder`:
     the embed job runs only with one and a database that keeps vectors."""
@@ -74,15 +68,6 @@ def registry(settings: Settings, store: Store, chain: Chain | None = None,
         logger.info("cleanup.done", run=ctx.run_id, link_codes=purged, counters=counters, inbound=inbound)
 
     jobs.add("cleanup", cleanup, every=settings.cleanup_seconds)
-    if intake is not None:
-        kept = intake
-
-        async def journal_replay(ctx: JobContext) -> bool:
-            if not kept.journal.size():
-                return False
-            return await kept.replay() > 0
-
-        jobs.add("journal_replay", journal_replay, every=JOURNAL_REPLAY_SECONDS)
 
     async def memory_expiry(ctx: JobContext) -> None:
         ended = await store.expire_memories(settings.memory_expiry_importance,

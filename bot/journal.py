@@ -2,7 +2,7 @@
 
 When `ingest` fails with a StoreError (the database is down, locked past its timeout, full), bot/intake.py
 appends the normalized InboundMessage here as one JSON line, fsync'd BEFORE the platform is acknowledged, and
-replays the lines into the database, in order, when it returns (the `journal_replay` job, and at start); a
+replays the lines into the database, in order, when it returns (its process's replayer: at start, then every 2 s); a
 replayed message is deduplicated by (surface, external_id) like any redelivery, so a replay cut short by a crash
 is simply done again. Replayed lines are dropped by rewriting the file with what is left (a temporary file,
 fsync'd, renamed over it).

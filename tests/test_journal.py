@@ -8,6 +8,7 @@ journaled (the person told once), and replayed in order, idempotently, once the 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 from pathlib import Path
@@ -70,10 +71,12 @@ async def test_dropping_replayed_lines_keeps_the_rest_and_deletes_an_empty_journ
 
 
 class Refusing:
-    """The store, refusing every write while `down`."""
+    """The store, refusing every write while `down`; while `hangs`, an ingest waits forever (a database that
+    takes the connection and never answers)."""
 
     def __init__(self, store: Store) -> None:
-        self.store, self.down = store, True
+        self.store, self.down, self.hangs = store, True, False
+        self.hung = asyncio.Event()
 
     def __getattr__(self, name: str) -> Any:
         real = getattr(self.store, name)
@@ -81,6 +84,9 @@ class Refusing:
             async def refused(*args: Any, **kwargs: Any) -> Any:
                 if self.down:
                     raise StoreUnavailable("down")
+                if self.hangs:
+                    self.hung.set()
+                    await asyncio.Event().wait()
                 return await real(*args, **kwargs)
             return refused
         return real
@@ -107,3 +113,59 @@ async def test_refused_messages_are_journaled_then_replayed_in_order_and_once(st
     assert ran == [("SM1", "turn"), ("SM2", "turn"), ("SM3", "turn")]  # the second SM1 was a redelivery
     assert intake.journal.size() == 0
     assert (await intake.take(msg("SM4", "now"))).status == "turn", "an empty journal: stored at once"
+
+
+async def test_the_replayer_replays_what_was_journaled_once_the_database_is_back(store: Store, tmp_path: Path) -> None:
+    """Nobody calls replay: the process's own replayer (started with the daemon) stores the journaled messages
+    once the database takes them, in order, and each runs once."""
+    settings = Settings.from_mapping({})
+    refusing = Refusing(store)
+    tasks = TaskSet()
+    intake = Intake(Pipeline(settings, refusing, build_chain(settings)), tasks,  # type: ignore[arg-type]
+                    Journal(tmp_path, max_bytes=1 << 20))
+    ran: list[str] = []
+
+    async def runner(m: InboundMessage, taken: Taken) -> None:
+        ran.append(m.external_id)
+
+    intake.register("whatsapp", runner)
+    intake.start()
+    assert [(await intake.take(msg(ext, f"text {ext}"))).status for ext in ("SM1", "SM2")] == ["journaled"] * 2
+    refusing.down = False
+    await wait_until(lambda: ran == ["SM1", "SM2"], "the replayer stores and runs the journaled messages")
+    assert intake.journal.size() == 0
+    await intake.stop(5.0)
+    await tasks.drain(1.0)
+    assert len(tasks) == 0
+
+
+async def test_a_stop_ends_a_replay_the_database_holds_up_and_the_next_start_replays_it(
+    store: Store, tmp_path: Path,
+) -> None:
+    """The database takes the connection and never answers: the stop cancels the replay after its timeout
+    instead of spending the whole stop budget on it; the message stays in the journal, and the next start
+    (a new intake on the same directory) replays it and it runs once."""
+    settings = Settings.from_mapping({})
+    hanging = Refusing(store)
+    intake = Intake(Pipeline(settings, hanging, build_chain(settings)), TaskSet(),  # type: ignore[arg-type]
+                    Journal(tmp_path, max_bytes=1 << 20))
+    intake.register("whatsapp", lambda m, taken: asyncio.sleep(0))
+    intake.start()
+    assert (await intake.take(msg("SM1", "held up"))).status == "journaled"
+    hanging.down, hanging.hangs = False, True
+    await asyncio.wait_for(hanging.hung.wait(), 10)  # the replayer is inside the ingest that never returns
+    await asyncio.wait_for(intake.stop(0.1), 10)
+    assert [m.external_id for m in await intake.journal.pending() if m] == ["SM1"], "kept for the next start"
+
+    tasks = TaskSet()
+    again = Intake(Pipeline(settings, store, build_chain(settings)), tasks, Journal(tmp_path, max_bytes=1 << 20))
+    ran: list[tuple[str, str]] = []
+
+    async def runner(m: InboundMessage, taken: Taken) -> None:
+        ran.append((m.external_id, taken.status))
+
+    again.register("whatsapp", runner)
+    again.start()
+    await wait_until(lambda: ran == [("SM1", "turn")], "the next start replays the kept message")
+    assert again.journal.size() == 0
+    await again.stop(5.0)

@@ -195,9 +195,10 @@ class Pipeline:
     ) -> OutboundMessage:
         if on_ingested is not None:
             await on_ingested(turn)
-        # in-process first (one waiter per conversation per process), then the lease across processes
-        async with self._locks.hold(turn.conversation_id), \
-                self.store.turn_lock(turn.conversation_id, turn.message.id) as answered:
+        # the lease across processes first, then in-process: a turn waiting for its conversation's earlier
+        # message (memory/turn_lease.py) must not hold up that message's turn in this process
+        async with self.store.turn_lock(turn.conversation_id, turn.message.id) as answered, \
+                self._locks.hold(turn.conversation_id):
             if answered:  # another process answered this message while this one waited for the lease
                 logger.info("turn.duplicate", surface=msg.surface, message_id=turn.message.id)
                 return OutboundMessage(msg.surface, msg.sender, "", "duplicate")

@@ -38,9 +38,17 @@ TTL = 30.0
 #: Waiting for a lease: the first retry after this many seconds, doubling up to MAX_WAIT.
 FIRST_WAIT, MAX_WAIT = 0.01, 0.25
 
+#: A turn waits for the conversation's earlier messages (each person's replies in the order of their messages,
+#: also when their messages reach different processes), but never for one stored longer than ORDER_WAIT ttls
+#: ago: a message that will not be answered (its process died: recovery answers it once the lease lapsed) holds
+#: up the later ones for a bounded time only.
+ORDER_WAIT = 2.0
 TAKE = (
     "UPDATE conversations SET turn_owner = $2, turn_expires_at = $3 "
-    "WHERE id = $1 AND (turn_owner IS NULL OR turn_owner = $2 OR turn_expires_at < $4)"
+    "WHERE id = $1 AND (turn_owner IS NULL OR turn_owner = $2 OR turn_expires_at < $4) "
+    "AND NOT EXISTS (SELECT 1 FROM messages e WHERE e.conversation_id = $1 AND e.role = 'user' AND e.id < $5 "
+    "AND e.created_at > $6 AND NOT EXISTS (SELECT 1 FROM messages r WHERE r.reply_to = e.id) "
+    "AND NOT EXISTS (SELECT 1 FROM model_calls c WHERE c.message_id = e.id))"
 )
 RENEW = "UPDATE conversations SET turn_expires_at = $3 WHERE id = $1 AND turn_owner = $2"
 RELEASE = "UPDATE conversations SET turn_owner = NULL, turn_expires_at = NULL WHERE id = $1 AND turn_owner = $2"
@@ -54,9 +62,11 @@ ANSWERED = (
 
 
 async def take(db: Db, conversation_id: int, message_id: int, owner: str, ttl: float) -> tuple[bool, bool]:
-    """(taken, answered). The check is a statement of its own, after the UPDATE (see the module's docstring)."""
+    """(taken, answered). The check is a statement of its own, after the UPDATE (see the module's docstring).
+    Not taken while an earlier message of the conversation, younger than ORDER_WAIT ttls, waits for its turn."""
     now = db.clock()
-    if await db.run(TAKE, conversation_id, owner, db.ts(now + timedelta(seconds=ttl)), db.ts(now)):
+    if await db.run(TAKE, conversation_id, owner, db.ts(now + timedelta(seconds=ttl)), db.ts(now), message_id,
+                    db.ts(now - timedelta(seconds=ORDER_WAIT * ttl))):
         return True, bool(await db.value(ANSWERED, message_id))
     # forgotten: nothing to wait for
     return False, not await db.value("SELECT EXISTS (SELECT 1 FROM conversations WHERE id = $1)", conversation_id)

@@ -301,13 +301,19 @@ def platform_keys(texts: set[str]) -> list[tuple[str, str, str]]:
     return keys
 
 
-def replies_out_of_order(rows: list[Any], reply_order: list[Any]) -> list[int]:
-    """Conversations whose replies were stored in another order than their messages."""
+def replies_out_of_order(rows: list[Any], reply_order: list[Any]) -> list[str]:
+    """Conversations whose replies were stored in another order than their messages: their messages' numbers in
+    the order they were answered."""
     position = {r["id"]: i for i, r in enumerate(rows)}
     seen: dict[int, list[int]] = {}
     for r in reply_order:
         seen.setdefault(r["conversation_id"], []).append(position.get(r["reply_to"], -1))
-    return [c for c, order in seen.items() if order != sorted(order)]
+    out = []
+    for order in seen.values():
+        if order != sorted(order):
+            surface, _, person, _, _ = rows[order[0]]["content"].split()
+            out.append(f"{surface} person {person}: " + " ".join(rows[i]["content"].split()[-1] for i in order))
+    return out
 
 
 def sends_out_of_order(rows: list[Any], bot: fake_telegram.FakeBotApi,

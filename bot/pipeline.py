@@ -200,8 +200,7 @@ class Pipeline:
         async with self.store.turn_lock(turn.conversation_id, turn.message.id) as answered, \
                 self._locks.hold(turn.conversation_id):
             if answered:  # another process answered this message while this one waited for the lease
-                logger.info("turn.duplicate", surface=msg.surface, message_id=turn.message.id)
-                return OutboundMessage(msg.surface, msg.sender, "", "duplicate")
+                return await self._answered_elsewhere(msg, turn)
             ctx = await self.context_for(turn)
             pre_model_ms = (time.perf_counter() - started) * 1000
             completion, calls = await self._call_model(ctx, lang, on_delta)
@@ -237,6 +236,21 @@ class Pipeline:
             msg.surface, msg.sender, reply, "ok", conversation_id=turn.conversation_id, user_id=turn.user_id,
             message_id=turn.message.id, reply_id=stored.id if stored else None,
             metadata={"outcome": completion.outcome, **queued},
+        )
+
+    async def _answered_elsewhere(self, msg: InboundMessage, turn: Ingested) -> OutboundMessage:
+        """The turn of `msg` found its message answered by another process (or recovery) while it waited for the
+        conversation's lease: the reply stored there, already queued where the surface sends through the outbox
+        (so "queued": the surface sends nothing), and the web answers with it in its response; "duplicate" when
+        no reply is stored (the message was forgotten, or every model failed there)."""
+        reply = await self.store.reply_of(turn.user_id, turn.message.id)
+        logger.info("turn.duplicate", surface=msg.surface, message_id=turn.message.id, reply=reply is not None)
+        if reply is None:
+            return OutboundMessage(msg.surface, msg.sender, "", "duplicate")
+        return OutboundMessage(
+            msg.surface, msg.sender, reply.content, "ok", conversation_id=turn.conversation_id,
+            user_id=turn.user_id, message_id=turn.message.id, reply_id=reply.id,
+            metadata={"outcome": "ok", "queued": True, "answered_elsewhere": True},
         )
 
     async def context_for(self, turn: Ingested) -> AssembledContext:

@@ -42,6 +42,7 @@ _LEASE = (
 )
 _DONE = ("UPDATE deliveries SET status = $2, provider_ref = $3, error = $4, next_at = $5, lease_owner = NULL, "
          "lease_until = NULL, updated_at = $6 WHERE id = $1 AND status = 'sending' AND lease_owner = $7")
+_RENEW = "UPDATE deliveries SET lease_until = $3 WHERE id = $1 AND status = 'sending' AND lease_owner = $2"
 _NEXT_DUE = ("SELECT min(CASE WHEN status = 'pending' THEN coalesce(next_at, created_at) ELSE lease_until END) "
              "FROM deliveries WHERE surface = $1 AND status IN ('pending', 'sending')")
 
@@ -74,6 +75,11 @@ async def settle(db: Db, item_id: int, owner: str, status: str, provider_ref: st
     changed = await db.run(_DONE, item_id, status, provider_ref, error,
                            db.ts(retry_at) if retry_at is not None else None, db.ts(db.clock()), owner)
     return changed > 0
+
+
+async def renew(db: Db, item_id: int, owner: str, ttl: float) -> bool:
+    """Extend `owner`'s lease on a part it is sending to `ttl` s from now; False when it no longer holds it."""
+    return await db.run(_RENEW, item_id, owner, db.ts(db.clock() + timedelta(seconds=ttl))) > 0
 
 
 async def next_due(db: Db, surface: str) -> datetime | None:

@@ -136,6 +136,9 @@ class SqlStore:
                             error: str | None = None, retry_at: datetime | None = None) -> bool:
         return await self._tx("write", outbox.settle, item_id, owner, status, provider_ref, error, retry_at)
 
+    async def renew_outbox(self, item_id: int, owner: str, ttl: float) -> bool:
+        return await self._tx("write", outbox.renew, item_id, owner, ttl)
+
     async def outbox_next_due(self, surface: str) -> datetime | None:
         return await self._tx("read", outbox.next_due, surface)
 
@@ -212,6 +215,9 @@ class SqlStore:
 
     async def messages(self, user_id: int, conversation_id: int, limit: int = 200) -> list[StoredMessage]:
         return await self._tx("read", people.messages, user_id, conversation_id, limit)
+
+    async def reply_of(self, user_id: int, message_id: int) -> StoredMessage | None:
+        return await self._tx("read", people.reply_of, user_id, message_id)
 
     async def remember(self, user_id: int, content: str, token_count: int) -> Memory:
         return (await self.add_memory(user_id, MemoryDraft(content, token_count=token_count))).memory

@@ -220,6 +220,9 @@ class Store(Protocol):
         """A claimed part is 'sent' (provider_ref), 'failed' (error) or 'pending' again (retry_at). False
         when `owner` lost its lease."""
 
+    async def renew_outbox(self, item_id: int, owner: str, ttl: float) -> bool:
+        """Extend `owner`'s lease on a part it is sending to `ttl` s from now; False when it lost it."""
+
     async def outbox_next_due(self, surface: str) -> datetime | None:
         """When the next undelivered part of `surface` is due, or None when there is none."""
 
@@ -285,6 +288,9 @@ class Store(Protocol):
 
     async def messages(self, user_id: int, conversation_id: int, limit: int = 200) -> list[StoredMessage]:
         """Messages of one of the user's conversations, oldest first (NotFound if not the user's)."""
+
+    async def reply_of(self, user_id: int, message_id: int) -> StoredMessage | None:
+        """The assistant's reply to one of the user's messages, if one is stored."""
 
     async def remember(self, user_id: int, content: str, token_count: int) -> Memory:
         """Store a memory the person stated (a fact, confidence 1.0): add_memory's shortcut, merge and all."""

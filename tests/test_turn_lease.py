@@ -129,10 +129,15 @@ async def redelivered_while_running(procs: Processes) -> tuple[Any, Any]:
 async def test_a_redelivery_on_a_second_process_is_answered_once(
     processes: Processes, model_server: FakeModelServer,
 ) -> None:
+    """One model call, one stored reply; the redelivery's turn, which waited for the lease while process 1
+    answered, hands back the reply stored there (the web answers a request with it: a person whose request
+    waited while recovery or another process answered gets the answer, not an empty "duplicate"), marked
+    queued so that a messaging surface sends nothing (the outbox has it)."""
     out1, out2 = await redelivered_while_running(processes)
     assert out1.status == "ok"
     assert len(model_server.requests_for("m1")) == 1, "the redelivery made a second model call"
-    assert out2.status == "duplicate"
+    assert (out2.status, out2.text, out2.reply_id, out2.metadata.get("queued")) == (
+        "ok", out1.text, out1.reply_id, True)
     store = processes.stores[0]
     assert out1.user_id is not None and out1.conversation_id is not None
     replies = [m for m in await store.messages(out1.user_id, out1.conversation_id) if m.role == "assistant"]

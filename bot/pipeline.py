@@ -197,7 +197,8 @@ class Pipeline:
             await on_ingested(turn)
         # the lease across processes first, then in-process: a turn waiting for its conversation's earlier
         # message (memory/turn_lease.py) must not hold up that message's turn in this process
-        async with self.store.turn_lock(turn.conversation_id, turn.message.id) as answered, \
+        async with self.store.turn_lock(turn.conversation_id, turn.message.id, adopt=self._adopt,
+                                        grace=self.settings.recovery_grace) as answered, \
                 self._locks.hold(turn.conversation_id):
             if answered:  # another process answered this message while this one waited for the lease
                 return await self._answered_elsewhere(msg, turn)
@@ -237,6 +238,16 @@ class Pipeline:
             message_id=turn.message.id, reply_id=stored.id if stored else None,
             metadata={"outcome": completion.outcome, **queued},
         )
+
+    async def _adopt(self, message_id: int) -> None:
+        """Answer an earlier message of the conversation that nobody answers (its process died after storing it)
+        before the waiting turn's own: recovery on demand, in the person's order (memory/turn_lease.py)."""
+        try:
+            turn = await self.store.stored_turn(message_id)
+            if turn is not None:
+                await self.answer_stored(turn)
+        except Exception as exc:  # never into the waiting turn: it goes on waiting (bounded by the order cap)
+            logger.error("turn.adopt_failed", message_id=message_id, error=type(exc).__name__)
 
     async def _answered_elsewhere(self, msg: InboundMessage, turn: Ingested) -> OutboundMessage:
         """The turn of `msg` found its message answered by another process (or recovery) while it waited for the

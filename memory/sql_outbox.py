@@ -118,15 +118,28 @@ _UNANSWERED = (
 )
 
 
+_ONE = (
+    f"SELECT {MSG_COLS}, u.handle FROM messages m JOIN users u ON u.id = m.user_id WHERE m.id = $1 "
+    "AND m.role = 'user' AND NOT EXISTS (SELECT 1 FROM model_calls k WHERE k.message_id = m.id) "
+    "AND NOT EXISTS (SELECT 1 FROM messages r WHERE r.reply_to = m.id)"
+)
+
+
+def _turn(row: Any) -> Ingested:
+    m = to_message(row[:-1])
+    return Ingested(user_id=m.user_id, handle=row[-1], conversation_id=m.conversation_id, message=m, resumed=True)
+
+
+async def stored_turn(db: Db, message_id: int) -> Ingested | None:
+    """One stored message with no reply and no model call, as a turn to resume; None otherwise."""
+    row = await db.one(_ONE, message_id)
+    return None if row is None else _turn(row)
+
+
 async def unanswered(db: Db, grace: float, window: float, limit: int) -> list[Ingested]:
     """Messages stored between `window` and `grace` seconds ago whose turn never ran (or died), oldest first,
     as turns to resume."""
     now = db.clock()
     rows = await db.all(_UNANSWERED, db.ts(now - timedelta(seconds=window)), db.ts(now - timedelta(seconds=grace)),
                         db.ts(now), limit)
-    found = []
-    for r in rows:
-        m = to_message(r[:-1])
-        found.append(Ingested(user_id=m.user_id, handle=r[-1], conversation_id=m.conversation_id, message=m,
-                              resumed=True))
-    return found
+    return [_turn(r) for r in rows]

@@ -19,12 +19,14 @@
   a summary of each ended episode (bot/summary_job.py).
 - recover (at start and every HILO_RECOVERY_SECONDS; with the daemon's pipeline): the people's stored messages
   older than HILO_RECOVERY_GRACE and younger than HILO_RECOVERY_WINDOW with no reply, no model call and no live
-  turn (the conversation's turn lease free or lapsed: memory/turn_lease.py) get their turn, one at a time, its
-  reply queued in the outbox (bot/outbox.py) where the message names its route; then the outbox is woken.
+  turn (the conversation's turn lease free or lapsed: memory/turn_lease.py) get their turn, RECOVER_CONVERSATIONS
+  conversations side by side and each one's messages in order, its reply queued in the outbox (bot/outbox.py)
+  where the message names its route; then the outbox is woken.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -37,7 +39,7 @@ from bot.jobs import JobContext, JobRegistry
 from bot.models.base import Chain
 from kernel import log
 from kernel.errors import StoreError
-from memory.store import Store
+from memory.store import Ingested, Store
 
 if TYPE_CHECKING:
     from bot.pipeline import Pipeline
@@ -50,6 +52,9 @@ COUNTERS_KEPT_S = 3600
 
 #: At most this many unanswered messages per run of the recover job (the next run takes the rest).
 RECOVER_BATCH = 50
+#: Conversations the recover job answers side by side (each one's messages in order): one slow turn (a slow
+#: model, a conversation waiting for its lease) holds up no other, and a run does not outlast its batch's slowest.
+RECOVER_CONVERSATIONS = 8
 #: How many ids before the last run's end the embed job looks again.
 REWIND = 1000
 
@@ -104,16 +109,26 @@ def registry(settings: Settings, store: Store, chain: Chain | None = None,
 def recovery(settings: Settings, store: Store, pipeline: Pipeline) -> Callable[[JobContext], Awaitable[bool]]:
     """The recover job: answer the stored messages nobody answered (a crash or a stop mid-turn, no redelivery)."""
 
+    async def conversation(ctx: JobContext, turns: list[Ingested], gate: asyncio.Semaphore) -> int:
+        answered = 0
+        async with gate:
+            for turn in turns:  # one conversation's messages in their order
+                try:
+                    out = await pipeline.answer_stored(turn)
+                except StoreError as exc:
+                    logger.error("recover.failed", run=ctx.run_id, message_id=turn.message.id,
+                                 error=type(exc).__name__)
+                    continue
+                answered += out.status != "duplicate"
+        return answered
+
     async def recover(ctx: JobContext) -> bool:
         turns = await store.unanswered(settings.recovery_grace, settings.recovery_window, RECOVER_BATCH)
-        answered = 0
+        by_conversation: dict[int, list[Ingested]] = {}
         for turn in turns:
-            try:
-                out = await pipeline.answer_stored(turn)
-            except StoreError as exc:
-                logger.error("recover.failed", run=ctx.run_id, message_id=turn.message.id, error=type(exc).__name__)
-                continue
-            answered += out.status != "duplicate"
+            by_conversation.setdefault(turn.conversation_id, []).append(turn)
+        gate = asyncio.Semaphore(RECOVER_CONVERSATIONS)
+        answered = sum(await asyncio.gather(*(conversation(ctx, t, gate) for t in by_conversation.values())))
         pipeline.outbox.wake()
         (logger.info if turns else logger.debug)("recover.done", run=ctx.run_id, found=len(turns), answered=answered)
         return bool(turns)

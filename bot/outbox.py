@@ -13,7 +13,9 @@ at a time, a part only after the one before it was sent or finally failed. Each 
 - permanent (a blocked bot, WhatsApp's 63016 window): 'failed' with the transport's explanation.
 Nothing waits in memory: a retry is a due time in the row, so a restart resumes it, and a part whose process
 died while sending it is claimed again once its lease (HILO_OUTBOX_LEASE) lapsed and sent again (Telegram and
-Twilio take no idempotency key: a possible duplicate part is judged better than a lost one).
+Twilio take no idempotency key: a possible duplicate part is judged better than a lost one). A live sender keeps
+its lease while the send is in flight (renewed every third of it, and once more before a send that starts late),
+so a slow provider or a loaded machine never hands a part to a second sender.
 The loop and its sends are tracked tasks of the daemon's TaskSet; `flush(surface)` lets a surface send what is
 due before it closes its client, `stop()` drains the sends in flight within the stop budget (bot/shutdown.py).
 """
@@ -165,10 +167,11 @@ class Outbox:
             self._claiming.discard(surface)
 
     async def _start_sends(self, surface: str, items: list[OutboxItem]) -> float:
+        claimed_at = asyncio.get_running_loop().time()
         for item in items:
             assert self._tasks is not None
             try:
-                task = self._tasks.spawn(self._send(item), name=f"outbox.send:{item.id}")
+                task = self._tasks.spawn(self._send(item, claimed_at), name=f"outbox.send:{item.id}")
             except Draining:
                 return IDLE_S  # the lease lapses and the next start sends it
             self._sending[task] = surface
@@ -184,13 +187,18 @@ class Outbox:
         self._sending.pop(task, None)
         self.wake()  # the recipient's next part is a head now
 
-    async def _send(self, item: OutboxItem) -> None:
+    async def _send(self, item: OutboxItem, claimed_at: float) -> None:
         transport = self.transports.get(item.surface)
         ids = {"delivery_id": item.id, "surface": item.surface, "user_id": item.user_id, "part": item.part,
                "parts": item.parts, "attempt": item.attempts}
+        renewer: asyncio.Task[None] | None = None
         try:
             if transport is None:
                 raise SendError(f"no {item.surface} transport in this process", transient=True)
+            if asyncio.get_running_loop().time() - claimed_at > self.lease / 3 and not await self._renew(item):
+                logger.warning("outbox.lease_lost", **ids, before="send")  # another sender has it: not sent here
+                return
+            renewer = asyncio.create_task(self._renewing(item), name=f"outbox.lease:{item.id}")
             ref = await transport.send(item.recipient, item.text, item.reply_to)
         except SendError as exc:
             await self._failed(item, exc, ids)
@@ -201,9 +209,29 @@ class Outbox:
             await self._settle(item, "sent", provider_ref=ref)
             logger.info("outbox.sent", **ids, provider_ref=ref)
         finally:
+            if renewer is not None:
+                renewer.cancel()
+                await asyncio.gather(renewer, return_exceptions=True)
             event = self._settled.get((item.surface, item.recipient))
             if event is not None:
                 event.set()
+
+    async def _renew(self, item: OutboxItem) -> bool:
+        """Extend this sender's lease on `item` by a whole lease; False when another sender holds it now."""
+        try:
+            return await self.store.renew_outbox(item.id, self.owner, self.lease)
+        except StoreError as exc:  # the send goes on: the lease may lapse, and the part be sent again
+            logger.warning("outbox.renew_failed", delivery_id=item.id, error=type(exc).__name__)
+            return True
+
+    async def _renewing(self, item: OutboxItem) -> None:
+        """While a send is in flight (a slow provider, a loaded machine), renew its lease every third of it, so
+        that no other sender takes the part over and sends it a second time."""
+        while True:
+            await asyncio.sleep(self.lease / 3)
+            if not await self._renew(item):
+                logger.warning("outbox.lease_lost", delivery_id=item.id, surface=item.surface, during="send")
+                return
 
     async def settled(self, surface: str, recipient: str, timeout: float) -> bool:
         """Wait (up to `timeout` s) until every part queued for `recipient` is sent or finally failed; False

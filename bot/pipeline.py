@@ -195,12 +195,13 @@ class Pipeline:
     ) -> OutboundMessage:
         if on_ingested is not None:
             await on_ingested(turn)
-        # in-process first (one waiter per conversation per process), then the lease across processes
-        async with self._locks.hold(turn.conversation_id), \
-                self.store.turn_lock(turn.conversation_id, turn.message.id) as answered:
+        # the lease across processes first, then in-process: a turn waiting for its conversation's earlier
+        # message (memory/turn_lease.py) must not hold up that message's turn in this process
+        async with self.store.turn_lock(turn.conversation_id, turn.message.id, adopt=self._adopt,
+                                        grace=self.settings.recovery_grace) as answered, \
+                self._locks.hold(turn.conversation_id):
             if answered:  # another process answered this message while this one waited for the lease
-                logger.info("turn.duplicate", surface=msg.surface, message_id=turn.message.id)
-                return OutboundMessage(msg.surface, msg.sender, "", "duplicate")
+                return await self._answered_elsewhere(msg, turn)
             ctx = await self.context_for(turn)
             pre_model_ms = (time.perf_counter() - started) * 1000
             completion, calls = await self._call_model(ctx, lang, on_delta)
@@ -236,6 +237,31 @@ class Pipeline:
             msg.surface, msg.sender, reply, "ok", conversation_id=turn.conversation_id, user_id=turn.user_id,
             message_id=turn.message.id, reply_id=stored.id if stored else None,
             metadata={"outcome": completion.outcome, **queued},
+        )
+
+    async def _adopt(self, message_id: int) -> None:
+        """Answer an earlier message of the conversation that nobody answers (its process died after storing it)
+        before the waiting turn's own: recovery on demand, in the person's order (memory/turn_lease.py)."""
+        try:
+            turn = await self.store.stored_turn(message_id)
+            if turn is not None:
+                await self.answer_stored(turn)
+        except Exception as exc:  # never into the waiting turn: it goes on waiting (bounded by the order cap)
+            logger.error("turn.adopt_failed", message_id=message_id, error=type(exc).__name__)
+
+    async def _answered_elsewhere(self, msg: InboundMessage, turn: Ingested) -> OutboundMessage:
+        """The turn of `msg` found its message answered by another process (or recovery) while it waited for the
+        conversation's lease: the reply stored there, already queued where the surface sends through the outbox
+        (so "queued": the surface sends nothing), and the web answers with it in its response; "duplicate" when
+        no reply is stored (the message was forgotten, or every model failed there)."""
+        reply = await self.store.reply_of(turn.user_id, turn.message.id)
+        logger.info("turn.duplicate", surface=msg.surface, message_id=turn.message.id, reply=reply is not None)
+        if reply is None:
+            return OutboundMessage(msg.surface, msg.sender, "", "duplicate")
+        return OutboundMessage(
+            msg.surface, msg.sender, reply.content, "ok", conversation_id=turn.conversation_id,
+            user_id=turn.user_id, message_id=turn.message.id, reply_id=reply.id,
+            metadata={"outcome": "ok", "queued": True, "answered_elsewhere": True},
         )
 
     async def context_for(self, turn: Ingested) -> AssembledContext:

@@ -42,6 +42,7 @@ _LEASE = (
 )
 _DONE = ("UPDATE deliveries SET status = $2, provider_ref = $3, error = $4, next_at = $5, lease_owner = NULL, "
          "lease_until = NULL, updated_at = $6 WHERE id = $1 AND status = 'sending' AND lease_owner = $7")
+_RENEW = "UPDATE deliveries SET lease_until = $3 WHERE id = $1 AND status = 'sending' AND lease_owner = $2"
 _NEXT_DUE = ("SELECT min(CASE WHEN status = 'pending' THEN coalesce(next_at, created_at) ELSE lease_until END) "
              "FROM deliveries WHERE surface = $1 AND status IN ('pending', 'sending')")
 
@@ -74,6 +75,11 @@ async def settle(db: Db, item_id: int, owner: str, status: str, provider_ref: st
     changed = await db.run(_DONE, item_id, status, provider_ref, error,
                            db.ts(retry_at) if retry_at is not None else None, db.ts(db.clock()), owner)
     return changed > 0
+
+
+async def renew(db: Db, item_id: int, owner: str, ttl: float) -> bool:
+    """Extend `owner`'s lease on a part it is sending to `ttl` s from now; False when it no longer holds it."""
+    return await db.run(_RENEW, item_id, owner, db.ts(db.clock() + timedelta(seconds=ttl))) > 0
 
 
 async def next_due(db: Db, surface: str) -> datetime | None:
@@ -112,15 +118,28 @@ _UNANSWERED = (
 )
 
 
+_ONE = (
+    f"SELECT {MSG_COLS}, u.handle FROM messages m JOIN users u ON u.id = m.user_id WHERE m.id = $1 "
+    "AND m.role = 'user' AND NOT EXISTS (SELECT 1 FROM model_calls k WHERE k.message_id = m.id) "
+    "AND NOT EXISTS (SELECT 1 FROM messages r WHERE r.reply_to = m.id)"
+)
+
+
+def _turn(row: Any) -> Ingested:
+    m = to_message(row[:-1])
+    return Ingested(user_id=m.user_id, handle=row[-1], conversation_id=m.conversation_id, message=m, resumed=True)
+
+
+async def stored_turn(db: Db, message_id: int) -> Ingested | None:
+    """One stored message with no reply and no model call, as a turn to resume; None otherwise."""
+    row = await db.one(_ONE, message_id)
+    return None if row is None else _turn(row)
+
+
 async def unanswered(db: Db, grace: float, window: float, limit: int) -> list[Ingested]:
     """Messages stored between `window` and `grace` seconds ago whose turn never ran (or died), oldest first,
     as turns to resume."""
     now = db.clock()
     rows = await db.all(_UNANSWERED, db.ts(now - timedelta(seconds=window)), db.ts(now - timedelta(seconds=grace)),
                         db.ts(now), limit)
-    found = []
-    for r in rows:
-        m = to_message(r[:-1])
-        found.append(Ingested(user_id=m.user_id, handle=r[-1], conversation_id=m.conversation_id, message=m,
-                              resumed=True))
-    return found
+    return [_turn(r) for r in rows]

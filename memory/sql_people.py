@@ -76,6 +76,13 @@ async def messages(db: Db, user_id: int, conversation_id: int, limit: int) -> li
     return [to_message(r) for r in reversed(rows)]
 
 
+async def reply_of(db: Db, user_id: int, message_id: int) -> StoredMessage | None:
+    """The assistant's reply to one of the user's messages, if one is stored."""
+    row = await db.one(f"SELECT {MSG_COLS} FROM messages m WHERE m.reply_to = $1 AND m.user_id = $2 "
+                       "AND m.role = 'assistant' ORDER BY m.id LIMIT 1", message_id, user_id)
+    return None if row is None else to_message(row)
+
+
 def jsonable(value: Any) -> Any:
     return to_ts(value) if isinstance(value, datetime) else value
 

@@ -109,10 +109,12 @@ class SqlStore:
     async def ingest(self, msg: InboundMessage, token_count: int) -> Ingested | None:
         return await self._tx("write", turns.ingest, msg, token_count)
 
-    def turn_lock(self, conversation_id: int, message_id: int) -> AbstractAsyncContextManager[bool]:
+    def turn_lock(self, conversation_id: int, message_id: int, *, adopt: turn_lease.Adopt | None = None,
+                  grace: float = 0.0) -> AbstractAsyncContextManager[bool]:
         """The conversation's turn lease (memory/turn_lease.py): taking it and checking the message is one short
         transaction (SQLite: one hop; Postgres: each statement on its own, nothing in the server session)."""
-        return turn_lease.hold(self._tx, conversation_id, message_id, self.turn_lease_ttl, self.counters)
+        return turn_lease.hold(self._tx, conversation_id, message_id, self.turn_lease_ttl, self.counters,
+                               adopt, grace)
 
     async def load_context(self, query: ContextQuery) -> ContextRows:
         return await self._tx("read", turns.load_context, query)
@@ -136,6 +138,9 @@ class SqlStore:
                             error: str | None = None, retry_at: datetime | None = None) -> bool:
         return await self._tx("write", outbox.settle, item_id, owner, status, provider_ref, error, retry_at)
 
+    async def renew_outbox(self, item_id: int, owner: str, ttl: float) -> bool:
+        return await self._tx("write", outbox.renew, item_id, owner, ttl)
+
     async def outbox_next_due(self, surface: str) -> datetime | None:
         return await self._tx("read", outbox.next_due, surface)
 
@@ -144,6 +149,9 @@ class SqlStore:
 
     async def outbox_pending(self, user_id: int) -> list[dict[str, Any]]:
         return await self._tx("read", outbox.pending, user_id)
+
+    async def stored_turn(self, message_id: int) -> Ingested | None:
+        return await self._tx("read", outbox.stored_turn, message_id)
 
     async def unanswered(self, grace: float, window: float, limit: int = 50) -> list[Ingested]:
         return await self._tx("read", outbox.unanswered, grace, window, limit)
@@ -212,6 +220,9 @@ class SqlStore:
 
     async def messages(self, user_id: int, conversation_id: int, limit: int = 200) -> list[StoredMessage]:
         return await self._tx("read", people.messages, user_id, conversation_id, limit)
+
+    async def reply_of(self, user_id: int, message_id: int) -> StoredMessage | None:
+        return await self._tx("read", people.reply_of, user_id, message_id)
 
     async def remember(self, user_id: int, content: str, token_count: int) -> Memory:
         return (await self.add_memory(user_id, MemoryDraft(content, token_count=token_count))).memory

@@ -233,6 +233,9 @@ async def finish_turn(
     moment = max(db.clock(), turn.message.created_at)  # a reply never sorts before what it answers
     at, msg = db.ts(moment), turn.message
     stored: StoredMessage | None = None
+    # The conversation row first, then its episode, as ingest and post_notice lock them: the other order
+    # deadlocked on Postgres against the same person's next message (tests/test_scale_serve.py).
+    await db.run(TOUCH + " AND user_id = $3", at, turn.conversation_id, turn.user_id)
     if reply is not None:
         meta = dump_metadata(metadata)
         terms = index_terms(reply)
@@ -250,7 +253,6 @@ async def finish_turn(
             (msg.id, turn.user_id, c.model, c.provider, c.tokens_in, c.tokens_out, c.latency_ms, c.outcome,
              c.fallback_from, c.error, at, "turn") for c in calls
         ])
-    await db.run(TOUCH + " AND user_id = $3", at, turn.conversation_id, turn.user_id)
     await sql_memories.touch(db, turn.user_id, memory_ids, moment)
     if outgoing is not None and outgoing.parts:
         await sql_outbox.enqueue(db, turn.user_id, stored.id if stored is not None else msg.id, outgoing)

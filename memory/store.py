@@ -14,7 +14,7 @@ Delivery) in kernel.types, so that surfaces need no memory module; they are re-e
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -188,12 +188,19 @@ class Store(Protocol):
         new one) and store the message. A redelivered message whose turn never ran (no model call, no reply,
         stored within the last hour) comes back with `resumed=True`, to be answered now."""
 
-    def turn_lock(self, conversation_id: int, message_id: int) -> AbstractAsyncContextManager[bool]:
+    def turn_lock(self, conversation_id: int, message_id: int, *,
+                  adopt: Callable[[int], Awaitable[None]] | None = None,
+                  grace: float = 0.0) -> AbstractAsyncContextManager[bool]:
         """Held while the turn answering `message_id` runs: one turn per conversation at a time across every
         process on this database, also behind a transaction pooler (a lease on the conversation row, renewed
         while held and taken over once a dead process let it expire: memory/turn_lease.py). Waiting never
         blocks the loop. Yields True when, once held, the message turns out to be answered already (a
-        redelivery that another process answered meanwhile): the caller then calls no model."""
+        redelivery that another process answered meanwhile): the caller then calls no model. While it waits
+        for an earlier message of the conversation that nobody answers (older than `grace`, its lease lapsed:
+        its process died), `adopt(that message's id)` is awaited to answer it first."""
+
+    async def stored_turn(self, message_id: int) -> Ingested | None:
+        """A stored person's message with no reply and no model call, as a turn to answer (else None)."""
 
     async def load_context(self, query: ContextQuery) -> ContextRows:
         """One read transaction gathering everything context assembly needs (see ContextQuery)."""
@@ -219,6 +226,9 @@ class Store(Protocol):
                             error: str | None = None, retry_at: datetime | None = None) -> bool:
         """A claimed part is 'sent' (provider_ref), 'failed' (error) or 'pending' again (retry_at). False
         when `owner` lost its lease."""
+
+    async def renew_outbox(self, item_id: int, owner: str, ttl: float) -> bool:
+        """Extend `owner`'s lease on a part it is sending to `ttl` s from now; False when it lost it."""
 
     async def outbox_next_due(self, surface: str) -> datetime | None:
         """When the next undelivered part of `surface` is due, or None when there is none."""
@@ -285,6 +295,9 @@ class Store(Protocol):
 
     async def messages(self, user_id: int, conversation_id: int, limit: int = 200) -> list[StoredMessage]:
         """Messages of one of the user's conversations, oldest first (NotFound if not the user's)."""
+
+    async def reply_of(self, user_id: int, message_id: int) -> StoredMessage | None:
+        """The assistant's reply to one of the user's messages, if one is stored."""
 
     async def remember(self, user_id: int, content: str, token_count: int) -> Memory:
         """Store a memory the person stated (a fact, confidence 1.0): add_memory's shortcut, merge and all."""

@@ -38,9 +38,27 @@ TTL = 30.0
 #: Waiting for a lease: the first retry after this many seconds, doubling up to MAX_WAIT.
 FIRST_WAIT, MAX_WAIT = 0.01, 0.25
 
+#: A turn waits for the conversation's earlier messages (each person's replies in the order of their messages,
+#: also when their messages reach different processes), but never for one stored longer than ORDER_WAIT ttls
+#: ago: a message that will not be answered (its process died: recovery answers it once the lease lapsed) holds
+#: up the later ones for a bounded time only.
+ORDER_WAIT = 2.0
 TAKE = (
     "UPDATE conversations SET turn_owner = $2, turn_expires_at = $3 "
-    "WHERE id = $1 AND (turn_owner IS NULL OR turn_owner = $2 OR turn_expires_at < $4)"
+    "WHERE id = $1 AND (turn_owner IS NULL OR turn_owner = $2 OR turn_expires_at < $4) "
+    "AND NOT EXISTS (SELECT 1 FROM messages e WHERE e.conversation_id = $1 AND e.role = 'user' AND e.id < $5 "
+    "AND e.created_at > $6 AND NOT EXISTS (SELECT 1 FROM messages r WHERE r.reply_to = e.id) "
+    "AND NOT EXISTS (SELECT 1 FROM model_calls c WHERE c.message_id = e.id))"
+)
+#: The earliest earlier message of the conversation that holds this turn up and that nobody answers: older
+#: than the grace ($4), no reply, no model call, and the conversation's lease free or lapsed ($5 now). Its
+#: process died (or stopped) after storing it; the waiting turn answers it first (`hold`'s `adopt`).
+ORPHAN = (
+    "SELECT e.id FROM messages e JOIN conversations c ON c.id = e.conversation_id "
+    "WHERE e.conversation_id = $1 AND e.role = 'user' AND e.id < $2 AND e.created_at > $3 AND e.created_at <= $4 "
+    "AND (c.turn_owner IS NULL OR c.turn_expires_at < $5) "
+    "AND NOT EXISTS (SELECT 1 FROM messages r WHERE r.reply_to = e.id) "
+    "AND NOT EXISTS (SELECT 1 FROM model_calls k WHERE k.message_id = e.id) ORDER BY e.id LIMIT 1"
 )
 RENEW = "UPDATE conversations SET turn_expires_at = $3 WHERE id = $1 AND turn_owner = $2"
 RELEASE = "UPDATE conversations SET turn_owner = NULL, turn_expires_at = NULL WHERE id = $1 AND turn_owner = $2"
@@ -54,12 +72,22 @@ ANSWERED = (
 
 
 async def take(db: Db, conversation_id: int, message_id: int, owner: str, ttl: float) -> tuple[bool, bool]:
-    """(taken, answered). The check is a statement of its own, after the UPDATE (see the module's docstring)."""
+    """(taken, answered). The check is a statement of its own, after the UPDATE (see the module's docstring).
+    Not taken while an earlier message of the conversation, younger than ORDER_WAIT ttls, waits for its turn."""
     now = db.clock()
-    if await db.run(TAKE, conversation_id, owner, db.ts(now + timedelta(seconds=ttl)), db.ts(now)):
+    if await db.run(TAKE, conversation_id, owner, db.ts(now + timedelta(seconds=ttl)), db.ts(now), message_id,
+                    db.ts(now - timedelta(seconds=ORDER_WAIT * ttl))):
         return True, bool(await db.value(ANSWERED, message_id))
     # forgotten: nothing to wait for
     return False, not await db.value("SELECT EXISTS (SELECT 1 FROM conversations WHERE id = $1)", conversation_id)
+
+
+async def orphan(db: Db, conversation_id: int, message_id: int, ttl: float, grace: float) -> int | None:
+    """The id of the earlier message that holds up `message_id`'s turn with nobody to answer it, or None."""
+    now = db.clock()
+    found = await db.value(ORPHAN, conversation_id, message_id, db.ts(now - timedelta(seconds=ORDER_WAIT * ttl)),
+                           db.ts(now - timedelta(seconds=grace)), db.ts(now))
+    return None if found is None else int(found)
 
 
 async def renew(db: Db, conversation_id: int, owner: str, ttl: float) -> bool:
@@ -83,13 +111,20 @@ def new_owner() -> str:
 Tx = Callable[..., Awaitable[Any]]
 
 
+#: The turn of an earlier message that a waiting turn answers first (the pipeline's `answer_stored`).
+Adopt = Callable[[int], Awaitable[None]]
+
+
 @contextlib.asynccontextmanager
 async def hold(tx: Tx, conversation_id: int, message_id: int, ttl: float, counters: dict[str, int],
-               ) -> AsyncIterator[bool]:
+               adopt: Adopt | None = None, grace: float = 0.0) -> AsyncIterator[bool]:
     """Hold the conversation's lease while the body runs; yields True when message `message_id` was answered
     already (the caller returns a duplicate without calling the model). A waiter retries with backoff, and stops
-    waiting as soon as it sees the message answered. `counters` counts failed attempts ("turn_lease_waits") and
-    renewals ("turn_lease_renewals")."""
+    waiting as soon as it sees the message answered. While it waits at the longest backoff, it looks for an
+    earlier message that nobody answers (`orphan`: older than `grace`, its lease lapsed) and has `adopt` answer
+    it first, so a person's replies keep their order after a crash without waiting for the recover job.
+    `counters` counts failed attempts ("turn_lease_waits"), renewals ("turn_lease_renewals") and adoptions
+    ("turn_lease_adopted")."""
     owner = new_owner()
     wait = FIRST_WAIT
     while True:
@@ -97,6 +132,13 @@ async def hold(tx: Tx, conversation_id: int, message_id: int, ttl: float, counte
         if taken or answered:
             break
         counters["turn_lease_waits"] = counters.get("turn_lease_waits", 0) + 1
+        if adopt is not None and wait >= MAX_WAIT:
+            earlier = await tx("read", orphan, conversation_id, message_id, ttl, grace)
+            if earlier is not None:
+                counters["turn_lease_adopted"] = counters.get("turn_lease_adopted", 0) + 1
+                logger.info("turn.adopting", conversation_id=conversation_id, message_id=earlier,
+                            waiting=message_id)
+                await adopt(earlier)  # then the usual pause: another waiter may be answering it right now
         await asyncio.sleep(wait)
         wait = min(wait * 2, MAX_WAIT)
     if not taken:

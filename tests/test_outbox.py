@@ -6,6 +6,8 @@ without a model call."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -28,6 +30,7 @@ from surfaces.whatsapp_send import WINDOW_CLOSED_EXPLANATION, TwilioSender, Twil
 from tests.backends import TestClock
 from tests.fakes import telegram_api as fake_telegram
 from tests.fakes import twilio_api as fake_twilio
+from tests.fakes.model_behaviours import held, ok
 from tests.fakes.model_server import FakeModelServer, status
 from tests.waiting import wait_until
 
@@ -300,6 +303,42 @@ async def test_recovery_apologizes_in_the_language_the_message_came_with(store: 
     assert part["text"] == catalog.t("model_unavailable", "es")  # not the default language's
 
 
+async def test_recovery_answers_conversations_side_by_side_so_one_slow_turn_holds_up_no_other(
+    store: Any, clock: TestClock, model_server: FakeModelServer,
+) -> None:
+    """Two people's messages left unanswered; the model takes its time over the first recovered turn: the other
+    person's is answered meanwhile, within the same run (a run answered them one after the other, so under load
+    a run of 50 took 42 s and messages left by a killed process waited that long: their conversations' later
+    messages went out first, tests/test_scale_serve.py)."""
+    gate = threading.Event()
+    model_server.script("m1", [held(gate)], default=ok())
+    settings = Settings.from_mapping({"HILO_MODEL": "openai:m1", "OPENAI_BASE_URL": model_server.base_url + "/v1",
+                                      "OPENAI_API_KEY": "sk-test", "HILO_RECOVERY_GRACE": "30"})
+    pipeline = Pipeline(settings, store, build_chain(settings))
+    pipeline.outbox.register(_Silent())
+    people = ("42", "7")
+    for who in people:
+        assert await store.ingest(inbound(f"{who}:1", "still there?", sender=who, received_at=clock()), 1)
+    clock.advance(31)
+    run = asyncio.ensure_future(recovery(settings, store, pipeline)(JobContext("recover", "run-1")))
+
+    async def replies() -> int:
+        conversations = [(await store.inspect(f"telegram:{who}"))["conversations"][0] for who in people]
+        return sum(len(c["messages"]) - 1 for c in conversations)
+
+    try:
+        await wait_until(lambda: len(model_server.requests) == 2, "both people's turns at the model")
+        await wait_until(replies, "the other person answered while the first turn is held")
+        assert await replies() == 1
+        gate.set()
+        assert await run
+        assert await replies() == 2
+    finally:
+        gate.set()
+        await asyncio.gather(run, return_exceptions=True)
+        await pipeline.chain.aclose()
+
+
 class _Silent:
     """A transport that is registered (so replies are queued) and never asked to send here."""
 
@@ -338,6 +377,50 @@ async def test_two_senders_on_one_database_send_each_part_once_in_order(backend:
     assert sorted(sent) == sorted((str(r), p) for r in range(8) for p in ("p1", "p2", "p3"))  # each once
     for r in range(8):
         assert [p for who, p in sent if who == str(r)] == ["p1", "p2", "p3"]  # in order per recipient
+
+
+async def test_a_send_slower_than_its_lease_keeps_the_lease_and_goes_out_once(
+    backend: Any, bot_api: fake_telegram.FakeBotApi,
+) -> None:
+    """Telegram takes three leases' time to answer (a slow provider, a loaded machine): the sender renews its
+    lease while the send is in flight, so the other process's sender, claiming all along, never takes the part
+    over and sends it a second time (it did: two sends of one part)."""
+    lease = 1.0
+    one, two = backend.make(), backend.make()
+    await one.open()
+    await two.open()
+    gate = threading.Event()
+    bot_api.hold(gate)
+    tasks = TaskSet()
+    api, files = api_urls(bot_api.base_url)
+    try:
+        async with Bot(fake_telegram.TOKEN, base_url=api, base_file_url=files) as bot:
+            senders = [Outbox(store, lease=lease) for store in (one, two)]
+            for outbox in senders:
+                outbox.register(TelegramTransport(bot))
+                outbox.start(tasks)
+            t = await turn_of(one, "42:1")
+            await senders[0].enqueue("telegram", "42", "slow", user_id=t.user_id)
+            await wait_until(lambda: bot_api.held == 1, "the part's send in flight")
+            began = time.monotonic()
+
+            def three_leases_on() -> bool:
+                for outbox in senders:  # both claim again and again meanwhile
+                    outbox.wake()
+                return time.monotonic() - began > 3 * lease
+
+            await wait_until(three_leases_on, "three leases' time with the send in flight")
+            assert bot_api.held == 1, "the other sender took the part over and sent it too"
+            gate.set()
+            await bot_api.wait_sent(1)
+            await wait_until(lambda: _none(one, "42"), "the part settled")
+            for outbox in senders:
+                await outbox.stop(timeout=5)
+            await tasks.drain(timeout=5)
+    finally:
+        await one.close()
+        await two.close()
+    assert [s.text for s in bot_api.sent] == ["slow"]
 
 
 async def _all_settled(store: Any) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -129,10 +130,15 @@ async def redelivered_while_running(procs: Processes) -> tuple[Any, Any]:
 async def test_a_redelivery_on_a_second_process_is_answered_once(
     processes: Processes, model_server: FakeModelServer,
 ) -> None:
+    """One model call, one stored reply; the redelivery's turn, which waited for the lease while process 1
+    answered, hands back the reply stored there (the web answers a request with it: a person whose request
+    waited while recovery or another process answered gets the answer, not an empty "duplicate"), marked
+    queued so that a messaging surface sends nothing (the outbox has it)."""
     out1, out2 = await redelivered_while_running(processes)
     assert out1.status == "ok"
     assert len(model_server.requests_for("m1")) == 1, "the redelivery made a second model call"
-    assert out2.status == "duplicate"
+    assert (out2.status, out2.text, out2.reply_id, out2.metadata.get("queued")) == (
+        "ok", out1.text, out1.reply_id, True)
     store = processes.stores[0]
     assert out1.user_id is not None and out1.conversation_id is not None
     replies = [m for m in await store.messages(out1.user_id, out1.conversation_id) if m.role == "assistant"]
@@ -174,6 +180,30 @@ async def test_a_lease_left_by_a_dead_process_is_taken_over_once_expired(
         InboundMessage(surface="telegram", sender="7", external_id="d1", text="still there?"))
     assert again.status == "ok"
     assert len(model_server.requests_for("m1")) == 2
+
+
+async def test_a_later_message_answers_the_earlier_one_a_dead_process_left_first(
+    processes: Processes, model_server: FakeModelServer,
+) -> None:
+    """A process died after storing a person's message (older than the recovery grace, its turn's lease lapsed);
+    the person's next message reaches another process. Its turn answers the orphaned message first, then its
+    own: both answered, in their order, at once (it waited for the order cap, then answered out of order, and
+    left the first to the next recovery run)."""
+    dead = processes.stores[0]
+    earlier = await dead.ingest(InboundMessage(
+        surface="telegram", sender="7", external_id="o1", text="the first question",
+        received_at=dead.clock() - timedelta(seconds=40)), 3)  # type: ignore[attr-defined]
+    assert earlier is not None
+    taken, _ = await dead._tx(  # type: ignore[attr-defined]
+        "lease", turn_lease.take, earlier.conversation_id, earlier.message.id, "a-dead-process", 0.0)
+    assert taken  # and never renewed nor released: that process died mid-turn
+    later = await asyncio.wait_for(processes.second.handle(
+        InboundMessage(surface="telegram", sender="7", external_id="o2", text="the second question")), 20)
+    assert later.status == "ok"
+    replies = [m for m in await dead.messages(earlier.user_id, earlier.conversation_id) if m.role == "assistant"]
+    assert [r.reply_to for r in replies] == [earlier.message.id, later.message_id], "both answered, in order"
+    asked = [r.body["messages"][-1]["content"] for r in model_server.requests_for("m1")]
+    assert asked == ["the first question", "the second question"]
 
 
 async def test_a_running_turn_renews_its_lease(processes: Processes, model_server: FakeModelServer) -> None:

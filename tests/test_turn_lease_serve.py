@@ -4,7 +4,8 @@ web message (the same client_message_id) posted to the second while the first ru
 The fake provider holds its first answer until the test releases it (`held`). The test waits for that request to
 arrive, posts the redelivery to the second process, waits for that process to take it in as a turn to resume
 (its `turn.resumed` line: the first turn is still running, nothing is answered yet), and only then lets the model
-answer: the second process's turn waits for the first one's lease and finds the message answered."""
+answer: the second process's turn waits for the first one's lease, finds the message answered and hands back its
+reply (one model call, one stored reply, the same answer in both responses)."""
 
 from __future__ import annotations
 
@@ -51,7 +52,9 @@ async def test_two_serve_processes_answer_a_redelivered_web_message_once(
             answered = await first
     assert answered.status_code == again.status_code == 200
     assert answered.json()["status"] == "ok"
-    assert again.json()["status"] == "duplicate", again.json()
+    # the redelivery's turn waited for the lease while the first process answered: it hands back that reply
+    assert (again.json()["status"], again.json()["reply"], again.json()["reply_id"]) == (
+        "ok", answered.json()["reply"], answered.json()["reply_id"]), again.json()
     assert len(model_server.requests) == 1, "the redelivery made a second model call"
     replies = SERVER.query(database, "SELECT count(*) FROM messages WHERE role = 'assistant'")[0][0]
     assert replies == 1

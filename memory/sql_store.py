@@ -145,6 +145,9 @@ class SqlStore:
     async def outbox_pending(self, user_id: int) -> list[dict[str, Any]]:
         return await self._tx("read", outbox.pending, user_id)
 
+    async def outbox_backlog(self) -> tuple[int, datetime | None]:
+        return await self._tx("read", outbox.backlog)
+
     async def unanswered(self, grace: float, window: float, limit: int = 50) -> list[Ingested]:
         return await self._tx("read", outbox.unanswered, grace, window, limit)
 

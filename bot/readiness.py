@@ -24,9 +24,10 @@ from memory.store import Store
 CACHE_S = 5.0
 
 
-def cached(check: Check, ok_s: float = CACHE_S, failed_s: float = 1.0,
+def cached(check: Check, ok_s: float = CACHE_S, failed_s: float = 0.0,
            clock: Callable[[], float] = time.monotonic) -> Check:
-    """`check`, its answer kept for `ok_s` s when ok and `failed_s` s when not (recovery shows soon)."""
+    """`check`, its answer kept for `ok_s` s when ok and `failed_s` s when not (by default a failure is asked
+    again at the next poll, as the database's is, so recovery shows at once)."""
     last: list[tuple[float, dict[str, Any]]] = []
 
     async def run() -> dict[str, Any]:

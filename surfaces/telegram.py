@@ -86,7 +86,7 @@ class TelegramSurface:
         self._inflight: set[asyncio.Task[Any]] = set()
         self._poller: Poller | None = None
         self._webhook_state = cached(lambda: webhook_state(self.application.bot, self.settings, WEBHOOK_PATH),
-                                     ok_s=WEBHOOK_CHECK_S)
+                                     ok_s=WEBHOOK_CHECK_S, failed_s=5.0)
 
     def routes(self) -> list[BaseRoute]:
         if self.mode != "webhook":

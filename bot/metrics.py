@@ -13,6 +13,7 @@ or from the configured model chain, never a person, chat, conversation or messag
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -31,6 +32,8 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 TOKEN_BUCKETS = (0, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 131072)
 #: How long a scrape's outbox backlog read is kept.
 BACKLOG_CACHE_S = 5.0
+#: A scrape waits at most this for it (a locked database): the last values are given instead.
+BACKLOG_TIMEOUT_S = 2.0
 Backlog = Callable[[], Awaitable[tuple[int, float]]]
 
 
@@ -75,13 +78,16 @@ class Metrics:
     def activate(self, backlog: Backlog | None = None) -> None:
         """Make these the process's metrics; `backlog` reads (parts, oldest age in s) when scraped."""
         global _active
+        _started.append(self)
         _active = self
         self._backlog_read = backlog
 
     def deactivate(self) -> None:
+        """This app stopped: the one started before it that still runs (a test's) is the active one again."""
         global _active
-        if _active is self:
-            _active = None
+        while self in _started:
+            _started.remove(self)
+        _active = _started[-1] if _started else None
         self._backlog_read = None
 
     async def exposition(self) -> bytes:
@@ -90,8 +96,8 @@ class Metrics:
         now = time.monotonic()
         if self._backlog_read is not None and now - self._backlog_at >= BACKLOG_CACHE_S:
             try:
-                parts, age = await self._backlog_read()
-            except StoreError:
+                parts, age = await asyncio.wait_for(self._backlog_read(), BACKLOG_TIMEOUT_S)
+            except (StoreError, TimeoutError):
                 pass
             else:
                 self.backlog.set(parts)
@@ -101,6 +107,7 @@ class Metrics:
 
 
 _active: Metrics | None = None
+_started: list[Metrics] = []
 
 
 def active() -> Metrics | None:

@@ -12,6 +12,7 @@ Every check is cheap: the circuits are in memory, the backlog is one indexed rea
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -22,6 +23,8 @@ from memory.store import Store
 
 #: How long a check's answer is kept (a load balancer polling every second costs one read per CACHE_S).
 CACHE_S = 5.0
+#: A check waits at most this for the database (a locked one is not ready), as the database's probe does.
+TIMEOUT_S = 2.0
 
 
 def cached(check: Check, ok_s: float = CACHE_S, failed_s: float = 0.0,
@@ -72,9 +75,11 @@ def outbox_check(store: Store, max_age: float) -> Check:
 
     async def run() -> dict[str, Any]:
         try:
-            count, age = await read()
+            count, age = await asyncio.wait_for(read(), TIMEOUT_S)
         except StoreError as exc:
             return {"ok": False, "error": type(exc).__name__}
+        except TimeoutError:
+            return {"ok": False, "error": "timeout"}
         result: dict[str, Any] = {"ok": age <= max_age, "pending": count, "oldest_s": round(age, 1),
                                   "max_age_s": max_age}
         if not result["ok"]:

@@ -182,3 +182,19 @@ async def test_metrics_are_off_by_default_and_the_token_is_required(
     assert wrong.status_code == 403 and wrong.json()["error"] == "forbidden"
     assert basic.status_code == 401
     assert right.status_code == 200 and "hilo_turns_total" in right.text
+
+
+def test_each_app_records_into_its_own_registry_and_the_one_still_running_takes_over() -> None:
+    first, second = metrics.Metrics(), metrics.Metrics()
+    first.activate()
+    second.activate()  # a second app in the same process (a test's two daemons): no collision
+    metrics.observe_cost("openai", "model-b", 1.0)
+    second.deactivate()
+    metrics.observe_cost("openai", "model-b", 2.0)
+    first.deactivate()
+    metrics.observe_cost("openai", "model-b", 4.0)  # no app runs: nothing records it
+    assert metrics.active() is None
+    assert first.registry.get_sample_value("hilo_model_cost_usd_total", {"provider": "openai",
+                                                                         "model": "model-b"}) == 2.0
+    assert second.registry.get_sample_value("hilo_model_cost_usd_total", {"provider": "openai",
+                                                                          "model": "model-b"}) == 1.0

@@ -23,9 +23,12 @@ from bot import job_list
 from bot.config import Settings, ensure_secret_key
 from bot.health import Health
 from bot.jobs import JobRegistry, Scheduler
+from bot.metrics import Metrics
+from bot.metrics_http import MetricsServer, metrics_route
 from bot.models.base import Chain
 from bot.pipeline import Pipeline
 from bot.plugins import enabled_surfaces
+from bot.readiness import backlog_reader, models_check, outbox_check
 from bot.runtime import Runtime, Surface
 from bot.shutdown import StopBudget
 from bot.tasks import TaskSet
@@ -98,6 +101,8 @@ def create_app(
     budget = stop_budget if stop_budget is not None else StopBudget(settings.stop_timeout)
     active = surfaces if surfaces is not None else enabled_surfaces(settings)
     state: dict[str, Any] = {}
+    health = Health(lambda: state.get("store"))
+    metrics = Metrics()  # a registry of this app's own (bot/metrics.py)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -109,6 +114,7 @@ def create_app(
         started: list[Surface] = []
         runtime: Runtime | None = None
         scheduler: Scheduler | None = None
+        exporter = MetricsServer(settings, metrics)
         # A local model loads on first use, on its own thread (the embed job's first run, due at start; no turn waits
         # for it longer than HILO_EMBED_QUERY_TIMEOUT); the embed job embeds new messages, each turn its question.
         # Which embedder runs is said once everything has started (a start that fails says only why, in one line).
@@ -116,6 +122,8 @@ def create_app(
 
         async def stop() -> None:
             # every phase gets at most what is left of ONE budget from SIGTERM (bot/shutdown.py)
+            await exporter.stop()
+            metrics.deactivate()
             if scheduler is not None:
                 await scheduler.stop(timeout=budget.left(scheduler.drain_timeout))
             if runtime is not None:  # before the surfaces its replayed messages run through; what is still
@@ -140,12 +148,18 @@ def create_app(
         try:
             await st.open()
             state["store"] = st
+            metrics.activate(backlog_reader(st))
             ch = chain if chain is not None else build_chain(settings)
             runtime = Runtime(settings, ch, Pipeline(settings, st, ch, embedder), TaskSet(), budget)
             state["runtime"] = runtime
             for surface in active:
                 await surface.start(runtime)
                 started.append(surface)
+                ready = getattr(surface, "ready", None)  # optional: Telegram's loop or webhook, Twilio's account
+                if ready is not None:
+                    health.add(surface.name, ready)
+            health.add("models", models_check(ch))
+            health.add("outbox", outbox_check(st, settings.ready_outbox_age))
             runtime.pipeline.outbox.start(runtime.tasks)  # resumes what an earlier run left undelivered
             scheduler = Scheduler(st, jobs if jobs is not None else job_list.registry(
                 settings, st, ch, embedder, pipeline=runtime.pipeline))
@@ -155,6 +169,8 @@ def create_app(
                 runtime.tasks.spawn(scheduler.run_now("recover"), name="recover.start")
             state["jobs"] = scheduler
             state["embedder"] = embedder
+            state["metrics"] = metrics
+            await exporter.start()
             if loader is not None:
                 await asyncio.to_thread(loader.join)
         except BaseException:
@@ -168,8 +184,9 @@ def create_app(
             await stop()
             logger.info("daemon.stopped")
 
-    health = Health(lambda: state.get("store"))
     routes: list[BaseRoute] = [Route("/healthz", health.healthz), Route("/readyz", health.readyz)]
+    if settings.metrics_token:  # never public: without a token the main app has no /metrics route at all
+        routes.append(metrics_route(metrics, settings.metrics_token))
     for surface in active:
         routes.extend(surface.routes())
     app = Starlette(routes=routes, lifespan=lifespan)

@@ -39,6 +39,14 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> i
     return value
 
 
+def _port(env: Mapping[str, str], name: str) -> int:
+    """A TCP port, or 0 when unset (off)."""
+    value = _int(env, name, 0, minimum=0)
+    if value > 65535:
+        raise ConfigError(f"{name}={value} is not a port: set it to 1-65535 (e.g. 9464), or leave it unset")
+    return value
+
+
 def _memory_weights(raw: str) -> MemoryWeights:
     try:
         return MemoryWeights.parse(raw)
@@ -244,6 +252,15 @@ class Settings:
     #: HILO_INBOUND_RETENTION_DAYS: how long the records of non-turn deliveries (commands, refusals, STOP /
     #: START) are kept against redeliveries (the cleanup job purges older ones; Telegram keeps updates 24 h).
     inbound_retention_days: int = 7
+    # -- issue 13, ops: readiness (bot/readiness.py) and metrics (bot/metrics.py) ---------------------------
+    #: HILO_READY_OUTBOX_AGE: /readyz answers 503 while the oldest undelivered outbox part is older than this (s).
+    ready_outbox_age: float = 900.0
+    #: HILO_METRICS_PORT: serve Prometheus /metrics on this port of its own (no token); 0: not.
+    metrics_port: int = 0
+    #: HILO_METRICS_HOST: the address that port listens on (loopback unless set).
+    metrics_host: str = "127.0.0.1"
+    #: HILO_METRICS_TOKEN: serve /metrics on the main port too, to `Authorization: Bearer <token>` only.
+    metrics_token: str = ""
 
     @property
     def models(self) -> tuple[ModelSpec, ...]:
@@ -368,6 +385,11 @@ class Settings:
             data_dir=env.get("HILO_DATA_DIR", "").strip() or _default_data_dir(database_url),
             journal_max_bytes=_int(env, "HILO_JOURNAL_MAX_BYTES", 64 * 1024 * 1024, minimum=4096),
             inbound_retention_days=_int(env, "HILO_INBOUND_RETENTION_DAYS", 7),
+            # -- issue 13, ops: readiness and metrics
+            ready_outbox_age=_float(env, "HILO_READY_OUTBOX_AGE", 900.0),
+            metrics_port=_port(env, "HILO_METRICS_PORT"),
+            metrics_host=env.get("HILO_METRICS_HOST", "").strip() or "127.0.0.1",
+            metrics_token=env.get("HILO_METRICS_TOKEN", "").strip(),
         )
 
     @classmethod

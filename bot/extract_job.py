@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import timedelta
 
+from bot import metrics
 from bot.config import Settings
 from bot.extract import SCHEMA, Parsed, Remembered, UnusableAnswer, parse, request
 from bot.jobs import JobContext
@@ -119,8 +120,10 @@ async def complete_recorded(store: Store, chain: StructuredChain, user_id: int, 
     try:
         result = await chain.complete_json(messages, schema)
     except AllModelsFailed as exc:
+        metrics.observe_calls(exc.calls, kind=purpose)
         await store.record_model_calls(user_id, purpose, exc.calls)
         raise
+    metrics.observe_calls(result.calls, kind=purpose, answered=True)
     await store.record_model_calls(user_id, purpose, result.calls)
     return result
 

@@ -10,8 +10,9 @@ A success is kept for PROBE_CACHE_S, so that a load balancer polling often costs
 failure is asked again at the next poll, so recovery shows at once), and the probe waits at most PROBE_TIMEOUT_S
 (a locked database is not ready).
 
-The seam for more checks (issue 13: surfaces, circuits, the outbox's backlog): `Health.add(name, check)`, where
-`check` is an async callable returning a JSON-ready dict with "ok"; /readyz is ready only when every one is ok.
+The seam for more checks: `Health.add(name, check)`, where `check` is an async callable returning a JSON-ready dict
+with "ok"; /readyz is ready only when every one is ok. The app adds (bot/readiness.py) each started surface's own
+check, the models' circuits and the outbox's backlog. None of them touches /healthz.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
+from bot import metrics
 from bot.ports import Transport
 from bot.retry import RetryPolicy
 from bot.tasks import TaskSet
@@ -204,6 +205,7 @@ class Outbox:
             await self._failed(item, exc, ids)
         except Exception as exc:  # a bug in a transport: recorded, never retried blindly
             logger.error("outbox.send_crashed", **ids, error=type(exc).__name__)
+            metrics.observe_delivery_failure(item.surface)
             await self._settle(item, "failed", error=f"{type(exc).__name__}: hilo could not send this part")
         else:
             await self._settle(item, "sent", provider_ref=ref)
@@ -269,6 +271,7 @@ class Outbox:
         if exc.transient and self.policy.too_long(pause):
             error += f" (Retry-After {pause:g} s is too long)"
         logger.error("outbox.failed", **ids, code=exc.code, transient=exc.transient)
+        metrics.observe_delivery_failure(item.surface)
         await self._settle(item, "failed", error=error[:500])
 
     async def _settle(self, item: OutboxItem, status: str, **fate: Any) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from bot import answers, commands
+from bot import answers, commands, metrics
 from bot.config import Settings
 from bot.embedders.base import Embedder
 from bot.embedding import active, embed_query
@@ -217,15 +217,16 @@ class Pipeline:
                 # The person's message is already stored; an answer they can read beats no answer at all.
                 logger.error("turn.reply_not_stored", message_id=turn.message.id, error=type(exc).__name__)
                 stored, outgoing = None, None
+        outcome = completion.outcome if completion is not None else "failed"
+        metrics.observe_turn(msg.surface, outcome, time.perf_counter() - started, pre_model_ms / 1000, calls)
+        metrics.observe_context(ctx)
         queued = {"queued": True} if outgoing is not None else {}  # the surface sends nothing itself
         if outgoing is not None:
             self.outbox.wake()
         logger.info(
             "turn.done", surface=msg.surface, user_id=turn.user_id, conversation_id=turn.conversation_id,
             message_id=turn.message.id, chars_in=len(msg.text), chars_out=len(reply or ""),
-            context_tokens=ctx.tokens["total"], calls=len(calls),
-            outcome=completion.outcome if completion is not None else "failed",
-            pre_model_ms=round(pre_model_ms, 2),
+            context_tokens=ctx.tokens["total"], calls=len(calls), outcome=outcome, pre_model_ms=round(pre_model_ms, 2),
         )
         if reply is None:
             return OutboundMessage(
@@ -287,8 +288,11 @@ class Pipeline:
         rows = None
         if user_id is not None:
             vector = None
+            began = time.perf_counter()
             if private and self.embedder is not None and active(self.embedder, self.store):
                 vector = await embed_query(self.embedder, text, s.embed_query_timeout, user_id=user_id)
+                metrics.observe_retrieval("embed", time.perf_counter() - began)
+                began = time.perf_counter()
             rows = await self.store.load_context(ContextQuery(
                 user_id=user_id, surface=surface, conversation_id=conversation_id,
                 current_message_id=current_message_id, at=at,
@@ -298,6 +302,7 @@ class Pipeline:
                 facts_limit=50 if private else 0,
                 query_vector=vector, embedder=self.embedder.name if vector is not None and self.embedder else "",
             ))
+            metrics.observe_retrieval("load", time.perf_counter() - began)
         return assemble(
             rows or ContextRows([], [], [], []), system_prompt=s.system_prompt, new_text=text,
             new_tokens=n_tokens, budget=s.context_budget, surface=surface, now=at, memory_weights=s.memory_weights,

@@ -4,6 +4,8 @@ Runtime the lifespan hands each surface at start.
 A surface turns raw input into one InboundMessage (checking it is genuine BEFORE parsing), hands it to the
 pipeline, and delivers the OutboundMessage. Webhook surfaces acknowledge fast and run the turn as a tracked
 task (`runtime.tasks.spawn`). Surfaces register under the `hilo.surfaces` entry points (bot/plugins.py).
+Optional: `async def ready(self) -> dict` (JSON with "ok"), the surface's readiness check, which the app adds to
+/readyz under the surface's name once it started (bot/readiness.py).
 """
 
 from __future__ import annotations

@@ -94,6 +94,14 @@ async def undelivered(db: Db, surface: str, recipient: str) -> int:
                               "AND status IN ('pending', 'sending')", surface, recipient))
 
 
+async def backlog(db: Db) -> tuple[int, datetime | None]:
+    """How many parts are undelivered (pending or being sent), and the oldest one's queueing time (the partial
+    index deliveries_queue holds exactly these rows)."""
+    rows = await db.all("SELECT count(*), min(created_at) FROM deliveries WHERE status IN ('pending', 'sending')")
+    count, oldest = rows[0]
+    return int(count), as_dt(oldest) if oldest is not None else None
+
+
 async def pending(db: Db, user_id: int) -> list[dict[str, Any]]:
     """The user's undelivered parts (for tests and read-outs)."""
     rows = await db.all("SELECT id, surface, recipient, part, parts, status, attempts, body FROM deliveries "

@@ -152,6 +152,8 @@ class SqlStore:
 
     async def stored_turn(self, message_id: int) -> Ingested | None:
         return await self._tx("read", outbox.stored_turn, message_id)
+    async def outbox_backlog(self) -> tuple[int, datetime | None]:
+        return await self._tx("read", outbox.backlog)
 
     async def unanswered(self, grace: float, window: float, limit: int = 50) -> list[Ingested]:
         return await self._tx("read", outbox.unanswered, grace, window, limit)

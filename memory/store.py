@@ -239,6 +239,10 @@ class Store(Protocol):
     async def outbox_pending(self, user_id: int) -> list[dict[str, Any]]:
         """The user's undelivered parts, oldest first."""
 
+    async def outbox_backlog(self) -> tuple[int, datetime | None]:
+        """How many parts of every surface are not delivered yet, and when the oldest of them was queued (/readyz,
+        /metrics: one indexed read)."""
+
     async def unanswered(self, grace: float, window: float, limit: int = 50) -> list[Ingested]:
         """Stored messages of people, between `window` and `grace` seconds old, that have no reply, no model call
         and no live turn: turns to resume (recovery, bot/job_list.py)."""

@@ -33,10 +33,12 @@ from telegram import Update
 from telegram.error import TelegramError
 from telegram.ext import Application
 
+from bot import metrics
 from bot.config import Settings
 from bot.keyed import KeyedLocks
 from bot.outbox import with_route
 from bot.pipeline import Taken
+from bot.readiness import cached
 from bot.runtime import Runtime
 from kernel import catalog, log
 from kernel.errors import ConfigError, Draining, StoreError
@@ -45,7 +47,7 @@ from surfaces.http_body import BodyTooLarge, parse_json, read_body
 from surfaces.telegram_inbound import Allowlist, BotIdentity, classify
 from surfaces.telegram_outbound import Say, SendPolicy, TelegramTransport, show_typing
 from surfaces.telegram_polling import Poller
-from surfaces.telegram_setup import api_urls, check_webhook_settings, start_failed
+from surfaces.telegram_setup import api_urls, check_webhook_settings, start_failed, webhook_state
 
 logger = log.get("hilo.telegram")
 
@@ -53,6 +55,8 @@ WEBHOOK_PATH = "/webhooks/telegram"
 MAX_UPDATE_BYTES = 1024 * 1024
 #: Seconds the stop gives the outbox to send what the drained updates queued (the rest waits for the next start).
 FLUSH_S = 10.0
+#: How long /readyz keeps Telegram's word that the webhook is registered (getWebhookInfo).
+WEBHOOK_CHECK_S = 30.0
 
 
 class TelegramSurface:
@@ -81,6 +85,8 @@ class TelegramSurface:
         self._taking: KeyedLocks[int] = KeyedLocks()  # taking an update in: one at a time per chat
         self._inflight: set[asyncio.Task[Any]] = set()
         self._poller: Poller | None = None
+        self._webhook_state = cached(lambda: webhook_state(self.application.bot, self.settings, WEBHOOK_PATH),
+                                     ok_s=WEBHOOK_CHECK_S, failed_s=5.0)
 
     def routes(self) -> list[BaseRoute]:
         if self.mode != "webhook":
@@ -135,6 +141,14 @@ class TelegramSurface:
         runtime.intake.register(self.name, self._run, self._spawn)
         logger.info("telegram.started", mode=self.mode, bot_id=app.bot.id, allowlist=bool(self.allowlist))
 
+    async def ready(self) -> dict[str, Any]:
+        """/readyz (bot/readiness.py): the polling loop runs, or the webhook is registered at HILO_PUBLIC_URL."""
+        if self._app is None or not self._accepting:
+            return {"ok": False, "mode": self.mode, "error": "not started"}
+        if self._poller is not None:
+            return self._poller.state()
+        return await self._webhook_state()
+
     async def stop(self) -> None:
         """Stop receiving, then let the Application finish the updates it has (queued and in flight)."""
         was_started = self._accepting
@@ -172,10 +186,12 @@ class TelegramSurface:
         given = request.headers.get("x-telegram-bot-api-secret-token", "").encode()
         if not hmac.compare_digest(given, self.settings.telegram_webhook_secret.encode()):
             logger.warning("telegram.webhook_refused", reason="secret token")
+            metrics.refused(self.name, "bad_signature")
             return Response(status_code=403)
         try:
             body = await read_body(request, MAX_UPDATE_BYTES)
         except BodyTooLarge:
+            metrics.refused(self.name, "too_large")
             return Response(status_code=413)
         except ClientDisconnect:
             return Response(status_code=400)

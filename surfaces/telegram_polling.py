@@ -52,6 +52,13 @@ class Poller:
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="telegram.polling")
 
+    def state(self) -> dict[str, object]:
+        """For /readyz: the loop runs ("polling" while this process holds the lease, "standby" while another
+        does), or it ended (not ok)."""
+        if self._task is None or self._task.done():
+            return {"ok": False, "mode": "polling", "error": "the polling loop is not running"}
+        return {"ok": True, "mode": "polling", "polling": "polling" if self._held else "standby"}
+
     async def stop(self) -> None:
         """Stop polling: a long poll (or the wait for the lease) is cancelled, an update being taken in is
         finished; then the updates taken so far are confirmed (a getUpdates with timeout 0, at most a few

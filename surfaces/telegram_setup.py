@@ -3,14 +3,17 @@ for the operator (the messages never quote the bot token)."""
 
 from __future__ import annotations
 
+import asyncio
 import re
+from typing import Any
 
+from telegram import Bot
 from telegram.error import InvalidToken, NetworkError, TelegramError
 
 from bot.config import Settings
 from kernel.errors import ConfigError, HiloError, ServiceUnavailable
 
-__all__ = ["DEFAULT_API", "api_urls", "check_webhook_settings", "start_failed"]
+__all__ = ["DEFAULT_API", "api_urls", "check_webhook_settings", "start_failed", "webhook_state"]
 
 DEFAULT_API = "https://api.telegram.org"
 _SECRET = re.compile(r"^[A-Za-z0-9_-]{1,256}$")  # what Telegram accepts as secret_token
@@ -58,3 +61,16 @@ def check_webhook_settings(settings: Settings) -> None:
         )
     if not settings.public_url.startswith(("https://", "http://")):
         raise ConfigError(f"HILO_PUBLIC_URL={settings.public_url!r} must be a URL like https://bot.example.com")
+
+
+async def webhook_state(bot: Bot, settings: Settings, path: str) -> dict[str, Any]:
+    """For /readyz: Telegram's getWebhookInfo names this daemon's webhook URL (another deploy's deleteWebhook or
+    setWebhook would leave it receiving nothing)."""
+    try:
+        info = await asyncio.wait_for(bot.get_webhook_info(), 5)
+    except (TelegramError, TimeoutError) as exc:
+        return {"ok": False, "mode": "webhook", "error": f"getWebhookInfo failed ({type(exc).__name__})"}
+    if info.url != settings.public_url + path:
+        return {"ok": False, "mode": "webhook", "error": "the webhook is not registered at HILO_PUBLIC_URL",
+                "pending_updates": info.pending_update_count}
+    return {"ok": True, "mode": "webhook", "pending_updates": info.pending_update_count}

@@ -8,6 +8,7 @@ from typing import Any
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 
+from bot import metrics
 from kernel import catalog
 from kernel.types import StoredMessage
 from surfaces.http_body import BadJson, BodyTooLarge, parse_json, read_body
@@ -65,6 +66,7 @@ async def read_message(request: Request) -> MessageBody | JSONResponse:
     try:
         data = parse_json(await read_body(request, MAX_BODY_BYTES))
     except BodyTooLarge as exc:
+        metrics.refused("web", "too_large")
         return error(request, 413, "payload_too_large", limit=exc.limit)
     except BadJson as exc:
         return error(request, 400, exc.key, **exc.params)

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from bot import metrics
 from bot.config import Settings
 from bot.ports import RateLimits
 from kernel import log
@@ -72,6 +73,7 @@ class RateLimiter:
 
 
 def too_many(request: Request, retry_after: float) -> JSONResponse:
+    metrics.refused("web", "rate_limited")
     seconds = max(1, math.ceil(retry_after))
     response = error(request, 429, "rate_limited", seconds=seconds)
     response.headers["retry-after"] = str(seconds)

@@ -29,6 +29,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 from twilio.request_validator import RequestValidator
 
+from bot import metrics
 from bot.config import Settings
 from bot.runtime import Runtime
 from kernel import log
@@ -36,6 +37,7 @@ from kernel.errors import ConfigError, Draining, StoreError
 from kernel.types import InboundMessage
 from surfaces.http_body import BodyTooLarge, read_body
 from surfaces.whatsapp_inbox import EMPTY_TWIML, SURFACE, Inbox, twiml
+from surfaces.whatsapp_ready import AccountCheck
 from surfaces.whatsapp_send import TwilioSender, TwilioTransport
 
 logger = log.get("hilo.whatsapp")
@@ -114,6 +116,7 @@ class WhatsAppSurface:
         self._stopping = False
         self._inflight: set[asyncio.Task[Any]] = set()
         self.inbox = Inbox(settings, self.sender, self._spawn)
+        self.account = AccountCheck(self.sender)
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -123,6 +126,7 @@ class WhatsAppSurface:
 
     async def start(self, runtime: Runtime) -> None:
         await self.sender.start()
+        await self.account.check()  # Twilio's word on the credentials, for /readyz (not a reason not to start)
         self._runtime = self.inbox.runtime = runtime
         runtime.pipeline.outbox.register(TwilioTransport(self.sender))  # replies and notices go out through it
         runtime.intake.register(SURFACE, self.inbox.run, self._spawn)
@@ -149,6 +153,10 @@ class WhatsAppSurface:
             self._runtime.pipeline.outbox.unregister(SURFACE)  # later parts stay queued for the next start
         await self.sender.aclose()
 
+    async def ready(self) -> dict[str, Any]:
+        """/readyz (bot/readiness.py): Twilio accepted the credentials (surfaces/whatsapp_ready.py)."""
+        return await self.account.ready()
+
     # -- HTTP ---------------------------------------------------------------------------------------------
     async def _verified(self, request: Request, path: str) -> Form | Response:
         """The signed form, or the response refusing it. Nothing is looked at before the signature holds."""
@@ -157,6 +165,7 @@ class WhatsAppSurface:
         except ClientDisconnect:
             return Response(status_code=400)
         except BodyTooLarge:
+            metrics.refused(SURFACE, "too_large")
             return PlainTextResponse("payload too large", status_code=413)
         signature = request.headers.get("x-twilio-signature", "")
         try:
@@ -167,6 +176,7 @@ class WhatsAppSurface:
         url = self.settings.public_url + path + (f"?{query}" if query else "")
         if not signature or form is None or not self._validator.validate(url, form, signature):
             logger.warning("whatsapp.bad_signature", path=path, signed=bool(signature))
+            metrics.refused(SURFACE, "bad_signature")
             return PlainTextResponse("invalid signature", status_code=403)
         return form
 

@@ -97,6 +97,24 @@ async def test_a_retry_waits_for_its_due_time(store: Any, clock: TestClock) -> N
     assert [c.attempts for c in await store.claim_outbox("telegram", "p", 60)] == [2]
 
 
+async def test_the_backlog_counts_every_undelivered_part_and_dates_the_oldest(store: Any, clock: TestClock) -> None:
+    assert await store.outbox_backlog() == (0, None)
+    a, b = await turn_of(store, "1:1"), await turn_of(store, "2:1", sender="2")
+    first = await store.enqueue(a.user_id, None, Outgoing("telegram", "42", ("a1", "a2")))
+    queued_at = clock()
+    clock.advance(10)
+    await store.enqueue(b.user_id, None, Outgoing("whatsapp", "+2", ("b1",)))
+    count, oldest = await store.outbox_backlog()
+    assert count == 3 and oldest is not None and abs((oldest - queued_at).total_seconds()) < 1
+    await store.claim_outbox("telegram", "p", 60)  # being sent is not delivered yet
+    assert (await store.outbox_backlog())[0] == 3
+    assert await store.settle_outbox(first[0], "p", "sent", provider_ref="m1")
+    [nxt] = await store.claim_outbox("telegram", "p", 60)
+    assert await store.settle_outbox(nxt.id, "p", "failed", error="Forbidden: blocked")  # final: not backlog
+    count, oldest = await store.outbox_backlog()
+    assert count == 1 and oldest is not None and (oldest - queued_at).total_seconds() >= 9
+
+
 async def test_finish_turn_queues_the_reply_parts_in_its_transaction_and_forget_removes_them(store: Any) -> None:
     t = await turn_of(store, "1:1")
     reply = await store.finish_turn(t, "the answer", 2, [], outgoing=Outgoing("telegram", "42", ("the", "answer"),

@@ -44,12 +44,14 @@ async def test_postgres_down_gets_503_with_retry_after_and_the_daemon_recovers_w
                 health, ready = await client.get("/healthz"), await client.get("/readyz")
                 assert health.status_code == 200 and health.json()["database"]["ok"] is False, health.text
                 assert ready.status_code == 503 and "retry-after" in ready.headers, ready.text
+                assert ready.json()["checks"]["database"]["ok"] is False, ready.text
 
                 await asyncio.to_thread(pg.start)  # back: no restart of hilo
                 for i, h in enumerate(auth):
                     r = await client.post("/api/messages", json={"text": f"after {i}"}, headers=h)
                     assert r.status_code == 200 and r.json()["status"] == "ok", r.text
-                assert (await client.get("/readyz")).status_code == 200
+                back = await client.get("/readyz")
+                assert back.status_code == 200 and back.json()["checks"]["database"] == {"ok": True}, back.text
                 assert (await client.get("/healthz")).json()["database"] == {"ok": True}
         assert statuses == [503] * (3 * PEOPLE)
     finally:

@@ -63,6 +63,9 @@ async def test_a_deleted_sqlite_file_is_detected_reported_and_nothing_is_answere
             assert health.status_code == 200, health.text
             assert health.json()["database"] == {"ok": False, "error": "StoreUnavailable"}
             assert ready.status_code == 503 and ready.json()["ready"] is False, ready.text
+            checks = ready.json()["checks"]  # named: the database, and the outbox it cannot read; the models are fine
+            assert checks["database"] == checks["outbox"] == {"ok": False, "error": "StoreUnavailable"}, checks
+            assert sorted(name for name, c in checks.items() if not c["ok"]) == ["database", "outbox"], checks
             assert not db.exists(), "the daemon created a new database file while it ran"
             missing = events(daemon, "store.file_missing")
             assert len(missing) == 1 and missing[0]["path"] == str(db), missing
@@ -70,7 +73,8 @@ async def test_a_deleted_sqlite_file_is_detected_reported_and_nothing_is_answere
             os.rename(moved, db)  # the file is back: the daemon goes on by itself
             r = await client.post("/api/messages", json={"text": "back again"}, headers=auth[0])
             assert r.status_code == 200 and r.json()["status"] == "ok", r.text
-            assert (await client.get("/readyz")).status_code == 200
+            back = await client.get("/readyz")
+            assert back.status_code == 200 and all(c["ok"] for c in back.json()["checks"].values()), back.text
     assert not [line for line in daemon.lines if "lost words" in line or "note number" in line], "text in a log"
     import sqlite3
 

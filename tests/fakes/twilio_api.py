@@ -1,5 +1,9 @@
 """A loopback fake of the one Twilio REST route hilo uses, for the real twilio client to talk to.
 
+GET /2010-04-01/Accounts/{AccountSid}.json: the account resource (Basic auth checked the same way), as hilo's
+readiness check fetches it once at start (surfaces/whatsapp_ready.py); `account_status` is what it says
+("active", or "suspended" / "closed"), `account_fetches` counts the fetches.
+
 POST /2010-04-01/Accounts/{AccountSid}/Messages.json: checks HTTP Basic auth (account SID + auth token; 401
 with Twilio's error 20003 otherwise), records the form (To, From, Body, StatusCallback) in arrival order, and
 answers 201 with a message resource whose `sid` is a fresh "SM..." id. It listens on 127.0.0.1 only, on a free
@@ -105,7 +109,10 @@ class FakeTwilioApi(HeldSends):
         self._lock = threading.Lock()
         self._queue: deque[Behaviour] = deque()
         self.requests: list[RecordedSend] = []
+        self.account_status = "active"
+        self.account_fetches = 0
         self.app = Starlette(routes=[
+            Route("/2010-04-01/Accounts/{account_sid}.json", self._account, methods=["GET"]),
             Route("/2010-04-01/Accounts/{account_sid}/Messages.json", self._messages, methods=["POST"]),
         ])
         self._loopback = ThreadedServer(self.app, name="fake-twilio-api")
@@ -132,6 +139,7 @@ class FakeTwilioApi(HeldSends):
         with self._lock:
             self._queue.clear()
             self.requests = []
+            self.account_status, self.account_fetches = "active", 0
         self.hold(None)
 
     async def wait_for(self, count: int, timeout: float = 10.0) -> list[RecordedSend]:
@@ -155,14 +163,29 @@ class FakeTwilioApi(HeldSends):
         expected = base64.b64encode(f"{self.account_sid}:{self.auth_token}".encode()).decode()
         return account_sid == self.account_sid and request.headers.get("authorization") == f"Basic {expected}"
 
+    async def _account(self, request: Request) -> Response:
+        account_sid = request.path_params["account_sid"]
+        with self._lock:
+            self.account_fetches += 1
+        if not self._authorized(request, account_sid):
+            return _unauthenticated()
+        uri = f"/2010-04-01/Accounts/{account_sid}"
+        return JSONResponse({
+            "auth_token": self.auth_token, "date_created": "Thu, 30 Jul 2015 20:00:00 +0000",
+            "date_updated": "Thu, 30 Jul 2015 20:00:00 +0000", "friendly_name": "hilo test account",
+            "owner_account_sid": account_sid, "sid": account_sid, "status": self.account_status,
+            "subresource_uris": {"messages": f"{uri}/Messages.json", "calls": f"{uri}/Calls.json",
+                                 "incoming_phone_numbers": f"{uri}/IncomingPhoneNumbers.json"},
+            "type": "Full", "uri": f"{uri}.json",
+        })
+
     async def _messages(self, request: Request) -> Response:
         account_sid = request.path_params["account_sid"]
         form = dict(parse_qsl((await request.body()).decode(), keep_blank_values=True))
         if not self._authorized(request, account_sid):
             with self._lock:
                 self.requests.append(RecordedSend(account_sid, form, 401, None))
-            return JSONResponse({"code": 20003, "message": "Authenticate", "more_info":
-                                 "https://www.twilio.com/docs/errors/20003", "status": 401}, status_code=401)
+            return _unauthenticated()
         if not await self.released(request):
             return JSONResponse({"code": 20500, "message": "client gone", "status": 499}, status_code=499)
         with self._lock:
@@ -182,6 +205,11 @@ class FakeTwilioApi(HeldSends):
             "status": "queued", "subresource_uris": {}, "to": form.get("To"),
             "uri": f"/2010-04-01/Accounts/{account_sid}/Messages/{sid}.json",
         }, status_code=201)
+
+
+def _unauthenticated() -> JSONResponse:
+    return JSONResponse({"code": 20003, "message": "Authenticate", "more_info":
+                         "https://www.twilio.com/docs/errors/20003", "status": 401}, status_code=401)
 
 
 @pytest.fixture(scope="session")

@@ -37,6 +37,8 @@ from memory.store import Store
 logger = log.get("hilo.app")
 #: At most this much of the stop budget goes to the outbox's sends in flight (after the surfaces' own flush).
 OUTBOX_DRAIN_SECONDS = 5.0
+#: Seconds the stop waits for alerts still being sent (a webhook or SMTP server that hangs is cut then).
+ALERTS_DRAIN_SECONDS = 5.0
 
 
 def secret_file(settings: Settings) -> Path:
@@ -125,6 +127,7 @@ def create_app(
                 # processing) and still running now are cancelled too, before the chain and the store close under
                 # them (a closed model client would fail them into an apology): stored, unanswered, recovered
                 await runtime.pipeline.cancel_turns()
+                await runtime.pipeline.alerts.drain(timeout=budget.left(ALERTS_DRAIN_SECONDS))  # alerts the stop met
             if chain is None and ch is not None:
                 await ch.aclose()
             if store is None:

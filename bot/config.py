@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from bot.config_costs import costs_from
+from bot.prices import PriceTable
 from kernel.errors import ConfigError
 from memory.memory_score import MemoryWeights
 
@@ -244,6 +246,24 @@ class Settings:
     #: HILO_INBOUND_RETENTION_DAYS: how long the records of non-turn deliveries (commands, refusals, STOP /
     #: START) are kept against redeliveries (the cleanup job purges older ones; Telegram keeps updates 24 h).
     inbound_retention_days: int = 7
+    # -- issue 13, costs: the price table, the caps, the alerts (bot/prices.py, bot/spend.py, bot/alerts.py) ----
+    #: HILO_PRICES: USD per million tokens in / out per model, over the shipped defaults (bot/prices.py).
+    prices: PriceTable = field(default_factory=PriceTable)
+    #: HILO_CAP_PERSON_DAILY_USD, ..._MONTHLY_USD, HILO_CAP_DAILY_USD, ..._MONTHLY_USD: spend caps (0: none),
+    #: per person and for everyone, per UTC day and calendar month, reserved in the database (bot/spend.py).
+    cap_person_daily_usd: float = 0.0
+    cap_person_monthly_usd: float = 0.0
+    cap_daily_usd: float = 0.0
+    cap_monthly_usd: float = 0.0
+    #: HILO_ALERT_WEBHOOK_URL (POST JSON) and/or HILO_ALERT_SMTP_URL + HILO_ALERT_EMAIL_TO / _FROM (bot/alerts.py)
+    alert_webhook_url: str = ""
+    alert_smtp_url: str = ""
+    alert_email_to: tuple[str, ...] = ()
+    alert_email_from: str = ""
+    #: HILO_ALERT_MIN_INTERVAL: seconds between two alerts of one kind (every process on the database counts).
+    alert_min_interval: float = 300.0
+    #: HILO_ALERT_DELIVERY_FAILURES: parts of one surface failing finally in a row before delivery_failing.
+    alert_delivery_failures: int = 5
 
     @property
     def models(self) -> tuple[ModelSpec, ...]:
@@ -368,6 +388,8 @@ class Settings:
             data_dir=env.get("HILO_DATA_DIR", "").strip() or _default_data_dir(database_url),
             journal_max_bytes=_int(env, "HILO_JOURNAL_MAX_BYTES", 64 * 1024 * 1024, minimum=4096),
             inbound_retention_days=_int(env, "HILO_INBOUND_RETENTION_DAYS", 7),
+            # -- issue 13, costs: prices, caps, alerts (bot/config_costs.py)
+            **costs_from(env),
         )
 
     @classmethod

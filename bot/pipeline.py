@@ -20,15 +20,18 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from bot import answers, commands
+from bot.alerts import Alerts
 from bot.config import Settings
 from bot.embedders.base import Embedder
 from bot.embedding import active, embed_query
 from bot.keyed import KeyedLocks
-from bot.models.base import AllModelsFailed, Chain, ChainResult, Completion, Reset
+from bot.models.base import AllModelsFailed, CapReached, Chain, ChainResult, Completion, Reset
+from bot.models.chain import ModelChain
 from bot.notices import Notices
 from bot.opt_out import OptOut
 from bot.outbox import Outbox, route_language, route_of
 from bot.ports import Deliveries, History, RateLimits
+from bot.spend import Meter, paying
 from kernel import catalog, log, tokens
 from kernel.errors import InputError
 from kernel.text import blank
@@ -72,8 +75,15 @@ class Pipeline:
         self.chain = chain
         #: embeds each turn's question (bot/embedding.py) for vector recall; None or `none`: lexical only
         self.embedder = embedder
+        #: the operator's alerts (bot/alerts.py): fallbacks, failed turns, caps, deliveries that keep failing
+        self.alerts = Alerts(settings, store)
+        #: prices each model call and keeps the spend caps (bot/spend.py), for every call of the chain
+        self.meter = Meter(settings=settings, store=store, alerts=self.alerts)
+        if isinstance(chain, ModelChain):
+            chain.meter = self.meter
         #: what hilo says on Telegram, WhatsApp (any surface with a transport): stored parts, sent in order
-        self.outbox = Outbox(store, lease=settings.outbox_lease)
+        self.outbox = Outbox(store, lease=settings.outbox_lease, alerts=self.alerts,
+                             failures_alert=settings.alert_delivery_failures)
         #: what hilo tells a person outside their turn (stored, then sent through the outbox)
         self.notices = Notices(store, self.outbox)
         #: what surfaces reach of the store (they import no memory module): reads, deliveries, opt-out
@@ -203,10 +213,13 @@ class Pipeline:
                 return OutboundMessage(msg.surface, msg.sender, "", "duplicate")
             ctx = await self.context_for(turn)
             pre_model_ms = (time.perf_counter() - started) * 1000
-            completion, calls = await self._call_model(ctx, lang, on_delta)
+            with paying(turn.user_id):  # the spend caps count this person's calls (bot/spend.py)
+                completion, calls, failure = await self._call_model(ctx, lang, on_delta)
+            self._alert(msg, turn, calls, failure)
             reply = answers.reply_text(completion, lang) if completion is not None else None
             reply_tokens = await _count(reply) if reply is not None else 0
-            said = reply if reply is not None else catalog.t("model_unavailable", lang)
+            said = reply if reply is not None else catalog.t(
+                f"cap_reached_{failure.period}" if isinstance(failure, CapReached) else "model_unavailable", lang)
             # Telegram, WhatsApp: the parts are queued in the outbox in finish_turn's transaction
             outgoing = self.outbox.outgoing_for(msg, said)
             try:
@@ -279,19 +292,20 @@ class Pipeline:
 
     async def _call_model(
         self, ctx: AssembledContext, lang: str, on_delta: DeltaSink | None,
-    ) -> tuple[Completion | None, Sequence[ModelCallRecord]]:
-        """The chain's answer (None when every model failed) and every call made for it. While streaming, what
+    ) -> tuple[Completion | None, Sequence[ModelCallRecord], AllModelsFailed | None]:
+        """The chain's answer (None when every model failed, or a spend cap refused: the failure says which) and
+        every call made for it. While streaming, what
         the sink was shown ends up being exactly the reply the person gets (bot.answers): a note is streamed
         after the text, a reply that replaces the text is shown after a reset."""
         try:
             if on_delta is None:
                 result = await self.chain.complete(ctx.messages)
-                return result.completion, result.calls
+                return result.completion, result.calls, None
             shown: list[str] = []
             async for event in self.chain.stream(ctx.messages):
                 if isinstance(event, ChainResult):
                     await _show_reply(on_delta, "".join(shown), answers.reply_text(event.completion, lang))
-                    return event.completion, event.calls
+                    return event.completion, event.calls, None
                 if isinstance(event, Reset):
                     shown.clear()
                     await on_delta("", True)
@@ -300,7 +314,18 @@ class Pipeline:
                     await on_delta(event, False)
             raise RuntimeError("model stream ended without a result")
         except AllModelsFailed as exc:
-            return None, exc.calls
+            return None, exc.calls, exc
+
+    def _alert(self, msg: InboundMessage, turn: Ingested, calls: Sequence[ModelCallRecord],
+               failure: AllModelsFailed | None) -> None:
+        """A fallback answered (its call is the last, with `fallback_from`), or no model did: the operator hears
+        of it (bot/alerts.py, rate limited; a cap's refusal alerts from bot/spend.py)."""
+        ids = {"surface": msg.surface, "user_id": turn.user_id, "message_id": turn.message.id, "calls": len(calls)}
+        if failure is None and calls and calls[-1].fallback_from is not None:
+            self.alerts.send("fallback_answered", model=calls[-1].model, primary=calls[-1].fallback_from, **ids)
+        elif failure is not None and not isinstance(failure, CapReached):
+            tried = ",".join(dict.fromkeys(c.model for c in calls))
+            self.alerts.send("all_models_failed", models=tried[:120], **ids)
 
 
 async def _show_reply(on_delta: DeltaSink, shown: str, reply: str) -> None:

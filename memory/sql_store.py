@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from kernel.types import InboundMessage, ModelCallRecord, OutboxItem, Outgoing, utcnow
 from memory import jobs, turn_lease
+from memory import sql_alerts as alerts
 from memory import sql_extract as extract
 from memory import sql_inbound as inbound
 from memory import sql_limits as limits
@@ -24,6 +25,7 @@ from memory import sql_memories as memories
 from memory import sql_memory_vectors as memory_vectors
 from memory import sql_outbox as outbox
 from memory import sql_people as people
+from memory import sql_spend as spend
 from memory import sql_summaries as summaries
 from memory import sql_turns as turns
 from memory import sql_vectors as vectors
@@ -368,3 +370,17 @@ class SqlStore:
 
     async def probe(self) -> None:
         await self._tx("write", limits.probe)
+
+    # -- issue 13, costs: the caps' reservations and the alerts' marks (memory/sql_spend.py, sql_alerts.py) -----
+
+    async def reserve_spend(self, windows: Sequence[spend.Window], amount: float) -> spend.Refused | None:
+        return await self._tx("write", spend.reserve, list(windows), amount)
+
+    async def settle_spend(self, windows: Sequence[spend.Window], delta: float) -> None:
+        await self._tx("write", spend.settle, list(windows), delta)
+
+    async def spent(self, window: spend.Window) -> float:
+        return await self._tx("read", spend.spent, window)
+
+    async def take_alert(self, kind: str, interval: timedelta) -> bool:
+        return await self._tx("write", alerts.take, kind, interval)

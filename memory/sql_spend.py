@@ -29,6 +29,11 @@ RESERVE_GLOBAL = _INSERT + "ON CONFLICT (scope, window_start) WHERE user_id IS N
 #: $4 what to add (real cost - reserved: usually negative), $5 now
 SETTLE = ("UPDATE spend_counters SET spent_usd = greatest(spent_usd + $4, 0), updated_at = $5 "
           "WHERE scope = $1 AND user_id IS NOT DISTINCT FROM $2 AND window_start = $3")
+#: $1 the person who stays, $2 the one who joins them (linking): the joiner's windows add to the stayer's
+MERGE = ("INSERT INTO spend_counters(scope, user_id, window_start, spent_usd, updated_at) "
+         "SELECT scope, $1, window_start, spent_usd, updated_at FROM spend_counters WHERE user_id = $2 "
+         "ON CONFLICT (scope, user_id, window_start) WHERE user_id IS NOT NULL "
+         "DO UPDATE SET spent_usd = spend_counters.spent_usd + excluded.spent_usd")
 SPENT = ("SELECT spent_usd FROM spend_counters "
          "WHERE scope = $1 AND user_id IS NOT DISTINCT FROM $2 AND window_start = $3")
 
@@ -76,3 +81,9 @@ async def settle(db: Db, windows: Sequence[Window], delta: float) -> None:
 async def spent(db: Db, window: Window) -> float:
     """What `window` has spent and reserved so far."""
     return float(await db.value(SPENT, window.scope, window.user_id, window.start) or 0.0)
+
+
+async def merge(db: Db, src: int, dst: int) -> None:
+    """Two people become one (memory/sql_linking.py): what `src` spent counts in `dst`'s windows (src's rows go
+    with its user row), so linking a new identity never gives a person a fresh cap."""
+    await db.run(MERGE, dst, src)

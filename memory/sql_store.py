@@ -293,9 +293,9 @@ class SqlStore:
 
     async def forget(self, handle: str) -> bool:
         # ON DELETE CASCADE takes identities, conversations, messages (and their search rows: SQLite's FTS by
-        # trigger, Postgres' a column), model_calls, memories, deliveries, link codes and audit rows with the user
-        # row. link_failures rows stay: they are keyed by identity, not person, and expire with their window (at
-        # most half an hour); deleting them would let /forget reset a guesser's lockout.
+        # trigger, Postgres' a column), model_calls, memories, deliveries, spend counters, link codes and audit rows
+        # with the user row. link_failures rows stay: they are keyed by identity, not person, and expire with their
+        # window (at most half an hour); deleting them would let /forget reset a guesser's lockout.
         gone = await self._tx("write", lambda db: db.value("DELETE FROM users WHERE handle = $1 RETURNING id", handle))
         return gone is not None
 

@@ -119,3 +119,16 @@ async def test_a_person_over_their_cap_is_refused_with_the_catalogue_and_their_m
     [spent] = backend.select("SELECT spent_usd FROM spend_counters")
     assert spent[0] == pytest.approx(outcomes[0][1])  # what is counted is what the answered call cost
     assert spent[0] <= 0.05
+
+
+async def test_linking_two_people_adds_their_spend_together(store: Store) -> None:
+    ana = await store.user_id("ana", create=True)
+    tg = await store.identity_user("telegram", "42", create=True)
+    assert ana is not None and tg is not None and ana != tg
+    day = "2026-12-01"
+    assert await store.reserve_spend([Window("day", ana, day, 5.0)], 1.5) is None
+    assert await store.reserve_spend([Window("day", tg, day, 5.0), Window("month", tg, "2026-12-01", 9.0)], 2.0) is None
+    assert await store.link_identity("ana", "telegram", "42", "operator") == ana
+    assert await store.spent(Window("day", ana, day, 5.0)) == pytest.approx(3.5)  # no fresh cap by linking
+    assert await store.spent(Window("month", ana, "2026-12-01", 9.0)) == pytest.approx(2.0)
+    assert await store.spent(Window("day", tg, day, 5.0)) == 0.0

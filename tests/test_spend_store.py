@@ -12,11 +12,15 @@ from typing import Any
 import pytest
 
 from bot.config import Settings
+from bot.extract import SCHEMA
+from bot.extract_job import complete_recorded
+from bot.models.base import CapReached
 from bot.models.factory import build_chain
 from bot.pipeline import Pipeline
 from bot.retry import RetryPolicy
+from bot.spend import Meter
 from kernel import catalog
-from kernel.types import InboundMessage, ModelCallRecord
+from kernel.types import ChatMessage, InboundMessage, ModelCallRecord
 from memory.sql_spend import Window
 from memory.store import Store
 from tests.backends import Backend, TestClock
@@ -132,3 +136,32 @@ async def test_linking_two_people_adds_their_spend_together(store: Store) -> Non
     assert await store.spent(Window("day", ana, day, 5.0)) == pytest.approx(3.5)  # no fresh cap by linking
     assert await store.spent(Window("month", ana, "2026-12-01", 9.0)) == pytest.approx(2.0)
     assert await store.spent(Window("day", tg, day, 5.0)) == 0.0
+
+
+async def test_a_streamed_turn_over_the_cap_makes_no_call(store: Store, model_server: FakeModelServer) -> None:
+    p = pipeline(store, model_server, HILO_CAP_PERSON_MONTHLY_USD="0.01")  # below one call's worst case
+    shown: list[tuple[str, bool]] = []
+
+    async def sink(delta: str, reset: bool) -> None:
+        shown.append((delta, reset))
+
+    try:
+        out = await p.handle(msg("s1", "stream this"), on_delta=sink)
+    finally:
+        await p.chain.aclose()
+    assert (out.status, out.text) == ("failed", catalog.t("cap_reached_month", "en"))
+    assert model_server.requests == [] and shown == []
+    [call] = await store.model_calls(out.user_id or 0)
+    assert (call["outcome"], call["error"], call["fallback_from"]) == ("cap_reached", "OverCap scope=person_monthly",
+                                                                        None)
+
+
+async def test_a_background_job_counts_against_the_persons_cap(store: Store, job_chain: Any) -> None:
+    settings, chain = job_chain({"HILO_MODEL": "openai:m1", "HILO_PRICES": PRICES, "HILO_CAP_PERSON_DAILY_USD": "0.01"})
+    chain.meter = Meter(settings=settings, store=store)
+    uid = await store.user_id("ana", create=True)
+    with pytest.raises(CapReached) as refused:
+        await complete_recorded(store, chain, uid, "extract", [ChatMessage("user", "remember this")], SCHEMA)
+    assert refused.value.scope == "person_daily"
+    [call] = await store.model_calls(uid or 0)
+    assert (call["purpose"], call["outcome"]) == ("extract", "cap_reached")

@@ -62,14 +62,13 @@ class Alerts:
         return bool(self.settings.alert_webhook_url or self.settings.alert_smtp_url)
 
     def send(self, kind: str, **fields: Any) -> None:
-        """Send an alert of `kind` in the background (rate limited per kind). Never raises for a delivery;
-        ValueError for an unknown kind or a field that could carry text."""
-        if kind not in KINDS:
-            raise ValueError(f"unknown alert kind {kind!r}: one of {', '.join(sorted(KINDS))}")
-        for name, value in fields.items():
-            if not (value is None or isinstance(value, bool | int | float)
-                    or (isinstance(value, str) and len(value) <= MAX_FIELD_CHARS and "\n" not in value)):
-                raise ValueError(f"alert field {name!r}: numbers, booleans and short strings only")
+        """Send an alert of `kind` in the background (rate limited per kind). Never raises: an unknown kind, or a
+        field that could carry text (anything but numbers, booleans and short one-line strings), is logged as
+        `alert.invalid` and not sent."""
+        bad = [name for name, value in fields.items() if not _plain(value)]
+        if kind not in KINDS or bad:
+            logger.error("alert.invalid", kind=kind if kind in KINDS else "unknown", fields=",".join(bad))
+            return
         logger.warning("alert", kind=kind, **fields)
         if not self.enabled:
             return
@@ -118,6 +117,13 @@ class Alerts:
         async with httpx.AsyncClient(timeout=SEND_TIMEOUT_S) as client:
             response = await client.post(self.settings.alert_webhook_url, json=payload)
             response.raise_for_status()
+
+
+def _plain(value: object) -> bool:
+    """What an alert may carry: ids, counts, figures, model names; never a text that could be a message."""
+    if value is None or isinstance(value, bool | int | float):
+        return True
+    return isinstance(value, str) and len(value) <= MAX_FIELD_CHARS and "\n" not in value
 
 
 def _mail(settings: Settings, payload: Mapping[str, Any]) -> None:

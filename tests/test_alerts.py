@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog.testing
 from telegram import Bot
 
 from bot.alerts import Alerts
@@ -150,3 +151,15 @@ async def test_a_surface_whose_parts_keep_failing_alerts(
 
 async def _settled(store: Any) -> bool:
     return await store.outbox_undelivered("telegram", "42") == 0
+
+
+async def test_an_alert_that_could_carry_text_is_never_sent(store: Any, hook: WebhookReceiver) -> None:
+    alerts = Alerts(Settings.from_mapping({"HILO_ALERT_WEBHOOK_URL": hook.url}), store)
+    with structlog.testing.capture_logs() as logs:
+        alerts.send("all_models_failed", models="openai:m1", note=SECRET_TEXT * 10)  # too long for an id
+        alerts.send("all_models_failed", models="line one\nline two")
+        alerts.send("something_else", calls=1)
+    assert not len(alerts.tasks) and hook.alerts == []
+    assert [(e["event"], e["fields"]) for e in logs] == [("alert.invalid", "note"), ("alert.invalid", "models"),
+                                                         ("alert.invalid", "")]
+    assert SECRET_TEXT not in repr(logs)

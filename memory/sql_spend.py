@@ -87,3 +87,8 @@ async def merge(db: Db, src: int, dst: int) -> None:
     """Two people become one (memory/sql_linking.py): what `src` spent counts in `dst`'s windows (src's rows go
     with its user row), so linking a new identity never gives a person a fresh cap."""
     await db.run(MERGE, dst, src)
+
+
+async def purge(db: Db, before: str) -> int:
+    """Delete the windows that began before `before` ('YYYY-MM-DD'): they no longer cap anything."""
+    return await db.run("DELETE FROM spend_counters WHERE window_start < $1", before)

@@ -384,3 +384,6 @@ class SqlStore:
 
     async def take_alert(self, kind: str, interval: timedelta) -> bool:
         return await self._tx("write", alerts.take, kind, interval)
+
+    async def purge_spend(self, older_than: timedelta) -> int:
+        return await self._tx("write", spend.purge, (self.clock() - older_than).strftime("%Y-%m-%d"))

@@ -488,3 +488,6 @@ class Store(Protocol):
 
     async def take_alert(self, kind: str, interval: timedelta) -> bool:
         """True when an alert of `kind` may go out now (every process shares the mark), False within `interval`."""
+
+    async def purge_spend(self, older_than: timedelta) -> int:
+        """Delete the spend windows that began more than `older_than` ago (the cleanup job); how many."""

@@ -165,3 +165,12 @@ async def test_a_background_job_counts_against_the_persons_cap(store: Store, job
     assert refused.value.scope == "person_daily"
     [call] = await store.model_calls(uid or 0)
     assert (call["purpose"], call["outcome"]) == ("extract", "cap_reached")
+
+
+async def test_the_cleanup_purges_windows_long_past(store: Store, clock: TestClock) -> None:
+    today = clock().strftime("%Y-%m-%d")
+    old = (clock() - timedelta(days=70)).strftime("%Y-%m-%d")
+    assert await store.reserve_spend([Window("day", None, old, 1.0), Window("day", None, today, 1.0)], 0.1) is None
+    assert await store.purge_spend(timedelta(days=62)) == 1
+    assert await store.spent(Window("day", None, today, 1.0)) == pytest.approx(0.1)
+    assert await store.spent(Window("day", None, old, 1.0)) == 0.0

@@ -23,7 +23,7 @@ import smtplib
 import socket
 import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from email.message import EmailMessage
 from typing import Any
@@ -32,10 +32,11 @@ from urllib.parse import unquote, urlsplit
 import httpx
 
 from bot.config import Settings
+from bot.models.base import AllModelsFailed, CapReached
 from bot.tasks import TaskSet
 from kernel import log
 from kernel.errors import Draining, StoreError
-from kernel.types import utcnow
+from kernel.types import ModelCallRecord, utcnow
 from memory.store import Store
 
 logger = log.get("hilo.alerts")
@@ -76,6 +77,16 @@ class Alerts:
             self.tasks.spawn(self._deliver(kind, dict(fields)), name=f"alert.{kind}")
         except Draining:
             logger.warning("alert.dropped", kind=kind, why="stopping")
+
+    def after_turn(self, calls: Sequence[ModelCallRecord], failure: AllModelsFailed | None, **ids: Any) -> None:
+        """A turn's alerts: a fallback answered (its call is the last, with `fallback_from`), or no model did
+        (a cap's refusal is not: bot/spend.py alerts it). `ids`: surface, user_id, message_id."""
+        if failure is None and calls and calls[-1].fallback_from is not None:
+            self.send("fallback_answered", model=calls[-1].model, primary=calls[-1].fallback_from,
+                      calls=len(calls), **ids)
+        elif failure is not None and not isinstance(failure, CapReached):
+            tried = ",".join(dict.fromkeys(c.model for c in calls))
+            self.send("all_models_failed", models=tried[:MAX_FIELD_CHARS], calls=len(calls), **ids)
 
     async def drain(self, timeout: float) -> None:
         await self.tasks.drain(timeout=timeout)

@@ -215,7 +215,8 @@ class Pipeline:
             pre_model_ms = (time.perf_counter() - started) * 1000
             with paying(turn.user_id):  # the spend caps count this person's calls (bot/spend.py)
                 completion, calls, failure = await self._call_model(ctx, lang, on_delta)
-            self._alert(msg, turn, calls, failure)
+            self.alerts.after_turn(calls, failure, surface=msg.surface, user_id=turn.user_id,
+                                   message_id=turn.message.id)
             reply = answers.reply_text(completion, lang) if completion is not None else None
             reply_tokens = await _count(reply) if reply is not None else 0
             said = reply if reply is not None else catalog.t(
@@ -315,17 +316,6 @@ class Pipeline:
             raise RuntimeError("model stream ended without a result")
         except AllModelsFailed as exc:
             return None, exc.calls, exc
-
-    def _alert(self, msg: InboundMessage, turn: Ingested, calls: Sequence[ModelCallRecord],
-               failure: AllModelsFailed | None) -> None:
-        """A fallback answered (its call is the last, with `fallback_from`), or no model did: the operator hears
-        of it (bot/alerts.py, rate limited; a cap's refusal alerts from bot/spend.py)."""
-        ids = {"surface": msg.surface, "user_id": turn.user_id, "message_id": turn.message.id, "calls": len(calls)}
-        if failure is None and calls and calls[-1].fallback_from is not None:
-            self.alerts.send("fallback_answered", model=calls[-1].model, primary=calls[-1].fallback_from, **ids)
-        elif failure is not None and not isinstance(failure, CapReached):
-            tried = ",".join(dict.fromkeys(c.model for c in calls))
-            self.alerts.send("all_models_failed", models=tried[:120], **ids)
 
 
 async def _show_reply(on_delta: DeltaSink, shown: str, reply: str) -> None:

@@ -42,6 +42,8 @@ logger = log.get("hilo.app")
 OUTBOX_DRAIN_SECONDS = 5.0
 #: At most this much goes to a journal replay in progress (bot/intake.py; each message is one transaction).
 INTAKE_STOP_SECONDS = 5.0
+#: Seconds the stop waits for alerts still being sent (a webhook or SMTP server that hangs is cut then).
+ALERTS_DRAIN_SECONDS = 5.0
 
 
 def secret_file(settings: Settings) -> Path:
@@ -137,6 +139,7 @@ def create_app(
                 # processing) and still running now are cancelled too, before the chain and the store close under
                 # them (a closed model client would fail them into an apology): stored, unanswered, recovered
                 await runtime.pipeline.cancel_turns()
+                await runtime.pipeline.alerts.drain(timeout=budget.left(ALERTS_DRAIN_SECONDS))  # alerts the stop met
             if chain is None and ch is not None:
                 await ch.aclose()
             if store is None:

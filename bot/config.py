@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from bot.config_costs import costs_from
+from bot.prices import PriceTable
 from kernel.errors import ConfigError
 from memory.memory_score import MemoryWeights
 
@@ -261,6 +263,24 @@ class Settings:
     metrics_host: str = "127.0.0.1"
     #: HILO_METRICS_TOKEN: serve /metrics on the main port too, to `Authorization: Bearer <token>` only.
     metrics_token: str = ""
+    # -- issue 13, costs: the price table, the caps, the alerts (bot/prices.py, bot/spend.py, bot/alerts.py) ----
+    #: HILO_PRICES: USD per million tokens in / out per model, over the shipped defaults (bot/prices.py).
+    prices: PriceTable = field(default_factory=PriceTable)
+    #: HILO_CAP_PERSON_DAILY_USD, ..._MONTHLY_USD, HILO_CAP_DAILY_USD, ..._MONTHLY_USD: spend caps (0: none),
+    #: per person and for everyone, per UTC day and calendar month, reserved in the database (bot/spend.py).
+    cap_person_daily_usd: float = 0.0
+    cap_person_monthly_usd: float = 0.0
+    cap_daily_usd: float = 0.0
+    cap_monthly_usd: float = 0.0
+    #: HILO_ALERT_WEBHOOK_URL (POST JSON) and/or HILO_ALERT_SMTP_URL + HILO_ALERT_EMAIL_TO / _FROM (bot/alerts.py)
+    alert_webhook_url: str = ""
+    alert_smtp_url: str = ""
+    alert_email_to: tuple[str, ...] = ()
+    alert_email_from: str = ""
+    #: HILO_ALERT_MIN_INTERVAL: seconds between two alerts of one kind (every process on the database counts).
+    alert_min_interval: float = 300.0
+    #: HILO_ALERT_DELIVERY_FAILURES: parts of one surface failing finally in a row before delivery_failing.
+    alert_delivery_failures: int = 5
 
     @property
     def models(self) -> tuple[ModelSpec, ...]:
@@ -390,6 +410,8 @@ class Settings:
             metrics_port=_port(env, "HILO_METRICS_PORT"),
             metrics_host=env.get("HILO_METRICS_HOST", "").strip() or "127.0.0.1",
             metrics_token=env.get("HILO_METRICS_TOKEN", "").strip(),
+            # -- issue 13, costs: prices, caps, alerts (bot/config_costs.py)
+            **costs_from(env),
         )
 
     @classmethod

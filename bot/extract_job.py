@@ -30,6 +30,7 @@ from bot.extract import SCHEMA, Parsed, Remembered, UnusableAnswer, parse, reque
 from bot.jobs import JobContext
 from bot.models.base import AllModelsFailed, Chain, ChainResult
 from bot.models.structured import OutputSchema, StructuredChain, background_chain
+from bot.spend import paying
 from kernel import log, tokens
 from kernel.types import ChatMessage
 from memory.sql_extract import ExtractionDue
@@ -116,9 +117,11 @@ class Extractor:
 async def complete_recorded(store: Store, chain: StructuredChain, user_id: int, purpose: str,
                             messages: Sequence[ChatMessage], schema: OutputSchema) -> ChainResult:
     """A background job's structured call, every model call of it kept in model_calls with `purpose` (as a turn's
-    are), the failed ones too: AllModelsFailed is raised on after its calls are kept."""
+    are), the failed ones too: AllModelsFailed is raised on after its calls are kept. The calls count against the
+    person's spend caps (bot/spend.py: CapReached, an AllModelsFailed, when a cap refuses; the job tries later)."""
     try:
-        result = await chain.complete_json(messages, schema)
+        with paying(user_id):
+            result = await chain.complete_json(messages, schema)
     except AllModelsFailed as exc:
         metrics.observe_calls(exc.calls, kind=purpose)
         await store.record_model_calls(user_id, purpose, exc.calls)

@@ -38,8 +38,9 @@ def _call(r: Row) -> str:
     model = r["model"] if r["model"] == r["provider"] else f"{r['provider']}:{r['model']}"
     if r.get("purpose") not in (None, "turn"):  # a background job's call: extract, summary
         model = f"{model} ({r['purpose']})"
+    cost = f", {r['cost_usd']:.6f} USD" if r.get("cost_usd") else ""  # priced calls only (bot/prices.py)
     return (f"[{r['created_at']}] {model} {r['outcome']}{error}, {r['tokens_in']} -> "
-            f"{r['tokens_out']} tokens, {r['latency_ms']} ms{fallback}")
+            f"{r['tokens_out']} tokens{cost}, {r['latency_ms']} ms{fallback}")
 
 
 def _delivery(r: Row) -> str:

@@ -2,8 +2,8 @@
 
 - cleanup (every HILO_CLEANUP_SECONDS, an hour by default): deletes link codes that can never be redeemed
   again (used, replaced by a newer code, or expired; nothing else deletes them), the rate limits' counters of
-  windows over COUNTERS_KEPT_S ago, and the inbound-delivery records (memory/sql_inbound.py) older than
-  HILO_INBOUND_RETENTION_DAYS.
+  windows over COUNTERS_KEPT_S ago, the inbound-delivery records (memory/sql_inbound.py) older than
+  HILO_INBOUND_RETENTION_DAYS, and the spend caps' windows (memory/sql_spend.py) that began over SPEND_KEPT ago.
 - memory_expiry (daily): ends the memories whose expiry date passed, and those less important than
   HILO_MEMORY_EXPIRY_IMPORTANCE that no context used for HILO_MEMORY_EXPIRY_DAYS (memory/sql_memories.py).
 - extract (every bot.extract_job.EVERY_SECONDS, when a model can answer with structured output and
@@ -49,6 +49,8 @@ logger = log.get("hilo.jobs")
 MEMORY_EXPIRY_SECONDS = 24 * 3600
 #: Seconds a rate limit's counter is kept after its window began (the limits' windows are a minute).
 COUNTERS_KEPT_S = 3600
+#: Spend windows (bot/spend.py) kept this long after they began: the month before last is still there to read.
+SPEND_KEPT = timedelta(days=62)
 
 #: At most this many unanswered messages per run of the recover job (the next run takes the rest).
 RECOVER_BATCH = 50
@@ -70,7 +72,9 @@ def registry(settings: Settings, store: Store, chain: Chain | None = None,
         purged = await store.purge_link_codes()
         counters = await store.purge_counters(COUNTERS_KEPT_S)  # rate limits' windows long past (issue 12)
         inbound = await store.purge_inbound(timedelta(days=settings.inbound_retention_days))
-        logger.info("cleanup.done", run=ctx.run_id, link_codes=purged, counters=counters, inbound=inbound)
+        spend = await store.purge_spend(SPEND_KEPT)  # the caps' windows long past (issue 13, costs)
+        logger.info("cleanup.done", run=ctx.run_id, link_codes=purged, counters=counters, inbound=inbound,
+                    spend=spend)
 
     jobs.add("cleanup", cleanup, every=settings.cleanup_seconds)
 

@@ -29,7 +29,7 @@ import socket
 from contextlib import suppress
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot import metrics
 from bot.ports import Transport
@@ -40,6 +40,9 @@ from kernel.errors import Draining, SendError, StoreError
 from kernel.text_split import split_text, utf16_len
 from kernel.types import InboundMessage, OutboxItem, Outgoing
 from memory.store import Store
+
+if TYPE_CHECKING:
+    from bot.alerts import Alerts
 
 logger = log.get("hilo.outbox")
 
@@ -78,8 +81,13 @@ def route_of(metadata: dict[str, Any]) -> tuple[str, str | None] | None:
 class Outbox:
     """Queues and sends. `register(transport)` when a surface starts, `start(tasks)` once they are up."""
 
-    def __init__(self, store: Store, *, lease: float = 60.0, policy: RetryPolicy = POLICY) -> None:
+    def __init__(self, store: Store, *, lease: float = 60.0, policy: RetryPolicy = POLICY,
+                 alerts: Alerts | None = None, failures_alert: int = 5) -> None:
         self.store = store
+        #: a surface whose parts fail finally `failures_alert` times in a row alerts the operator (bot/alerts.py)
+        self.alerts = alerts
+        self.failures_alert = failures_alert
+        self._failing: dict[str, int] = {}
         self.lease = lease
         self.policy = policy
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
@@ -207,7 +215,9 @@ class Outbox:
             logger.error("outbox.send_crashed", **ids, error=type(exc).__name__)
             metrics.observe_delivery_failure(item.surface)
             await self._settle(item, "failed", error=f"{type(exc).__name__}: hilo could not send this part")
+            self._failed_finally(item.surface)
         else:
+            self._failing[item.surface] = 0
             await self._settle(item, "sent", provider_ref=ref)
             logger.info("outbox.sent", **ids, provider_ref=ref)
         finally:
@@ -273,6 +283,14 @@ class Outbox:
         logger.error("outbox.failed", **ids, code=exc.code, transient=exc.transient)
         metrics.observe_delivery_failure(item.surface)
         await self._settle(item, "failed", error=error[:500])
+        self._failed_finally(item.surface)
+
+    def _failed_finally(self, surface: str) -> None:
+        """One more part of `surface` failed for good: every `failures_alert` in a row, a delivery_failing alert."""
+        failing = self._failing.get(surface, 0) + 1
+        self._failing[surface] = failing
+        if self.alerts is not None and failing % self.failures_alert == 0:
+            self.alerts.send("delivery_failing", surface=surface, failures_in_a_row=failing)
 
     async def _settle(self, item: OutboxItem, status: str, **fate: Any) -> None:
         try:

@@ -20,15 +20,18 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from bot import answers, commands, metrics
+from bot.alerts import Alerts
 from bot.config import Settings
 from bot.embedders.base import Embedder
 from bot.embedding import active, embed_query
 from bot.keyed import KeyedLocks
-from bot.models.base import AllModelsFailed, Chain, ChainResult, Completion, Reset
+from bot.models.base import AllModelsFailed, CapReached, Chain, ChainResult, Completion, Reset
+from bot.models.chain import ModelChain
 from bot.notices import Notices
 from bot.opt_out import OptOut
 from bot.outbox import Outbox, route_language, route_of
 from bot.ports import Deliveries, History, RateLimits
+from bot.spend import Meter, paying
 from kernel import catalog, log, tokens
 from kernel.errors import InputError
 from kernel.text import blank
@@ -72,8 +75,15 @@ class Pipeline:
         self.chain = chain
         #: embeds each turn's question (bot/embedding.py) for vector recall; None or `none`: lexical only
         self.embedder = embedder
+        #: the operator's alerts (bot/alerts.py): fallbacks, failed turns, caps, deliveries that keep failing
+        self.alerts = Alerts(settings, store)
+        #: prices each model call and keeps the spend caps (bot/spend.py), for every call of the chain
+        self.meter = Meter(settings=settings, store=store, alerts=self.alerts)
+        if isinstance(chain, ModelChain):
+            chain.meter = self.meter
         #: what hilo says on Telegram, WhatsApp (any surface with a transport): stored parts, sent in order
-        self.outbox = Outbox(store, lease=settings.outbox_lease)
+        self.outbox = Outbox(store, lease=settings.outbox_lease, alerts=self.alerts,
+                             failures_alert=settings.alert_delivery_failures)
         #: what hilo tells a person outside their turn (stored, then sent through the outbox)
         self.notices = Notices(store, self.outbox)
         #: what surfaces reach of the store (they import no memory module): reads, deliveries, opt-out
@@ -204,10 +214,14 @@ class Pipeline:
                 return await self._answered_elsewhere(msg, turn)
             ctx = await self.context_for(turn)
             pre_model_ms = (time.perf_counter() - started) * 1000
-            completion, calls = await self._call_model(ctx, lang, on_delta)
+            with paying(turn.user_id):  # the spend caps count this person's calls (bot/spend.py)
+                completion, calls, failure = await self._call_model(ctx, lang, on_delta)
+            self.alerts.after_turn(calls, failure, surface=msg.surface, user_id=turn.user_id,
+                                   message_id=turn.message.id)
             reply = answers.reply_text(completion, lang) if completion is not None else None
             reply_tokens = await _count(reply) if reply is not None else 0
-            said = reply if reply is not None else catalog.t("model_unavailable", lang)
+            said = reply if reply is not None else catalog.t(
+                f"cap_reached_{failure.period}" if isinstance(failure, CapReached) else "model_unavailable", lang)
             # Telegram, WhatsApp: the parts are queued in the outbox in finish_turn's transaction
             outgoing = self.outbox.outgoing_for(msg, said)
             try:
@@ -310,19 +324,20 @@ class Pipeline:
 
     async def _call_model(
         self, ctx: AssembledContext, lang: str, on_delta: DeltaSink | None,
-    ) -> tuple[Completion | None, Sequence[ModelCallRecord]]:
-        """The chain's answer (None when every model failed) and every call made for it. While streaming, what
+    ) -> tuple[Completion | None, Sequence[ModelCallRecord], AllModelsFailed | None]:
+        """The chain's answer (None when every model failed, or a spend cap refused: the failure says which) and
+        every call made for it. While streaming, what
         the sink was shown ends up being exactly the reply the person gets (bot.answers): a note is streamed
         after the text, a reply that replaces the text is shown after a reset."""
         try:
             if on_delta is None:
                 result = await self.chain.complete(ctx.messages)
-                return result.completion, result.calls
+                return result.completion, result.calls, None
             shown: list[str] = []
             async for event in self.chain.stream(ctx.messages):
                 if isinstance(event, ChainResult):
                     await _show_reply(on_delta, "".join(shown), answers.reply_text(event.completion, lang))
-                    return event.completion, event.calls
+                    return event.completion, event.calls, None
                 if isinstance(event, Reset):
                     shown.clear()
                     await on_delta("", True)
@@ -331,7 +346,7 @@ class Pipeline:
                     await on_delta(event, False)
             raise RuntimeError("model stream ended without a result")
         except AllModelsFailed as exc:
-            return None, exc.calls
+            return None, exc.calls, exc
 
 
 async def _show_reply(on_delta: DeltaSink, shown: str, reply: str) -> None:

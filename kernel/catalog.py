@@ -132,6 +132,15 @@ MESSAGES: dict[str, dict[str, str]] = {
         "message_kept": (
             "I have your message, but I can't answer right now. It is kept safe and I will reply as soon as I'm back."
         ),
+        # -- issue 13, costs: a spend cap refused the turn's model call (bot/spend.py); the message stays stored
+        "cap_reached_day": (
+            "I've reached today's usage limit, so I can't answer right now. Your message is saved: please write "
+            "again tomorrow."
+        ),
+        "cap_reached_month": (
+            "I've reached this month's usage limit, so I can't answer right now. Your message is saved: please write "
+            "again next month, or ask whoever runs this assistant."
+        ),
     },
     "es": {
         "model_unavailable": (
@@ -263,6 +272,15 @@ MESSAGES: dict[str, dict[str, str]] = {
         # -- inbound (issue 12): the database could not take a message; it is kept in the journal
         "message_kept": (
             "Tengo tu mensaje, pero ahora mismo no puedo contestar. Lo guardo y te responderé en cuanto vuelva."
+        ),
+        # -- issue 13, costs: un límite de gasto impidió la llamada al modelo (bot/spend.py); el mensaje queda guardado
+        "cap_reached_day": (
+            "He llegado al límite de uso de hoy, así que ahora no puedo contestar. Tu mensaje está guardado: "
+            "vuelve a escribirme mañana, por favor."
+        ),
+        "cap_reached_month": (
+            "He llegado al límite de uso de este mes, así que ahora no puedo contestar. Tu mensaje está guardado: "
+            "vuelve a escribirme el mes que viene, o pregunta a quien gestiona este asistente."
         ),
     },
 }

@@ -112,6 +112,8 @@ class ModelCallRecord:
     #               "circuit_open" for a call that failed
     fallback_from: str | None = None
     error: str | None = None
+    #: what the call cost in USD (bot/prices.py's table; 0 for a failed or skipped call, an unpriced model)
+    cost_usd: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

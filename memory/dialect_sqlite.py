@@ -28,7 +28,9 @@ from typing import Any, TypeVar
 from kernel import log
 from memory import jobs, reindex
 from memory import migrate as migrations
+from memory import sql_alerts as alerts
 from memory import sql_limits as limits
+from memory import sql_spend as spend
 from memory import sql_turns as turns
 from memory.rows import INSERT_COLS, Db, Mode, Rollback, to_ts
 from memory.sql_store import Logic, SqlStore
@@ -96,7 +98,8 @@ PUT_VECTOR = (
 )
 #: Write transactions that never change message_vectors: they leave the vector cache as it was checked.
 KEEPS_VECTORS = frozenset({turns.ingest, turns.finish_turn, turns.import_rows, jobs.register, jobs.claim, jobs.renew,
-                           jobs.finish, limits.hit, limits.probe, limits.purge})
+                           jobs.finish, limits.hit, limits.probe, limits.purge, spend.reserve, spend.settle,
+                           alerts.take})
 #: One person's vectors of one embedder: an index range (message_vectors_user), so the count is an index-only scan.
 _PERSON = "FROM message_vectors WHERE user_id = ?1 AND embedder = ?2"
 #: The rows of the numpy hits, under lexical recall's rules (no message after `at`, no queued turn).

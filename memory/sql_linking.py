@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from kernel.types import SINGLETON_SURFACES, Outgoing
-from memory import episodes, sql_outbox
+from memory import episodes, sql_outbox, sql_spend
 from memory.rows import Db, as_dt, dump_metadata, to_ts
 from memory.sql_turns import INSERT_MESSAGE, TOUCH, UPSERT_SINGLETON, identity_user, new_user
 from memory.stems import index_terms
@@ -184,6 +184,7 @@ async def merge_users(db: Db, src: int, dst: int) -> None:
     for table in ("messages", "message_vectors", "episodes", "memories", "model_calls", "deliveries", "identities",
                   "identity_audit"):
         await db.run(f"UPDATE {table} SET user_id = $1 WHERE user_id = $2", dst, src)
+    await sql_spend.merge(db, src, dst)
     await db.run("DELETE FROM users WHERE id = $1", src)
 
 

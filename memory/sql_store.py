@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from kernel.types import InboundMessage, ModelCallRecord, OutboxItem, Outgoing, utcnow
 from memory import jobs, turn_lease
+from memory import sql_alerts as alerts
 from memory import sql_extract as extract
 from memory import sql_inbound as inbound
 from memory import sql_limits as limits
@@ -24,6 +25,7 @@ from memory import sql_memories as memories
 from memory import sql_memory_vectors as memory_vectors
 from memory import sql_outbox as outbox
 from memory import sql_people as people
+from memory import sql_spend as spend
 from memory import sql_summaries as summaries
 from memory import sql_turns as turns
 from memory import sql_vectors as vectors
@@ -152,6 +154,7 @@ class SqlStore:
 
     async def stored_turn(self, message_id: int) -> Ingested | None:
         return await self._tx("read", outbox.stored_turn, message_id)
+
     async def outbox_backlog(self) -> tuple[int, datetime | None]:
         return await self._tx("read", outbox.backlog)
 
@@ -304,9 +307,9 @@ class SqlStore:
 
     async def forget(self, handle: str) -> bool:
         # ON DELETE CASCADE takes identities, conversations, messages (and their search rows: SQLite's FTS by
-        # trigger, Postgres' a column), model_calls, memories, deliveries, link codes and audit rows with the user
-        # row. link_failures rows stay: they are keyed by identity, not person, and expire with their window (at
-        # most half an hour); deleting them would let /forget reset a guesser's lockout.
+        # trigger, Postgres' a column), model_calls, memories, deliveries, spend counters, link codes and audit rows
+        # with the user row. link_failures rows stay: they are keyed by identity, not person, and expire with their
+        # window (at most half an hour); deleting them would let /forget reset a guesser's lockout.
         gone = await self._tx("write", lambda db: db.value("DELETE FROM users WHERE handle = $1 RETURNING id", handle))
         return gone is not None
 
@@ -381,3 +384,20 @@ class SqlStore:
 
     async def probe(self) -> None:
         await self._tx("write", limits.probe)
+
+    # -- issue 13, costs: the caps' reservations and the alerts' marks (memory/sql_spend.py, sql_alerts.py) -----
+
+    async def reserve_spend(self, windows: Sequence[spend.Window], amount: float) -> spend.Refused | None:
+        return await self._tx("write", spend.reserve, list(windows), amount)
+
+    async def settle_spend(self, windows: Sequence[spend.Window], delta: float) -> None:
+        await self._tx("write", spend.settle, list(windows), delta)
+
+    async def spent(self, window: spend.Window) -> float:
+        return await self._tx("read", spend.spent, window)
+
+    async def take_alert(self, kind: str, interval: timedelta) -> bool:
+        return await self._tx("write", alerts.take, kind, interval)
+
+    async def purge_spend(self, older_than: timedelta) -> int:
+        return await self._tx("write", spend.purge, (self.clock() - older_than).strftime("%Y-%m-%d"))

@@ -35,6 +35,7 @@ from memory.link_policy import LinkPolicy as LinkPolicy  # re-exported: part of 
 if TYPE_CHECKING:
     from memory.jobs import JobClaim, JobEnd, JobState
     from memory.sql_extract import ExtractionDue, ExtractionMark
+    from memory.sql_spend import Refused, Window
     from memory.sql_summaries import EpisodeDue
 
 
@@ -489,3 +490,21 @@ class Store(Protocol):
     async def probe(self) -> None:
         """One write transaction of one statement (the probe's counter): StoreError when the database cannot be
         reached or written (down, full, read-only, its file gone)."""
+
+    # -- issue 13, costs: the caps' reservations and the alerts' marks (memory/sql_spend.py, sql_alerts.py) -----
+
+    async def reserve_spend(self, windows: Sequence[Window], amount: float) -> Refused | None:
+        """Reserve `amount` USD in every capped window at once, or in none (one write transaction): None when
+        reserved, else the window it would take past its cap."""
+
+    async def settle_spend(self, windows: Sequence[Window], delta: float) -> None:
+        """Add `delta` (a call's real cost minus its reservation) to each window's spend."""
+
+    async def spent(self, window: Window) -> float:
+        """What a window has spent (reservations in flight included)."""
+
+    async def take_alert(self, kind: str, interval: timedelta) -> bool:
+        """True when an alert of `kind` may go out now (every process shares the mark), False within `interval`."""
+
+    async def purge_spend(self, older_than: timedelta) -> int:
+        """Delete the spend windows that began more than `older_than` ago (the cleanup job); how many."""

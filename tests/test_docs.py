@@ -38,8 +38,10 @@ def env_example_settings() -> set[str]:
 
 
 def code_settings() -> set[str]:
-    """The environment names bot/config.py reads (each appears there as a quoted string)."""
-    return set(re.findall(rf'"({_NAME})"', (REPO / "bot" / "config.py").read_text()))
+    """The environment names bot/config.py (and the costs area's bot/config_costs.py) read (each appears there as
+    a quoted string)."""
+    text = "".join((REPO / "bot" / name).read_text() for name in ("config.py", "config_costs.py"))
+    return set(re.findall(rf'"({_NAME})"', text))
 
 
 def test_env_example_lists_every_setting_of_the_readme() -> None:

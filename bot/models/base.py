@@ -8,6 +8,7 @@ ModelError                        a call failed; adapters classify SDK errors in
  │    └── ConnectionFailed        refused, reset, cut stream
  └── PermanentError               retrying will not help (401, 400, 404 ...): go to the next model
 AllModelsFailed                   every model of the chain failed: `calls` carries every attempt
+ └── CapReached                   a spend cap refused the call before it was made (bot/spend.py): no model answers
 
 Adapters map HTTP statuses with `error_for_status` (one table for every provider), error objects sent inside a
 200 answer (OpenRouter's and vLLM's stream events and bodies, Anthropic's `event: error`) with `error_in_answer`
@@ -81,6 +82,19 @@ class AllModelsFailed(ModelError):
                          status=last.status if last else None)
         self.calls = list(calls)
         self.last = last
+
+
+class CapReached(AllModelsFailed):
+    """A spend cap (bot/spend.py) refused the chain's next call: `scope` (person_daily, person_monthly,
+    global_daily, global_monthly) and `period` ("day" or "month"). Its last record is the refused call
+    (outcome "cap_reached", no tokens, no latency): the turn is answered, by the catalogue."""
+
+    outcome = "cap_reached"
+
+    def __init__(self, calls: Sequence[ModelCallRecord], scope: str, period: str) -> None:
+        super().__init__(calls)
+        self.scope = scope
+        self.period = period
 
 
 @dataclass(frozen=True, slots=True)

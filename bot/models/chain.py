@@ -8,6 +8,11 @@
 Every attempt is a ModelCallRecord in `calls` (fallback calls carry `fallback_from` = the primary's label).
 When every model failed, AllModelsFailed(calls) is raised.
 
+Every attempt goes through the chain's `meter` (bot/spend.py): it prices the call (the record's cost_usd) and,
+with spend caps, reserves the attempt's worst case first. A refused reservation ends the chain at once with
+CapReached (a "cap_reached" record for the call not made): a cap is no model's failure, so no fallback is tried
+and no circuit counts it.
+
 Each model has a circuit breaker: after `failure_threshold` consecutive failed turns it is skipped for
 `cooldown` seconds (a "circuit_open" record with 0 latency), then half-open: one trial turn closes it on
 success or reopens it on failure. The clock is injectable.
@@ -19,14 +24,15 @@ import time
 from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
 
 from bot.config import ModelSpec
-from bot.models.base import AllModelsFailed, ChainResult, Completion, ModelError, ModelProvider, Reset
+from bot.models.base import AllModelsFailed, CapReached, ChainResult, Completion, ModelError, ModelProvider, Reset
 from bot.models.retry import complete_with_retry, stream_with_retry
 from bot.models.structured import OutputSchema, StructuredProvider
 from bot.retry import RetryPolicy
+from bot.spend import Meter, OverCap
 from kernel.errors import ConfigError
 from kernel.types import ChatMessage, ModelCallRecord
 
-__all__ = ["AllModelsFailed", "ChainResult", "CircuitBreaker", "ModelChain", "Reset"]
+__all__ = ["AllModelsFailed", "CapReached", "ChainResult", "CircuitBreaker", "ModelChain", "Reset"]
 
 
 class CircuitBreaker:
@@ -79,7 +85,7 @@ class ModelChain:
     def __init__(
         self, specs: Sequence[ModelSpec], providers: Mapping[str, ModelProvider], *,
         policy: RetryPolicy | None = None, timeout: float = 60.0, failure_threshold: int = 5,
-        cooldown: float = 30.0, clock: Callable[[], float] = time.monotonic,
+        cooldown: float = 30.0, clock: Callable[[], float] = time.monotonic, meter: Meter | None = None,
     ) -> None:
         if not specs:
             raise ConfigError("no model configured: set HILO_MODEL (or leave it unset for the offline echo model)")
@@ -92,6 +98,8 @@ class ModelChain:
         self.timeout = timeout
         self._breaker_settings = (failure_threshold, cooldown, clock)
         self.breakers = {s.label: CircuitBreaker(failure_threshold, cooldown, clock) for s in self.specs}
+        #: prices each call and keeps the spend caps (bot/spend.py); the pipeline gives it its store and caps
+        self.meter = meter or Meter()
 
     @property
     def primary(self) -> ModelSpec:
@@ -130,7 +138,7 @@ class ModelChain:
         timeout, with circuit breakers of its own: a background job's failures never open a turn's circuit."""
         threshold, cooldown, clock = self._breaker_settings
         return ModelChain(self.specs, self.providers, policy=self.policy, timeout=self.timeout,
-                          failure_threshold=threshold, cooldown=cooldown, clock=clock)
+                          failure_threshold=threshold, cooldown=cooldown, clock=clock, meter=self.meter)
 
     def structured(self) -> bool:
         """Whether any model of the chain can answer with JSON following a schema."""
@@ -143,8 +151,11 @@ class ModelChain:
             try:
                 completion = await complete_with_retry(
                     self.providers[spec.provider], spec, messages, policy=self.policy, timeout=self.timeout,
-                    calls=calls, fallback_from=self._fallback_from(index), schema=schema,
+                    calls=calls, fallback_from=self._fallback_from(index), schema=schema, meter=self.meter,
                 )
+            except OverCap as over:
+                breaker.abandon()
+                raise self._over_cap(calls, index, spec, over) from None
             except ModelError as exc:
                 breaker.failure()
                 last = exc
@@ -165,7 +176,7 @@ class ModelChain:
             completion: Completion | None = None
             events = stream_with_retry(
                 self.providers[spec.provider], spec, messages, policy=self.policy, timeout=self.timeout,
-                calls=calls, fallback_from=self._fallback_from(index),
+                calls=calls, fallback_from=self._fallback_from(index), meter=self.meter,
             )
             try:
                 async for event in events:
@@ -173,6 +184,9 @@ class ModelChain:
                         completion = event
                     else:
                         yield event
+            except OverCap as over:
+                breaker.abandon()
+                raise self._over_cap(calls, index, spec, over) from None
             except ModelError as exc:
                 breaker.failure()
                 last = exc
@@ -187,6 +201,12 @@ class ModelChain:
             yield ChainResult(completion, spec, calls)
             return
         raise AllModelsFailed(calls, last)
+
+    def _over_cap(self, calls: list[ModelCallRecord], index: int, spec: ModelSpec, over: OverCap) -> CapReached:
+        """The refused call as a record (no tokens, no latency, no cost), and the chain's end."""
+        calls.append(ModelCallRecord(spec.label, spec.provider, 0, 0, 0, "cap_reached", self._fallback_from(index),
+                                     f"OverCap scope={over.scope}"))
+        return CapReached(calls, over.scope, over.period)
 
     async def aclose(self) -> None:
         """Close every provider's HTTP client."""

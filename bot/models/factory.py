@@ -14,6 +14,7 @@ from bot.config import Settings
 from bot.models.base import ModelProvider
 from bot.models.chain import ModelChain
 from bot.retry import RetryPolicy
+from bot.spend import Meter
 from kernel.errors import ConfigError
 
 
@@ -53,4 +54,5 @@ def build_chain(
         policy=policy or RetryPolicy(attempts=settings.model_attempts),
         timeout=settings.model_timeout if timeout is None else timeout,
         failure_threshold=failure_threshold, cooldown=cooldown, clock=clock,
+        meter=Meter(settings.prices),  # priced by HILO_PRICES; the pipeline adds the caps (bot/spend.py)
     )

@@ -7,7 +7,9 @@ Providers classify their errors (bot.models.base) and never retry; SDK retries a
 - otherwise bot.retry's exponential backoff with jitter;
 - asyncio.CancelledError (and GeneratorExit) always propagate: they are never retried;
 - every attempt appends one ModelCallRecord (label, provider, tokens, latency, outcome, fallback_from, error
-  class/status/retry_after: never message text).
+  class/status/retry_after: never message text; its cost from the meter's price table);
+- with a `meter` (bot/spend.py), every attempt first reserves its worst case against the spend caps (OverCap: no
+  call is made, nothing is retried) and settles the reservation to its real cost when it ends.
 The policy's `sleep` is injectable so tests record the waits instead of sleeping them.
 """
 
@@ -23,6 +25,7 @@ from bot.config import ModelSpec
 from bot.models.base import Completion, ConnectionFailed, ModelError, ModelProvider, Reset, TransientError
 from bot.models.structured import OutputSchema, StructuredProvider
 from bot.retry import RetryPolicy
+from bot.spend import Meter, Ticket
 from kernel import log
 from kernel.types import ChatMessage, ModelCallRecord
 
@@ -63,12 +66,13 @@ def describe(error: BaseException) -> str:
 
 def _record(
     spec: ModelSpec, started: float, *, completion: Completion | None = None, error: ModelError | None = None,
-    fallback_from: str | None,
+    fallback_from: str | None, meter: Meter | None = None,
 ) -> ModelCallRecord:
     latency_ms = int((time.perf_counter() - started) * 1000)
     if completion is not None:
-        return ModelCallRecord(spec.label, spec.provider, completion.tokens_in, completion.tokens_out, latency_ms,
-                               completion.outcome, fallback_from)
+        record = ModelCallRecord(spec.label, spec.provider, completion.tokens_in, completion.tokens_out, latency_ms,
+                                 completion.outcome, fallback_from)
+        return meter.priced(spec, record) if meter is not None else record
     assert error is not None
     logger.warning("model.call_failed", model=spec.label, outcome=error.outcome, error=describe(error),
                    latency_ms=latency_ms)
@@ -79,14 +83,16 @@ def _record(
 async def complete_with_retry(
     provider: ModelProvider, spec: ModelSpec, messages: Sequence[ChatMessage], *, policy: RetryPolicy,
     timeout: float, calls: list[ModelCallRecord], fallback_from: str | None = None,
-    schema: OutputSchema | None = None,
+    schema: OutputSchema | None = None, meter: Meter | None = None,
 ) -> Completion:
     """One model's completion, retried per `policy`. Appends a record per attempt to `calls`; raises the last
-    ModelError when the model is given up. With `schema`, a structured answer (the provider must be a
-    StructuredProvider: bot/models/structured.py)."""
+    ModelError when the model is given up (OverCap when the meter refused an attempt). With `schema`, a
+    structured answer (the provider must be a StructuredProvider: bot/models/structured.py)."""
     async for attempt in retrying(policy):
         with attempt:
+            ticket = await _reserve(meter, provider, spec, messages)
             started = time.perf_counter()
+            record: ModelCallRecord | None = None
             try:
                 if schema is None:
                     completion = await provider.complete(spec.model, messages, timeout=timeout)
@@ -96,27 +102,34 @@ async def complete_with_retry(
             except ModelError as exc:
                 calls.append(_record(spec, started, error=exc, fallback_from=fallback_from))
                 raise
-            calls.append(_record(spec, started, completion=completion, fallback_from=fallback_from))
-            return completion
+            else:
+                record = _record(spec, started, completion=completion, fallback_from=fallback_from, meter=meter)
+                calls.append(record)
+                return completion
+            finally:
+                await _settle(meter, ticket, record)
     raise AssertionError("unreachable: tenacity either returns, reraises or stops")  # pragma: no cover
 
 
 async def stream_with_retry(
     provider: ModelProvider, spec: ModelSpec, messages: Sequence[ChatMessage], *, policy: RetryPolicy,
-    timeout: float, calls: list[ModelCallRecord], fallback_from: str | None = None,
+    timeout: float, calls: list[ModelCallRecord], fallback_from: str | None = None, meter: Meter | None = None,
 ) -> AsyncGenerator[str | Reset | Completion, None]:
     """One model's streamed answer, retried per `policy`: text deltas, `Reset()` when an attempt failed after
     yielding text (what was shown is void), and finally the Completion. Raises the last ModelError when the
     model is given up (after its Reset, if text had been shown)."""
     async for attempt in retrying(policy):
         with attempt:
+            ticket = await _reserve(meter, provider, spec, messages)
             started = time.perf_counter()
             shown = False
+            record: ModelCallRecord | None = None
             deltas = provider.stream(spec.model, messages, timeout=timeout)
             try:
                 async for item in deltas:
                     if isinstance(item, Completion):
-                        calls.append(_record(spec, started, completion=item, fallback_from=fallback_from))
+                        record = _record(spec, started, completion=item, fallback_from=fallback_from, meter=meter)
+                        calls.append(record)
                         yield item
                         return
                     if item:
@@ -130,7 +143,21 @@ async def stream_with_retry(
                 raise
             finally:
                 await _aclose(deltas)
+                await _settle(meter, ticket, record)
     raise AssertionError("unreachable: tenacity either returns, reraises or stops")  # pragma: no cover
+
+
+async def _reserve(meter: Meter | None, provider: ModelProvider, spec: ModelSpec,
+                   messages: Sequence[ChatMessage]) -> Ticket | None:
+    """The attempt's reservation (OverCap: over a cap, the attempt is not made); None without caps."""
+    if meter is None:
+        return None
+    return await meter.reserve(spec, messages, getattr(provider, "max_tokens", None))
+
+
+async def _settle(meter: Meter | None, ticket: Ticket | None, record: ModelCallRecord | None) -> None:
+    if meter is not None and ticket is not None:
+        await meter.settle(ticket, record)
 
 
 async def _aclose(iterator: AsyncIterator[Any]) -> None:

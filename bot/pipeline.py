@@ -109,7 +109,7 @@ class Pipeline:
         command = commands.parse(msg.text)
         if command is not None and command.name in commands.HANDLERS:
             # A command (/link, /memory ...) is not a turn: not stored as a message, never shown to the model.
-            if not await self.store.record_inbound(msg.surface, msg.external_id, "command"):
+            if not await self.store.record_inbound(msg.surface, msg.external_id, "command", msg.sender):
                 logger.info("turn.duplicate", surface=msg.surface, kind="command")
                 return Taken("duplicate")
             return Taken("command", command=command)

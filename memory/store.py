@@ -322,6 +322,14 @@ class Store(Protocol):
     async def forget(self, handle: str) -> bool:
         """Delete everything about the person. True if there was someone to forget."""
 
+    async def export(self, handle: str) -> dict[str, Any] | None:
+        """Everything stored about the person as JSON (memory/sql_export.py): the `inspect` record's sections,
+        every other row keyed to them, vectors as a note; None when nobody has that handle."""
+
+    async def erase(self, handle: str) -> dict[str, int] | None:
+        """`forget`, saying what went: {table: rows deleted} (memory/sql_forget.py), None when nobody has that
+        handle."""
+
     async def model_calls(self, user_id: int) -> list[dict[str, Any]]:
         """The user's model_calls rows, oldest first (JSON-ready)."""
 
@@ -410,9 +418,10 @@ class Store(Protocol):
 
     # -- inbound-delivery records (memory/sql_inbound.py) ---------------------------------------------------
 
-    async def record_inbound(self, surface: str, external_id: str, kind: str) -> bool:
+    async def record_inbound(self, surface: str, external_id: str, kind: str, sender: str | None = None) -> bool:
         """Record a delivery that is not a turn (a command, a refusal, STOP / START) before it is acknowledged
-        or acted on: True the first time (surface, external_id) is seen, False for a redelivery."""
+        or acted on: True the first time (surface, external_id) is seen, False for a redelivery. `sender`: the
+        identity it came from (`forget` deletes the person's records by it)."""
 
     async def purge_inbound(self, older_than: timedelta) -> int:
         """Delete the inbound-delivery records older than `older_than`; their number."""

@@ -223,7 +223,8 @@ class TelegramSurface:
             if d.action in ("refuse", "non_text", "command"):
                 external_id = f"{chat_id}:{message.message_id}"
                 kind = "command" if d.action == "command" else "refused"
-                if not await rt.intake.record(self.name, external_id, kind):
+                sender = str(message.from_user.id) if message.from_user else None
+                if not await rt.intake.record(self.name, external_id, kind, sender):
                     logger.info("telegram.redelivery_dropped", update_id=update.update_id)
                     return
                 if d.action == "command":

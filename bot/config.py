@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from bot import retention
 from kernel.errors import ConfigError
 from memory.memory_score import MemoryWeights
 
@@ -244,6 +245,12 @@ class Settings:
     #: HILO_INBOUND_RETENTION_DAYS: how long the records of non-turn deliveries (commands, refusals, STOP /
     #: START) are kept against redeliveries (the cleanup job purges older ones; Telegram keeps updates 24 h).
     inbound_retention_days: int = 7
+    # -- issue 13, data: the retention policy and the export's download links ---------------------------------
+    #: HILO_RETENTION_DAYS: (surface, days) pairs; messages older are deleted by the `retention` job
+    #: (bot/retention.py). Empty (unset): everything is kept.
+    retention_days: tuple[tuple[str, int], ...] = ()
+    #: HILO_EXPORT_LINK_MINUTES: how long the download link `/export` gives on WhatsApp and the web works.
+    export_link_minutes: int = 15
 
     @property
     def models(self) -> tuple[ModelSpec, ...]:
@@ -368,6 +375,9 @@ class Settings:
             data_dir=env.get("HILO_DATA_DIR", "").strip() or _default_data_dir(database_url),
             journal_max_bytes=_int(env, "HILO_JOURNAL_MAX_BYTES", 64 * 1024 * 1024, minimum=4096),
             inbound_retention_days=_int(env, "HILO_INBOUND_RETENTION_DAYS", 7),
+            # -- issue 13, data
+            retention_days=retention.parse(env.get("HILO_RETENTION_DAYS", "")),
+            export_link_minutes=_int(env, "HILO_EXPORT_LINK_MINUTES", 15, minimum=1),
         )
 
     @classmethod

@@ -6,6 +6,8 @@
   HILO_INBOUND_RETENTION_DAYS.
 - journal_replay (every JOURNAL_REPLAY_SECONDS): replays the messages the inbound journal kept while the database
   could not take them (bot/intake.py), in order; each is then answered. A run that found nothing logs at debug.
+- retention (hourly, only with HILO_RETENTION_DAYS): deletes each surface's messages older than its days, with
+  their vectors, search terms and emptied episodes, and logs and keeps the counts (bot/retention.py).
 - memory_expiry (daily): ends the memories whose expiry date passed, and those less important than
   HILO_MEMORY_EXPIRY_IMPORTANCE that no context used for HILO_MEMORY_EXPIRY_DAYS (memory/sql_memories.py).
 - extract (every bot.extract_job.EVERY_SECONDS, when a model can answer with structured output and
@@ -31,7 +33,7 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from bot import extract_job, summary_job
+from bot import extract_job, retention, summary_job
 from bot.config import Settings
 from bot.embedders.base import Embedder
 from bot.embedding import active, embed_pending
@@ -90,6 +92,13 @@ def registry(settings: Settings, store: Store, chain: Chain | None = None,
         logger.info("memory_expiry.done", run=ctx.run_id, ended=ended)
 
     jobs.add("memory_expiry", memory_expiry, every=MEMORY_EXPIRY_SECONDS)
+    if settings.retention_days:  # issue 13: HILO_RETENTION_DAYS (unset: every message is kept)
+        policy = settings.retention_days
+
+        async def retention_job(ctx: JobContext) -> bool:
+            return bool(await retention.run(store, policy, ctx.run_id))
+
+        jobs.add("retention", retention_job, every=retention.EVERY_SECONDS)
     extractor = extract_job.build(settings, store, chain)
     if extractor is not None:
         jobs.add("extract", extractor.run, every=extract_job.EVERY_SECONDS)

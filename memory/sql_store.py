@@ -26,6 +26,7 @@ from memory import sql_memories as memories
 from memory import sql_memory_vectors as memory_vectors
 from memory import sql_outbox as outbox
 from memory import sql_people as people
+from memory import sql_retention as retention
 from memory import sql_summaries as summaries
 from memory import sql_turns as turns
 from memory import sql_vectors as vectors
@@ -293,6 +294,12 @@ class SqlStore:
 
     async def forget(self, handle: str) -> bool:
         return await self.erase(handle) is not None
+
+    async def purge_messages(self, surface: str, days: int, batch: int) -> tuple[int, int, int]:
+        return await self._tx("write", retention.purge, surface, days, batch)
+
+    async def retention_runs(self, limit: int = 100) -> list[dict[str, Any]]:
+        return await self._tx("read", retention.runs, limit)
 
     async def export(self, handle: str) -> dict[str, Any] | None:
         return await self._tx("read", exporting.export_json, handle)

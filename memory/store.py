@@ -322,6 +322,14 @@ class Store(Protocol):
     async def forget(self, handle: str) -> bool:
         """Delete everything about the person. True if there was someone to forget."""
 
+    async def purge_messages(self, surface: str, days: int, batch: int) -> tuple[int, int, int]:
+        """The retention policy: delete up to `batch` of the surface's messages older than `days` days, oldest
+        first, with their vectors, search terms and emptied episodes; (messages, vectors, episodes) deleted,
+        also kept as a `retention_runs` row when something was (memory/sql_retention.py)."""
+
+    async def retention_runs(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The retention job's latest deletions, newest first: ran_at, surface, days and the counts."""
+
     async def export(self, handle: str) -> dict[str, Any] | None:
         """Everything stored about the person as JSON (memory/sql_export.py): the `inspect` record's sections,
         every other row keyed to them, vectors as a note; None when nobody has that handle."""

@@ -1,8 +1,10 @@
 """A person's export, written once: everything stored about them as JSON (GDPR articles 15 and 20: `hilo export`,
 `/export`, `GET /api/export`).
 
-It is `hilo inspect --json`'s record (memory/sql_people.py inspect_json: the same sections, row for row), plus
-every other row of every table with a `user_id` column, read from the database's catalogue (`Db.tables`: a table a
+It is `hilo inspect --json`'s record (memory/sql_people.py inspect_json: the same sections, row for row), plus,
+under `tables`, the columns of those rows that the record does not show (a delivery's queued text, an
+identity's opt-out, a column a later migration adds), by id, and every other row of every table with a `user_id`
+column, read from the database's catalogue (`Db.tables`: a table a
 later migration adds is exported the day it exists), plus the rows keyed by one of their identities (the
 inbound-delivery records, failed link attempts). Vectors are never exported as numbers: a `vector` column shows as
 true (the row keeps one) or false, beside its row's embedder and dimension, which the export names; full-text
@@ -17,15 +19,27 @@ from decimal import Decimal
 from typing import Any
 
 from memory.rows import Db, to_ts
-from memory.sql_people import inspect_json
+from memory.sql_people import (
+    AUDIT_KEYS,
+    CALL_KEYS,
+    CONVERSATION_KEYS,
+    DELIVERY_KEYS,
+    IDENTITY_KEYS,
+    MEMORY_KEYS,
+    inspect_json,
+)
 
 FORMAT = "hilo-export"
 VERSION = 1
-#: Tables whose rows are sections of the inspection record already.
-INSPECTED = frozenset({"users", "identities", "conversations", "messages", "memories", "model_calls", "deliveries",
-                       "identity_audit"})
-#: Columns derived from others and never exported: full-text vectors.
-LEFT_OUT = frozenset({"search"})
+#: Tables whose rows are sections of the inspection record already, and the columns it shows of them.
+INSPECTED = {
+    "users": ("id", "handle", "created_at"), "identities": IDENTITY_KEYS, "conversations": CONVERSATION_KEYS,
+    "messages": ("id", "conversation_id", "surface", "role", "content", "token_count", "external_id", "created_at",
+                 "metadata", "reply_to"),
+    "memories": MEMORY_KEYS, "model_calls": CALL_KEYS, "deliveries": DELIVERY_KEYS, "identity_audit": AUDIT_KEYS,
+}
+#: Columns derived from others and never exported: full-text vectors and stems.
+LEFT_OUT = frozenset({"search", "terms"})
 VECTORS = ("vectors are not exported as numbers: each `vector` is true where the row keeps one (of the row's "
            "`embedder` and `dim`), false where not; they are derived from the texts exported here")
 
@@ -39,8 +53,14 @@ async def export_json(db: Db, handle: str) -> dict[str, Any] | None:
     catalogue = await db.tables()
     tables: dict[str, list[dict[str, Any]]] = {}
     for table, columns in catalogue.items():
-        if "user_id" in columns and table not in INSPECTED:
-            tables[table] = await _rows(db, table, columns, "user_id = $1", user_id)
+        where = "id = $1" if table == "users" else "user_id = $1"
+        if table in INSPECTED:  # what the record leaves out of its rows: by id (or the identity's key)
+            extra = [c for c in columns if c not in INSPECTED[table] and c not in LEFT_OUT and c != "user_id"]
+            keys = ["id"] if "id" in columns else list(INSPECTED[table][:2])
+            if extra:
+                tables[table] = await _rows(db, table, keys + extra, where, user_id)
+        elif "user_id" in columns:
+            tables[table] = await _rows(db, table, columns, where, user_id)
     by_identity: dict[str, list[dict[str, Any]]] = {"inbound": [], "link_failures": []}
     for i in inspected["identities"]:
         ident = (i["surface"], i["external_user_id"])

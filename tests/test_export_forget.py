@@ -108,6 +108,9 @@ async def test_export_then_forget_a_person_of_three_surfaces(
     assert exported["memories"] and exported["deliveries"] and exported["model_calls"]
     tables = exported["tables"]
     assert tables["link_codes"] and tables["episodes"]
+    # the columns inspect does not show, by id: what the outbox sent, word for word
+    assert {r["id"] for r in tables["deliveries"]} == {d["id"] for d in inspected["deliveries"]}
+    assert any(WORD in (r["body"] or "") for r in tables["deliveries"])
     vectors = tables["message_vectors"]
     assert vectors and all(v["vector"] is True and v["dim"] > 0 and v["embedder"] for v in vectors)  # no floats
     assert {r["kind"] for r in exported["inbound"]} == {"command"}  # their /link, /remember records

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from bot import cli_summaries
+from bot import cli_export, cli_summaries
 from bot.config import Settings
 from kernel.errors import ConfigError, HiloError
 from kernel.types import SURFACES
@@ -221,8 +221,12 @@ def cmd_forget(args: argparse.Namespace) -> int:
             from bot.cli_memory import forget_memory
 
             return await forget_memory(store, args.user, args.memory)
-        existed = await store.forget(args.user)
-        print(catalog.t("forgotten" if existed else "nothing_to_forget", settings.language, handle=args.user))
+        counts = await store.erase(args.user)  # every table, counted (memory/sql_forget.py)
+        print(catalog.t("forgotten" if counts else "nothing_to_forget", settings.language, handle=args.user))
+        if counts:
+            from bot.cli_export import deleted_counts
+
+            print(deleted_counts(counts))
         return 0
 
     return asyncio.run(_with_store(settings, run))
@@ -327,6 +331,7 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_forget)
 
     cli_summaries.add(sub, common, _run)
+    cli_export.add(sub, common, _run)
     return p
 
 

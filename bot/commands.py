@@ -1,4 +1,4 @@
-"""Commands a person can send on any surface: /start, /help, /remember, /memory, /forget, /link, /unlink.
+"""Commands a person can send on any surface: /start, /help, /remember, /memory, /forget, /link, /unlink, /export.
 
 Surface-agnostic: a surface parses the text (`parse`), decides whether the command is addressed to hilo, and
 hands the person's InboundMessage and the store to `run`, which returns the reply text in the person's
@@ -14,6 +14,8 @@ stored as a message and never reaches the model.
 - /link and /unlink: verified identity linking (bot/linking.py): one memory for one person on every surface.
   "/link CODE" shows whose account the code joins and "/link CODE yes" joins it; unlike /forget's, this
   confirmation is kept in the store: only the identity that was shown the prompt can confirm it.
+- /export: everything stored about the person (bot/export.py): here a download link of theirs only, signed and
+  short-lived; on Telegram the surface sends the JSON itself as a document instead.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from bot import memory_commands
+from bot.export import ExportLinks
 from bot.notices import Notices
 from kernel import catalog
 from kernel.types import InboundMessage, Memory
@@ -66,6 +69,8 @@ class CommandContext:
     #: Where a command can tell someone else something (the owner of a link code); None: nowhere.
     notices: Notices | None = None
     default_language: str = "en"
+    #: signs /export's download links; None (or no secret key): there are none here
+    exports: ExportLinks | None = None
 
     @property
     def in_group(self) -> bool:
@@ -169,17 +174,28 @@ async def unlink(ctx: CommandContext) -> str:
     return ctx.t("unlink_done" if status == "unlinked" else "unlink_only")
 
 
+async def export(ctx: CommandContext) -> str:
+    """/export: a download link of everything stored about the person (theirs only, for a few minutes)."""
+    handle = await ctx.handle()
+    user_id = await ctx.store.user_id(handle) if handle else None
+    if handle is None or user_id is None:
+        return ctx.t("cmd_export_nothing")
+    if ctx.msg.surface == "cli" or ctx.exports is None or not ctx.exports.secret_key:
+        return ctx.t("cmd_export_cli", handle=handle)  # a terminal opens no link: the operator's command
+    return ctx.t("cmd_export_link", url=ctx.exports.link(user_id, handle), minutes=ctx.exports.minutes)
+
+
 HANDLERS: dict[str, Handler] = {
     "start": start, "help": help_, "remember": remember, "memory": memory, "forget": forget, "link": link,
-    "unlink": unlink,
+    "unlink": unlink, "export": export,
 }
 #: Commands that show or change the person's private data: never answered in a shared place.
-PRIVATE_ONLY = frozenset({"remember", "memory", "forget", "link", "unlink"})
+PRIVATE_ONLY = frozenset({"remember", "memory", "forget", "link", "unlink", "export"})
 
 
 async def run(
     command: Command, msg: InboundMessage, store: Store, *, default_language: str = "en",
-    notices: Notices | None = None,
+    notices: Notices | None = None, exports: ExportLinks | None = None,
 ) -> str:
     """The reply to `command`, sent by the person of `msg`, in their language (msg.language, else the default).
     `notices`: where to tell others what a command did to them (the owner of a link code who was joined)."""
@@ -187,7 +203,7 @@ async def run(
     handler = HANDLERS.get(command.name)
     if handler is None:
         return catalog.t("cmd_unknown", lang, name=command.name)
-    ctx = CommandContext(msg, store, lang, command.args, notices, default_language)
+    ctx = CommandContext(msg, store, lang, command.args, notices, default_language, exports)
     if command.name in PRIVATE_ONLY and ctx.in_group:
         return catalog.t("cmd_private_only", lang, name=command.name)
     return await handler(ctx)

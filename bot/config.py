@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from bot import retention
 from bot.config_costs import costs_from
 from bot.prices import PriceTable
 from kernel.errors import ConfigError
@@ -281,6 +282,12 @@ class Settings:
     alert_min_interval: float = 300.0
     #: HILO_ALERT_DELIVERY_FAILURES: parts of one surface failing finally in a row before delivery_failing.
     alert_delivery_failures: int = 5
+    # -- issue 13, data: the retention policy and the export's download links ---------------------------------
+    #: HILO_RETENTION_DAYS: (surface, days) pairs; messages older are deleted by the `retention` job
+    #: (bot/retention.py). Empty (unset): everything is kept.
+    retention_days: tuple[tuple[str, int], ...] = ()
+    #: HILO_EXPORT_LINK_MINUTES: how long the download link `/export` gives on WhatsApp and the web works.
+    export_link_minutes: int = 15
 
     @property
     def models(self) -> tuple[ModelSpec, ...]:
@@ -412,6 +419,9 @@ class Settings:
             metrics_token=env.get("HILO_METRICS_TOKEN", "").strip(),
             # -- issue 13, costs: prices, caps, alerts (bot/config_costs.py)
             **costs_from(env),
+            # -- issue 13, data
+            retention_days=retention.parse(env.get("HILO_RETENTION_DAYS", "")),
+            export_link_minutes=_int(env, "HILO_EXPORT_LINK_MINUTES", 15, minimum=1),
         )
 
     @classmethod

@@ -102,11 +102,11 @@ class Intake:
     def unregister(self, surface: str) -> None:
         self._runners.pop(surface, None)
 
-    async def record(self, surface: str, external_id: str, kind: str) -> bool:
+    async def record(self, surface: str, external_id: str, kind: str, sender: str | None = None) -> bool:
         """Record a delivery that is not a turn before acting on it: True the first time, False for a
         redelivery (do nothing). When the database cannot say, True: answering a refusal twice beats never."""
         try:
-            return await self.pipeline.store.record_inbound(surface, external_id, kind)
+            return await self.pipeline.store.record_inbound(surface, external_id, kind, sender)
         except StoreError as exc:
             logger.error("intake.record_failed", surface=surface, kind=kind, error=type(exc).__name__)
             return True
@@ -117,7 +117,7 @@ class Intake:
         try:
             self.pipeline.validate(msg)
         except InputError as exc:
-            first = await self.record(msg.surface, msg.external_id, "refused")
+            first = await self.record(msg.surface, msg.external_id, "refused", msg.sender)
             return Taken("refused", refusal=exc) if first else Taken("duplicate")
         if self.journal.size() == 0:  # messages waiting in the journal go first: this one joins them
             try:

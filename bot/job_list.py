@@ -4,6 +4,8 @@
   again (used, replaced by a newer code, or expired; nothing else deletes them), the rate limits' counters of
   windows over COUNTERS_KEPT_S ago, the inbound-delivery records (memory/sql_inbound.py) older than
   HILO_INBOUND_RETENTION_DAYS, and the spend caps' windows (memory/sql_spend.py) that began over SPEND_KEPT ago.
+- retention (hourly, only with HILO_RETENTION_DAYS): deletes each surface's messages older than its days, with
+  their vectors, search terms and emptied episodes, and logs and keeps the counts (bot/retention.py).
 - memory_expiry (daily): ends the memories whose expiry date passed, and those less important than
   HILO_MEMORY_EXPIRY_IMPORTANCE that no context used for HILO_MEMORY_EXPIRY_DAYS (memory/sql_memories.py).
 - extract (every bot.extract_job.EVERY_SECONDS, when a model can answer with structured output and
@@ -31,7 +33,7 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from bot import extract_job, summary_job
+from bot import extract_job, retention, summary_job
 from bot.config import Settings
 from bot.embedders.base import Embedder
 from bot.embedding import active, embed_pending
@@ -84,6 +86,13 @@ def registry(settings: Settings, store: Store, chain: Chain | None = None,
         logger.info("memory_expiry.done", run=ctx.run_id, ended=ended)
 
     jobs.add("memory_expiry", memory_expiry, every=MEMORY_EXPIRY_SECONDS)
+    if settings.retention_days:  # issue 13: HILO_RETENTION_DAYS (unset: every message is kept)
+        policy = settings.retention_days
+
+        async def retention_job(ctx: JobContext) -> bool:
+            return bool(await retention.run(store, policy, ctx.run_id))
+
+        jobs.add("retention", retention_job, every=retention.EVERY_SECONDS)
     extractor = extract_job.build(settings, store, chain)
     if extractor is not None:
         jobs.add("extract", extractor.run, every=extract_job.EVERY_SECONDS)

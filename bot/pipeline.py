@@ -24,6 +24,7 @@ from bot.alerts import Alerts
 from bot.config import Settings
 from bot.embedders.base import Embedder
 from bot.embedding import active, embed_query
+from bot.export import ExportLinks, Exports
 from bot.keyed import KeyedLocks
 from bot.models.base import AllModelsFailed, CapReached, Chain, ChainResult, Completion, Reset
 from bot.models.chain import ModelChain
@@ -92,6 +93,9 @@ class Pipeline:
         #: the web's rate limits, counted in the database so that every process shares them (issue 12, faults)
         self.rate_limits: RateLimits = store
         self.opt_out = OptOut(store)
+        #: /export's download links (bot/export.py), served by the web surface
+        self.exports = Exports(store, ExportLinks(settings.secret_key, settings.public_url,
+                                                  settings.export_link_minutes))
         self._locks: KeyedLocks[int] = KeyedLocks()
         #: Stored messages whose turn runs now, with its task: a redelivery of one of them is a duplicate, not a
         #: resume; `cancel_turns` ends them at the stop's bound.
@@ -119,7 +123,7 @@ class Pipeline:
         command = commands.parse(msg.text)
         if command is not None and command.name in commands.HANDLERS:
             # A command (/link, /memory ...) is not a turn: not stored as a message, never shown to the model.
-            if not await self.store.record_inbound(msg.surface, msg.external_id, "command"):
+            if not await self.store.record_inbound(msg.surface, msg.external_id, "command", msg.sender):
                 logger.info("turn.duplicate", surface=msg.surface, kind="command")
                 return Taken("duplicate")
             return Taken("command", command=command)
@@ -197,7 +201,7 @@ class Pipeline:
     async def command(self, command: commands.Command, msg: InboundMessage) -> str:
         """The reply to a command (/link, /memory ...) sent by the person of `msg`; nothing is stored as a message."""
         return await commands.run(command, msg, self.store, default_language=self.settings.language,
-                                  notices=self.notices)
+                                  notices=self.notices, exports=self.exports.links)
 
     async def _turn(
         self, msg: InboundMessage, turn: Ingested, lang: str, started: float,

@@ -47,6 +47,7 @@ MESSAGES: dict[str, dict[str, str]] = {
             "/forget - delete everything I know about you\n"
             "/link - connect this chat with your other accounts\n"
             "/unlink - disconnect this chat from them\n"
+            "/export - everything I keep about you, as a file\n"
             "/help - this list"
         ),
         "cmd_unknown": "I don't know the command /{name}. Send /help to see the ones I understand.",
@@ -141,6 +142,15 @@ MESSAGES: dict[str, dict[str, str]] = {
             "I've reached this month's usage limit, so I can't answer right now. Your message is saved: please write "
             "again next month, or ask whoever runs this assistant."
         ),
+        # -- issue 13, data: /export (bot/commands.py, bot/export.py) and the export's download page
+        "cmd_export_link": (
+            "Here is everything I keep about you, as a JSON file: {url}\n"
+            "The link works for {minutes} minutes, and only opens your data."
+        ),
+        "cmd_export_document": "Everything I keep about you, as a JSON file.",
+        "cmd_export_nothing": "There is nothing stored about you.",
+        "cmd_export_cli": "To export everything about {handle}, run: hilo export --user {handle} --output FILE",
+        "export_link_invalid": "This export link is not valid, or it expired: send /export again for a new one.",
     },
     "es": {
         "model_unavailable": (
@@ -183,6 +193,7 @@ MESSAGES: dict[str, dict[str, str]] = {
             "/forget - borrar todo lo que sé de ti\n"
             "/link - conectar este chat con tus otras cuentas\n"
             "/unlink - desconectar este chat de ellas\n"
+            "/export - todo lo que guardo sobre ti, en un archivo\n"
             "/help - esta lista"
         ),
         "cmd_unknown": "No conozco el comando /{name}. Envía /help para ver los que entiendo.",
@@ -282,6 +293,15 @@ MESSAGES: dict[str, dict[str, str]] = {
             "He llegado al límite de uso de este mes, así que ahora no puedo contestar. Tu mensaje está guardado: "
             "vuelve a escribirme el mes que viene, o pregunta a quien gestiona este asistente."
         ),
+        # -- issue 13, data: /export (bot/commands.py, bot/export.py) and the export's download page
+        "cmd_export_link": (
+            "Aquí tienes todo lo que guardo sobre ti, en un archivo JSON: {url}\n"
+            "El enlace funciona durante {minutes} minutos y solo abre tus datos."
+        ),
+        "cmd_export_document": "Todo lo que guardo sobre ti, en un archivo JSON.",
+        "cmd_export_nothing": "No hay nada guardado sobre ti.",
+        "cmd_export_cli": "Para exportar todo sobre {handle}, ejecuta: hilo export --user {handle} --output ARCHIVO",
+        "export_link_invalid": "Este enlace de exportación no es válido o caducó: envía /export de nuevo para otro.",
     },
 }
 

@@ -32,7 +32,7 @@ from kernel.errors import ConfigError
 from kernel.types import utcnow
 from memory import migrate as migrations
 from memory import pg_terms, reindex
-from memory.rows import INSERT_COLS, Db, Mode, Rollback, aware
+from memory.rows import INSERT_COLS, Db, Mode, Rollback, aware, columns_by_table
 from memory.sql_store import Logic, SqlStore
 from memory.sql_vectors import VectorQuery
 from memory.store import ContextQuery, ImportResult, ImportRow, StoreError, StoreUnavailable
@@ -153,6 +153,13 @@ class PgDb(Db):
                               f"AND v.embedder = {quote(vq.embedder)} AND v.dim = {dim}",
                               pg_literal(vq.vector), list(ids), vq.user_id)
         return {int(r[0]): float(r[1]) for r in rows}
+
+    async def tables(self) -> dict[str, list[str]]:
+        rows = await self.all("SELECT c.table_name, c.column_name FROM information_schema.columns c "
+                              "JOIN information_schema.tables t ON t.table_schema = c.table_schema "
+                              "AND t.table_name = c.table_name WHERE c.table_schema = current_schema() "
+                              "AND t.table_type = 'BASE TABLE' ORDER BY c.table_name, c.ordinal_position")
+        return columns_by_table(rows)
 
     def ids(self, ids: Sequence[int]) -> list[int]:
         return list(ids)

@@ -32,7 +32,7 @@ from memory import sql_alerts as alerts
 from memory import sql_limits as limits
 from memory import sql_spend as spend
 from memory import sql_turns as turns
-from memory.rows import INSERT_COLS, Db, Mode, Rollback, to_ts
+from memory.rows import INSERT_COLS, Db, Mode, Rollback, columns_by_table, to_ts
 from memory.sql_store import Logic, SqlStore
 from memory.sql_vectors import VectorQuery
 from memory.sqlite_file import FILE_FIX, TRANSIENT, FileIdentity, file_identity, file_problem
@@ -198,6 +198,13 @@ class SqliteDb(Db):
         loaded.stamp = stamp
         self.matrices.put(key, loaded)
         return loaded
+
+    async def tables(self) -> dict[str, list[str]]:
+        # virtual tables (FTS5) are kept by triggers on their content tables, never written directly
+        rows = await self.all("SELECT m.name, c.name FROM sqlite_master m JOIN pragma_table_info(m.name) c "
+                              "WHERE m.type = 'table' AND m.sql NOT LIKE 'CREATE VIRTUAL%' "
+                              "AND m.name NOT LIKE 'sqlite_%' ORDER BY m.name, c.cid")
+        return columns_by_table(rows)
 
     def ids(self, ids: Sequence[int]) -> str:
         return json.dumps(list(ids))

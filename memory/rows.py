@@ -69,6 +69,19 @@ class Db(Protocol):
     def cosine_sql(self, vector: Sequence[float], embedder: str) -> tuple[str, str, Any] | None: ...
     async def cosines(self, vq: VectorQuery, ids: Sequence[int]) -> dict[int, float]: ...
 
+    async def tables(self) -> dict[str, list[str]]:
+        """The schema's tables (not views, not full-text indexes) and their columns, from the database's own
+        catalogue, by name (memory/sql_forget.py and memory/sql_export.py find a person's rows through it)."""
+        ...
+
+
+def columns_by_table(rows: Iterable[Sequence[Any]]) -> dict[str, list[str]]:
+    """(table, column) catalogue rows, in order, as {table: [columns]} (Db.tables)."""
+    found: dict[str, list[str]] = {}
+    for table, column in rows:
+        found.setdefault(str(table), []).append(str(column))
+    return found
+
 
 class Rollback(HiloError):
     """Raised inside a transaction to roll it back and hand `value` to the caller."""

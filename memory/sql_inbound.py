@@ -16,15 +16,16 @@ from datetime import timedelta
 from memory.rows import Db
 
 _RECORD = (
-    "INSERT INTO inbound(surface, external_id, kind, created_at) VALUES ($1, $2, $3, $4) "
+    "INSERT INTO inbound(surface, external_id, kind, created_at, sender) VALUES ($1, $2, $3, $4, $5) "
     "ON CONFLICT (surface, external_id) DO NOTHING RETURNING 1"
 )
 _PURGE = "DELETE FROM inbound WHERE created_at < $1"
 
 
-async def record(db: Db, surface: str, external_id: str, kind: str) -> bool:
-    """Record one delivery; True the first time (surface, external_id) is seen, False for a redelivery."""
-    return await db.one(_RECORD, surface, external_id, kind, db.ts(db.clock())) is not None
+async def record(db: Db, surface: str, external_id: str, kind: str, sender: str | None = None) -> bool:
+    """Record one delivery; True the first time (surface, external_id) is seen, False for a redelivery.
+    `sender`: the identity it came from (migration 0029), so that forgetting the person deletes it."""
+    return await db.one(_RECORD, surface, external_id, kind, db.ts(db.clock()), sender) is not None
 
 
 async def purge(db: Db, older_than: timedelta) -> int:

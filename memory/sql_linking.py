@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from kernel.digests import kept_lockout
 from kernel.types import SINGLETON_SURFACES, Outgoing
 from memory import episodes, sql_outbox, sql_spend
 from memory.rows import Db, as_dt, dump_metadata, to_ts
@@ -60,8 +61,9 @@ async def _locked_until(db: Db, keys: list[Key], at: Any) -> Any:
     """The latest lockout end among `keys` still in force, or None."""
     ends = []
     for surface, ext in keys:
-        end = await db.value("SELECT locked_until FROM link_failures WHERE surface = $1 AND external_user_id = $2",
-                             surface, ext)
+        # a lockout of an identity that was forgotten since is kept under its digest until it ends
+        end = await db.value("SELECT max(locked_until) FROM link_failures WHERE surface = $1 "
+                             "AND external_user_id IN ($2, $3)", surface, ext, kept_lockout(ext))
         if end is not None and end > at:
             ends.append(end)
     return max(ends) if ends else None

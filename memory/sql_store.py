@@ -17,7 +17,9 @@ from typing import Any, TypeVar
 from kernel.types import InboundMessage, ModelCallRecord, OutboxItem, Outgoing, utcnow
 from memory import jobs, turn_lease
 from memory import sql_alerts as alerts
+from memory import sql_export as exporting
 from memory import sql_extract as extract
+from memory import sql_forget as forgetting
 from memory import sql_inbound as inbound
 from memory import sql_limits as limits
 from memory import sql_linking as linking
@@ -25,6 +27,7 @@ from memory import sql_memories as memories
 from memory import sql_memory_vectors as memory_vectors
 from memory import sql_outbox as outbox
 from memory import sql_people as people
+from memory import sql_retention as retention
 from memory import sql_spend as spend
 from memory import sql_summaries as summaries
 from memory import sql_turns as turns
@@ -100,8 +103,8 @@ class SqlStore:
 
     # -- inbound-delivery records (memory/sql_inbound.py) ---------------------------------------------------
 
-    async def record_inbound(self, surface: str, external_id: str, kind: str) -> bool:
-        return await self._tx("write", inbound.record, surface, external_id, kind)
+    async def record_inbound(self, surface: str, external_id: str, kind: str, sender: str | None = None) -> bool:
+        return await self._tx("write", inbound.record, surface, external_id, kind, sender)
 
     async def purge_inbound(self, older_than: timedelta) -> int:
         return await self._tx("write", inbound.purge, older_than)
@@ -306,12 +309,20 @@ class SqlStore:
         return await self._tx("read", people.inspect_json, handle)
 
     async def forget(self, handle: str) -> bool:
-        # ON DELETE CASCADE takes identities, conversations, messages (and their search rows: SQLite's FTS by
-        # trigger, Postgres' a column), model_calls, memories, deliveries, spend counters, link codes and audit rows
-        # with the user row. link_failures rows stay: they are keyed by identity, not person, and expire with their
-        # window (at most half an hour); deleting them would let /forget reset a guesser's lockout.
-        gone = await self._tx("write", lambda db: db.value("DELETE FROM users WHERE handle = $1 RETURNING id", handle))
-        return gone is not None
+        return await self.erase(handle) is not None
+
+    async def purge_messages(self, surface: str, days: int, batch: int) -> tuple[int, int, int]:
+        return await self._tx("write", retention.purge, surface, days, batch)
+
+    async def retention_runs(self, limit: int = 100) -> list[dict[str, Any]]:
+        return await self._tx("read", retention.runs, limit)
+
+    async def export(self, handle: str) -> dict[str, Any] | None:
+        return await self._tx("read", exporting.export_json, handle)
+
+    async def erase(self, handle: str) -> dict[str, int] | None:
+        # every table with a user_id column, from the catalogue, and the tables keyed by identity (sql_forget)
+        return await self._tx("write", forgetting.erase, handle)
 
     # -- identities, linking, deliveries ------------------------------------------------------------------
 

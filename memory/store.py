@@ -340,6 +340,22 @@ class Store(Protocol):
     async def forget(self, handle: str) -> bool:
         """Delete everything about the person. True if there was someone to forget."""
 
+    async def purge_messages(self, surface: str, days: int, batch: int) -> tuple[int, int, int]:
+        """The retention policy: delete up to `batch` of the surface's messages older than `days` days, oldest
+        first, with their vectors, search terms and emptied episodes; (messages, vectors, episodes) deleted,
+        also kept as a `retention_runs` row when something was (memory/sql_retention.py)."""
+
+    async def retention_runs(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The retention job's latest deletions, newest first: ran_at, surface, days and the counts."""
+
+    async def export(self, handle: str) -> dict[str, Any] | None:
+        """Everything stored about the person as JSON (memory/sql_export.py): the `inspect` record's sections,
+        every other row keyed to them, vectors as a note; None when nobody has that handle."""
+
+    async def erase(self, handle: str) -> dict[str, int] | None:
+        """`forget`, saying what went: {table: rows deleted} (memory/sql_forget.py), None when nobody has that
+        handle."""
+
     async def model_calls(self, user_id: int) -> list[dict[str, Any]]:
         """The user's model_calls rows, oldest first (JSON-ready)."""
 
@@ -428,9 +444,10 @@ class Store(Protocol):
 
     # -- inbound-delivery records (memory/sql_inbound.py) ---------------------------------------------------
 
-    async def record_inbound(self, surface: str, external_id: str, kind: str) -> bool:
+    async def record_inbound(self, surface: str, external_id: str, kind: str, sender: str | None = None) -> bool:
         """Record a delivery that is not a turn (a command, a refusal, STOP / START) before it is acknowledged
-        or acted on: True the first time (surface, external_id) is seen, False for a redelivery."""
+        or acted on: True the first time (surface, external_id) is seen, False for a redelivery. `sender`: the
+        identity it came from (`forget` deletes the person's records by it)."""
 
     async def purge_inbound(self, older_than: timedelta) -> int:
         """Delete the inbound-delivery records older than `older_than`; their number."""

@@ -33,7 +33,7 @@ from telegram import Update
 from telegram.error import TelegramError
 from telegram.ext import Application
 
-from bot import metrics
+from bot import export, metrics
 from bot.config import Settings
 from bot.keyed import KeyedLocks
 from bot.outbox import with_route
@@ -239,7 +239,8 @@ class TelegramSurface:
             if d.action in ("refuse", "non_text", "command"):
                 external_id = f"{chat_id}:{message.message_id}"
                 kind = "command" if d.action == "command" else "refused"
-                if not await rt.intake.record(self.name, external_id, kind):
+                sender = str(message.from_user.id) if message.from_user else None
+                if not await rt.intake.record(self.name, external_id, kind, sender):
                     logger.info("telegram.redelivery_dropped", update_id=update.update_id)
                     return
                 if d.action == "command":
@@ -289,6 +290,8 @@ class TelegramSurface:
         assert self._runtime is not None
         async with self._chats.hold(chat_id):
             try:
+                if command.name == "export" and await self._export(chat_id, msg, lang):
+                    return  # sent as a file; else the answer below (nothing stored, or a link)
                 text = await self._runtime.pipeline.command(command, msg)
             except StoreError as exc:  # down, locked, full or broken: said directly
                 logger.error("telegram.store_failed", error=type(exc).__name__)
@@ -297,6 +300,17 @@ class TelegramSurface:
             # queued (the person is known) after the chat's replies before it; a crash between the command's
             # inbound record and this loses the answer (docs/architecture.md, "The outbox")
             await self._say(chat_id, text, reply_to, sender=msg.sender)
+
+    async def _export(self, chat_id: int, msg: InboundMessage, lang: str) -> bool:
+        """/export in a private chat: the person's export as a JSON document (bot/export.py); False if not sent."""
+        assert self._runtime is not None and self._speaker is not None
+        exports = self._runtime.pipeline.exports
+        data = None if msg.metadata.get("audience") == "group" else await exports.of_identity(msg.surface, msg.sender,
+                                                                                             msg.handle)
+        if data is None:
+            return False
+        return await self._speaker.document(chat_id, export.document(data), export.FILENAME,
+                                            catalog.t("cmd_export_document", lang))
 
     async def _run(self, msg: InboundMessage, taken: Taken) -> None:
         """bot.intake's runner: what follows a taken message (also one replayed from the journal)."""

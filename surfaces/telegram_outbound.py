@@ -190,6 +190,23 @@ class Say:
         await self.notices.after_queued("telegram", str(chat_id))
         await self.send_now(chat_id, text, reply_to)
 
+    async def document(self, chat_id: int, data: bytes, filename: str, caption: str) -> bool:
+        """A file (`/export`'s JSON) through sendDocument, after what the chat has queued: retried here, not
+        recorded (the outbox carries text). False when given up."""
+        await self.notices.after_queued("telegram", str(chat_id))
+
+        async def call() -> Any:
+            return await self.bot.send_document(chat_id, document=data, filename=filename, caption=caption)
+
+        try:
+            await send_with_retry(call, self.policy)
+        except SendFailed as exc:
+            logger.error("telegram.send_failed", kind="document", error=type(exc.error).__name__,
+                         attempts=exc.attempts)
+            return False
+        logger.info("telegram.document_sent", bytes=len(data))
+        return True
+
     async def send_now(self, chat_id: int, text: str, reply_to: int | None) -> None:
         """The direct send: retried here, not recorded."""
         try:

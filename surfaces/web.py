@@ -39,6 +39,7 @@ from kernel.errors import InputError, NotFound
 from kernel.types import InboundMessage
 from surfaces.web_auth import SESSION_COOKIE, Authenticator, AuthFailed, Caller, Sessions
 from surfaces.web_common import MAX_BODY_BYTES, error, lang, message_json, path_id, read_message, unavailable
+from surfaces.web_export import ExportView
 from surfaces.web_guard import ApiGuard, Endpoint, client_ip, too_many
 from surfaces.web_memories import MemoryView
 from surfaces.web_stop import TurnOverrun, answer_within_stop, bound_of
@@ -51,7 +52,8 @@ logger = log.get("hilo.web")
 
 API_ROUTES = [
     "POST /api/session", "POST /api/messages", "POST /api/messages/stream", "GET /api/conversations",
-    "GET /api/conversations/{id}/messages", "GET /api/memories", "DELETE /api/memories/{id}",
+    "GET /api/conversations/{id}/messages", "GET /api/memories", "DELETE /api/memories/{id}", "GET /api/export",
+    "GET /api/export/{token}",
 ]
 
 
@@ -76,6 +78,7 @@ class WebSurface:
         self.files = WidgetFiles()
         self._runtime: Runtime | None = None
         self.memory_view = MemoryView(self._reader, self._answer, lambda: self.pipeline.history)
+        self.export_view = ExportView(self._reader, lambda: self.pipeline.exports)
 
     @property
     def runtime(self) -> Runtime:
@@ -108,6 +111,8 @@ class WebSurface:
             api("/api/conversations/{conversation_id}/messages", self.list_messages, "GET"),
             api("/api/memories", self.memory_view.list, "GET"),
             api("/api/memories/{memory_id}", self.memory_view.forget, "DELETE"),
+            api("/api/export", self.export_view.mine, "GET"),
+            api("/api/export/{token}", self.export_view.by_link, "GET"),
         ]
 
     async def index(self, request: Request) -> Response:

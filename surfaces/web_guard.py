@@ -16,7 +16,6 @@ Over the limit: 429 with Retry-After and the catalogue's "rate_limited" text.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
@@ -28,6 +27,7 @@ from bot import metrics
 from bot.config import Settings
 from bot.ports import RateLimits
 from kernel import log
+from kernel.digests import rate_subject
 from kernel.errors import StoreError
 from surfaces.web_common import error, unavailable
 
@@ -58,7 +58,7 @@ class RateLimiter:
         counters = self._counters()
         if counters is None:  # not started: nothing else answers either
             return 0.0
-        digest = hashlib.blake2b(key.encode(), digest_size=12, person=b"hilo-rate").hexdigest()
+        digest = rate_subject(key)
         try:
             wait = await counters.hit_rate(f"{self.name}:{digest}", self.per_minute, WINDOW_S)
         except StoreError as exc:

@@ -99,7 +99,7 @@ class Inbox:
         msg = with_route(msg, msg.sender)  # the reply goes to the sender, through the outbox (recovery too)
         rt, lang, sid = self.runtime, self.settings.language, msg.external_id
         is_keyword = keyword(msg.text)[0] is not None
-        if is_keyword and not await rt.intake.record(SURFACE, sid, "opt"):
+        if is_keyword and not await rt.intake.record(SURFACE, sid, "opt", msg.sender):
             logger.info("whatsapp.redelivery_dropped", message_sid=sid)
             return twiml()  # a redelivered STOP / START: done already (a STOP after START must not opt out again)
         try:
@@ -119,7 +119,7 @@ class Inbox:
             return self._answer(self.say(msg.sender, catalog.t("whatsapp_resumed", step.lang or lang),
                                          step.user_id), msg)
         if not msg.text.strip() and (msg.metadata.get("num_media") or msg.metadata.get("location")):
-            if not await rt.intake.record(SURFACE, sid, "refused"):
+            if not await rt.intake.record(SURFACE, sid, "refused", msg.sender):
                 logger.info("whatsapp.redelivery_dropped", message_sid=sid)
                 return twiml()
             return self._answer(self.say(msg.sender, catalog.t("whatsapp_media_only", lang)), msg)

@@ -3,17 +3,21 @@
 Serves `/bot{token}/{method}` on 127.0.0.1 (uvicorn in a background thread): getMe, getUpdates (hands out the
 queued updates from `offset` on; long-polls up to `timeout` seconds, capped at `max_long_poll`, waking as soon
 as one is queued; 409 while a webhook is set, like Telegram), sendMessage (held while `hold(gate)` says so),
-sendChatAction, setWebhook, deleteWebhook, getWebhookInfo, setMyCommands. Any other method is 404; another
-token is 401. Bodies are form-urlencoded (as the library sends them) or JSON.
+sendChatAction, sendDocument, setWebhook, deleteWebhook, getWebhookInfo, setMyCommands. Any other method is 404;
+another token is 401. Bodies are form-urlencoded (as the library sends them), JSON, or multipart/form-data (the
+library's upload of a file: sendDocument), parsed with the standard library's MIME parser.
 
-Every call is recorded (`calls`), sent messages in order (`sent`). `fail("sendMessage", ...)` scripts the
-next answers of a method: a 429 with retry_after, a 502, a 403... Builders (`text_update`, `photo_update`,
-`mention`) make the updates tests enqueue (polling) or POST to the daemon (webhook).
+Every call is recorded (`calls`), sent messages in order (`sent`), uploaded files (`documents`).
+`fail("sendMessage", ...)` scripts the next answers of a method: a 429 with retry_after, a 502, a 403...
+Builders (`text_update`, `photo_update`, `mention`) make the updates tests enqueue (polling) or POST to the
+daemon (webhook).
 """
 
 from __future__ import annotations
 
 import asyncio
+import email.parser
+import email.policy
 import itertools
 import json
 import threading
@@ -53,6 +57,17 @@ class Sent:
 
 
 @dataclass(frozen=True, slots=True)
+class Document:
+    """A file sent with sendDocument: its bytes as uploaded, the name the upload gave it, the caption."""
+
+    chat_id: int
+    filename: str
+    data: bytes
+    caption: str | None
+    message_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class Failure:
     status: int
     description: str
@@ -64,9 +79,27 @@ class _State:
     updates: list[dict[str, Any]] = field(default_factory=list)
     calls: list[Call] = field(default_factory=list)
     sent: list[Sent] = field(default_factory=list)
+    documents: list[Document] = field(default_factory=list)
     failures: dict[str, deque[Failure]] = field(default_factory=dict)
     webhook: dict[str, Any] = field(default_factory=dict)
     confirmed: int = 0  # the highest update_id confirmed by an offset
+
+
+def _multipart(content_type: str, body: bytes) -> tuple[dict[str, Any], dict[str, tuple[str, bytes]]]:
+    """A multipart/form-data body: its fields (as form values) and its files (name -> (filename, bytes))."""
+    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+        b"Content-Type: " + content_type.encode() + b"\r\n\r\n" + body)
+    fields: dict[str, Any] = {}
+    files: dict[str, tuple[str, bytes]] = {}
+    for part in message.iter_parts():
+        name = str(part.get_param("name", header="content-disposition"))
+        data = part.get_payload(decode=True)
+        assert isinstance(data, bytes)
+        if part.get_filename() is not None:
+            files[name] = (str(part.get_filename()), data)
+        else:
+            fields[name] = _param(data.decode())
+    return fields, files
 
 
 def _param(value: str) -> Any:
@@ -140,6 +173,11 @@ class FakeBotApi(HeldSends):
 
     def calls_of(self, method: str) -> list[Call]:
         return [c for c in self.calls if c.method == method]
+
+    @property
+    def documents(self) -> list[Document]:
+        with self._lock:
+            return list(self._state.documents)
 
     def sent_to(self, chat_id: int) -> list[Sent]:
         return [s for s in self.sent if s.chat_id == chat_id]
@@ -237,8 +275,12 @@ class FakeBotApi(HeldSends):
     # -- the API ------------------------------------------------------------------------------------------
     async def _dispatch(self, request: Request) -> JSONResponse:
         raw = await request.body()
-        if request.headers.get("content-type", "").startswith("application/json"):
+        content_type = request.headers.get("content-type", "")
+        if content_type.startswith("application/json"):
             params = json.loads(raw or b"{}")
+        elif content_type.startswith("multipart/form-data"):
+            params, files = _multipart(content_type, raw)
+            params.update({name: {"filename": f[0], "data": f[1]} for name, f in files.items()})
         else:
             params = {k: _param(v) for k, v in parse_qsl(raw.decode())}
         method = request.path_params["method"]
@@ -296,6 +338,27 @@ class FakeBotApi(HeldSends):
         return {"message_id": message_id, "date": int(time.time()), "text": text,
                 "chat": {"id": chat_id, "type": "private" if chat_id > 0 else "group"},
                 "from": {"id": BOT_ID, "is_bot": True, "first_name": "hilo", "username": BOT_USERNAME}}
+
+    async def _m_sendDocument(self, params: dict[str, Any]) -> Any:
+        upload = params.get("document")
+        if not isinstance(upload, dict):  # a file_id or URL string: not what hilo sends
+            return _error(400, "Bad Request: wrong file identifier/HTTP URL specified")
+        chat_id, data, caption = int(params["chat_id"]), upload["data"], params.get("caption")
+        message_id = next(self._message_ids)
+        with self._lock:
+            self._state.documents.append(Document(chat_id, upload["filename"], data, caption, message_id))
+        # the Message Telegram answers with: the document as a File, the caption beside it
+        result: dict[str, Any] = {
+            "message_id": message_id, "date": int(time.time()),
+            "chat": {"id": chat_id, "type": "private" if chat_id > 0 else "group"},
+            "from": {"id": BOT_ID, "is_bot": True, "first_name": "hilo", "username": BOT_USERNAME},
+            "document": {"file_name": upload["filename"], "mime_type": "application/json",
+                         "file_id": f"BQACAgQAAxkDAAI{message_id}", "file_unique_id": f"AgAD{message_id}",
+                         "file_size": len(data)},
+        }
+        if caption:
+            result["caption"] = caption
+        return result
 
     async def _m_sendChatAction(self, params: dict[str, Any]) -> Any:
         return True

@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from bot import metrics
 from bot.config import ModelSpec
 from bot.prices import PriceTable
 from kernel import log, tokens
@@ -100,7 +101,7 @@ class Meter:
         if not (record.tokens_in or record.tokens_out):
             return record
         usd = self.cost(spec, record.tokens_in, record.tokens_out)
-        # metrics: observe_cost(provider, model, usd)
+        metrics.observe_cost(spec.provider, spec.model, usd)
         return replace(record, cost_usd=usd)
 
     def windows(self, user_id: int | None) -> tuple[Window, ...]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bot import metrics
@@ -57,7 +58,8 @@ def settings_for(tmp_path: Path, model_server: FakeModelServer, bot: FakeBotApi,
         "TELEGRAM_BOT_TOKEN": TOKEN, "TELEGRAM_API_BASE_URL": bot.base_url, "HILO_TELEGRAM_MODE": "webhook",
         "TELEGRAM_WEBHOOK_SECRET": SECRET,
         "TWILIO_ACCOUNT_SID": twilio.account_sid, "TWILIO_AUTH_TOKEN": twilio.auth_token,
-        "TWILIO_WHATSAPP_NUMBER": NUMBER, "TWILIO_API_BASE_URL": twilio.base_url, **env,
+        "TWILIO_WHATSAPP_NUMBER": NUMBER, "TWILIO_API_BASE_URL": twilio.base_url,
+        "HILO_PRICES": '{"model-b": {"in": 1.0, "out": 4.0}}', **env,
     })
 
 
@@ -116,7 +118,6 @@ async def test_a_scrape_after_turns_on_every_surface_finds_every_series_with_bou
         await twilio_api.wait_for(1)
         assert (await post(client, "/webhooks/whatsapp", incoming("SM" + "b" * 32, "x"), signature=None)
                 ).status_code == 403
-        metrics.observe_cost("openai", "openai:model-b", 0.0125)  # what the price table feeds per call
 
         async def scrape() -> dict[str, list[tuple[dict[str, str], float]]]:
             r = await client.get("/metrics", headers={"authorization": f"Bearer {METRICS_TOKEN}"})
@@ -149,7 +150,10 @@ async def test_a_scrape_after_turns_on_every_surface_finds_every_series_with_bou
     assert total(found, "hilo_fallbacks_total", model="model-b", kind="turn") == turns
     assert total(found, "hilo_model_tokens_total", model="model-b", direction="in") > 0
     assert total(found, "hilo_model_tokens_total", model="model-b", direction="out") > 0
-    assert total(found, "hilo_model_cost_usd_total", provider="openai", model="model-b") == 0.0125
+    # the price table (HILO_PRICES: model-b at 1 USD in and 4 USD out per million tokens) feeds it per call
+    expected = (total(found, "hilo_model_tokens_total", model="model-b", direction="in")
+                + 4 * total(found, "hilo_model_tokens_total", model="model-b", direction="out")) / 1e6
+    assert total(found, "hilo_model_cost_usd_total", provider="openai", model="model-b") == pytest.approx(expected)
     assert total(found, "hilo_context_tokens_count", block="new_message") == turns
     assert total(found, "hilo_context_tokens_sum", block="system") > 0
     assert total(found, "hilo_retrieval_seconds_count", stage="load") == turns

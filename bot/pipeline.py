@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from bot import answers, commands, metrics
+from bot.admin import Admin
 from bot.alerts import Alerts
 from bot.config import Settings
 from bot.embedders.base import Embedder
@@ -96,6 +97,8 @@ class Pipeline:
         #: /export's download links (bot/export.py), served by the web surface
         self.exports = Exports(store, ExportLinks(settings.secret_key, settings.public_url,
                                                   settings.export_link_minutes))
+        #: the admin page's reads and writes (bot/admin.py), served by surfaces/admin.py when HILO_ADMIN_TOKEN is set
+        self.admin = Admin(store)
         self._locks: KeyedLocks[int] = KeyedLocks()
         #: Stored messages whose turn runs now, with its task: a redelivery of one of them is a duplicate, not a
         #: resume; `cancel_turns` ends them at the stop's bound.

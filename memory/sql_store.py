@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from kernel.types import InboundMessage, ModelCallRecord, OutboxItem, Outgoing, utcnow
 from memory import jobs, turn_lease
+from memory import sql_admin as admin
 from memory import sql_alerts as alerts
 from memory import sql_export as exporting
 from memory import sql_extract as extract
@@ -412,3 +413,21 @@ class SqlStore:
 
     async def purge_spend(self, older_than: timedelta) -> int:
         return await self._tx("write", spend.purge, (self.clock() - older_than).strftime("%Y-%m-%d"))
+
+    # -- issue 13, admin: the admin page's read-outs (memory/sql_admin.py) ---------------------------------------
+
+    async def admin_people(self, offset: int, limit: int) -> tuple[int, list[dict[str, Any]]]:
+        return await self._tx("read", admin.people, offset, limit)
+
+    async def admin_person(self, user_id: int) -> dict[str, Any] | None:
+        return await self._tx("read", admin.person, user_id)
+
+    async def admin_messages(self, user_id: int, conversation_id: int, before: int | None,
+                             limit: int) -> list[StoredMessage]:
+        return await self._tx("read", admin.messages_page, user_id, conversation_id, before, limit)
+
+    async def admin_costs(self, user_id: int | None, day: datetime, month: datetime) -> dict[str, Any]:
+        return await self._tx("read", admin.costs, user_id, day, month)
+
+    async def admin_top_spenders(self, offset: int, limit: int) -> list[dict[str, Any]]:
+        return await self._tx("read", admin.top_spenders, offset, limit)

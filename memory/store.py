@@ -525,3 +525,24 @@ class Store(Protocol):
 
     async def purge_spend(self, older_than: timedelta) -> int:
         """Delete the spend windows that began more than `older_than` ago (the cleanup job); how many."""
+
+    # -- issue 13, admin: the admin page's read-outs (memory/sql_admin.py; bot/admin.py) -------------------------
+
+    async def admin_people(self, offset: int, limit: int) -> tuple[int, list[dict[str, Any]]]:
+        """How many people there are, and `limit` of them from `offset` (most recently seen first): handle,
+        identities, last seen, counts and cost, JSON-ready."""
+
+    async def admin_person(self, user_id: int) -> dict[str, Any] | None:
+        """One person as `admin_people` shows them, or None."""
+
+    async def admin_messages(self, user_id: int, conversation_id: int, before: int | None,
+                             limit: int) -> list[StoredMessage]:
+        """At most `limit` messages of the person's conversation older than message `before` (None: the newest),
+        oldest first; NotFound when the conversation is not theirs."""
+
+    async def admin_costs(self, user_id: int | None, day: datetime, month: datetime) -> dict[str, Any]:
+        """Model calls' count, cost and tokens since `day`, since `month` and in all, of the person (None:
+        everyone), with their newest spend windows."""
+
+    async def admin_top_spenders(self, offset: int, limit: int) -> list[dict[str, Any]]:
+        """People by what their model calls cost in all, most first."""

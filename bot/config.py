@@ -288,6 +288,13 @@ class Settings:
     retention_days: tuple[tuple[str, int], ...] = ()
     #: HILO_EXPORT_LINK_MINUTES: how long the download link `/export` gives on WhatsApp and the web works.
     export_link_minutes: int = 15
+    # -- issue 13, admin: the admin page (surfaces/admin.py, docs/admin.md) -----------------------------------
+    #: HILO_ADMIN_TOKEN: the admin page's sign-in token; empty (unset): no /admin routes at all (404).
+    admin_token: str = ""
+    #: HILO_ADMIN_SESSION_MINUTES: how long an admin sign-in lasts (the session cookie), in minutes.
+    admin_session_minutes: int = 30
+    #: HILO_ADMIN_SIGN_INS_PER_MINUTE: sign-in attempts per client IP per minute (counted in the database).
+    admin_sign_ins_per_minute: int = 5
 
     @property
     def models(self) -> tuple[ModelSpec, ...]:
@@ -422,6 +429,10 @@ class Settings:
             # -- issue 13, data
             retention_days=retention.parse(env.get("HILO_RETENTION_DAYS", "")),
             export_link_minutes=_int(env, "HILO_EXPORT_LINK_MINUTES", 15, minimum=1),
+            # -- issue 13, admin
+            admin_token=env.get("HILO_ADMIN_TOKEN", "").strip(),
+            admin_session_minutes=_int(env, "HILO_ADMIN_SESSION_MINUTES", 30, minimum=1),
+            admin_sign_ins_per_minute=_int(env, "HILO_ADMIN_SIGN_INS_PER_MINUTE", 5, minimum=1),
         )
 
     @classmethod

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from bot.config import Settings
 from bot.runtime import Surface
+from kernel.errors import ConfigError
+
+#: An admin token shorter than this is refused at start: it guards every person's data.
+ADMIN_TOKEN_MIN = 16
 
 
 def web(settings: Settings) -> Surface:
@@ -32,3 +36,15 @@ def whatsapp(settings: Settings) -> Surface | None:
     from surfaces.whatsapp import WhatsAppSurface  # type: ignore[import-not-found,unused-ignore]
 
     return WhatsAppSurface(settings)
+
+
+def admin(settings: Settings) -> Surface | None:
+    """The admin page (issue 13): only with HILO_ADMIN_TOKEN; without it there is no /admin route at all."""
+    if not settings.admin_token:
+        return None
+    if len(settings.admin_token) < ADMIN_TOKEN_MIN:
+        raise ConfigError(f"HILO_ADMIN_TOKEN is {len(settings.admin_token)} characters: use at least "
+                          f"{ADMIN_TOKEN_MIN} random ones (python -c 'import secrets; print(secrets.token_urlsafe())')")
+    from surfaces.admin import AdminSurface
+
+    return AdminSurface(settings)

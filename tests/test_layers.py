@@ -32,7 +32,7 @@ def test_every_shipped_surface_is_registered_by_entry_point() -> None:
     registered = {ep.name: ep.value for ep in entry_points(group="hilo.surfaces")}
     assert registered == {
         "web": "surfaces.registry:web", "telegram": "surfaces.registry:telegram",
-        "whatsapp": "surfaces.registry:whatsapp",
+        "whatsapp": "surfaces.registry:whatsapp", "admin": "surfaces.registry:admin",
     }
     from bot import plugins
     from surfaces.cli import chat
@@ -65,6 +65,7 @@ def test_optional_surfaces_load_only_when_configured(tmp_path: Path) -> None:
     assert "/api/messages" in bare["paths"]
     assert (bare["telegram"], bare["twilio"]) == (False, False), bare
     assert not any("telegram" in p or "whatsapp" in p for p in bare["paths"]), bare
+    assert not any(p.startswith("/admin") for p in bare["paths"]), bare  # the admin page is off by default
     full = _app(tmp_path, {
         "TELEGRAM_BOT_TOKEN": "123:ABC", "TWILIO_ACCOUNT_SID": "AC" + "0" * 32, "TWILIO_AUTH_TOKEN": "t" * 32,
         "TWILIO_WHATSAPP_NUMBER": "whatsapp:+14155238886", "HILO_PUBLIC_URL": "https://bot.example.com",

@@ -133,7 +133,7 @@ class AdminSurface:
         wait = await self.sign_ins.hit(client_ip(request))  # before the token is even read: no guess past it
         if wait:
             logger.warning("admin.sign_in", outcome="rate_limited")
-            return too_many(request, wait)
+            return too_many(request, wait, surface="admin")
         body = await self._body(request)
         if isinstance(body, Response):
             return body

@@ -72,8 +72,8 @@ class RateLimiter:
         return wait
 
 
-def too_many(request: Request, retry_after: float) -> JSONResponse:
-    metrics.refused("web", "rate_limited")
+def too_many(request: Request, retry_after: float, surface: str = "web") -> JSONResponse:
+    metrics.refused(surface, "rate_limited")
     seconds = max(1, math.ceil(retry_after))
     response = error(request, 429, "rate_limited", seconds=seconds)
     response.headers["retry-after"] = str(seconds)

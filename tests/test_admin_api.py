@@ -6,17 +6,21 @@ and gone from the person's context."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from starlette.requests import Request
+from starlette.responses import Response
 
 from bot.config import Settings
 from kernel import catalog
 from kernel.errors import ConfigError
 from surfaces import registry
+from surfaces.admin_auth import AdminSessions
 from surfaces.web_auth import Sessions
 from tests.fakes.daemon import running_daemon
 from tests.fakes.model_server import FakeModelServer, ok
@@ -214,3 +218,22 @@ def test_a_short_admin_token_stops_the_start() -> None:
     with pytest.raises(ConfigError, match="HILO_ADMIN_TOKEN is 5 characters"):
         registry.admin(Settings(admin_token="short"))
     assert registry.admin(Settings()) is None
+
+
+def test_sessions_expire_and_a_new_token_signs_everyone_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    sessions = AdminSessions("k" * 43, TOKEN, minutes=30)
+    now = time.time()
+    monkeypatch.setattr(time, "time", lambda: now - 31 * 60)  # issued 31 minutes ago
+    old = sessions.issue()
+    monkeypatch.setattr(time, "time", lambda: now)
+    fresh = sessions.issue()
+    assert sessions.valid(fresh) and not sessions.valid(old)
+    assert not AdminSessions("k" * 43, TOKEN + "-rotated", minutes=30).valid(fresh)
+    assert not AdminSessions("another key" * 4, TOKEN, minutes=30).valid(fresh)
+    assert sessions.csrf(fresh) != sessions.csrf(sessions.issue())  # each session its own proof
+    response = Response()
+    https = Request({"type": "http", "scheme": "https", "method": "POST", "path": "/admin/api/session",
+                     "headers": [], "query_string": b"", "server": ("bot.example.com", 443)})
+    sessions.set_cookie(https, response, fresh)
+    cookie = response.headers["set-cookie"].lower()
+    assert "secure" in cookie and "httponly" in cookie and "samesite=strict" in cookie

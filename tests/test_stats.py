@@ -22,6 +22,7 @@ from bot.outbox import with_route
 from bot.pipeline import Pipeline
 from bot.retry import RetryPolicy
 from bot.tasks import TaskSet
+from kernel import log
 from kernel.errors import SendError
 from kernel.types import InboundMessage
 from tests.backends import Backend, TestClock
@@ -73,7 +74,7 @@ class Built:
 
 
 async def build(store: Any, clock: TestClock, server: FakeModelServer) -> tuple[list[str], Built]:
-    """The turns of docs in this module's docstring; returns the three days and what was built."""
+    """The turns the comments below list, on three days from noon two days ago; the days and what was built."""
     settings = Settings.from_mapping({
         "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": server.base_url + "/v1", "HILO_EMBEDDER": "none",
         "HILO_MODEL": "openai:model-a", "HILO_FALLBACK_MODELS": "openai:model-b",
@@ -143,7 +144,10 @@ async def build(store: Any, clock: TestClock, server: FakeModelServer) -> tuple[
 
 async def stats(backend: Backend, capsys: pytest.CaptureFixture[str], *args: str) -> Any:
     capsys.readouterr()
-    assert await asyncio.to_thread(main, ["stats", "--db", backend.url, *args]) == 0
+    try:
+        assert await asyncio.to_thread(main, ["stats", "--db", backend.url, *args]) == 0
+    finally:
+        log.configure()  # an in-process `hilo` logs warnings only: info lines on again for the tests after this one
     out = capsys.readouterr().out
     return json.loads(out) if "--json" in args else out
 
@@ -238,5 +242,8 @@ async def test_an_empty_database_prints_zeros(backend: Backend, store: Any, caps
 
 @pytest.mark.parametrize("args", [["--days", "0"], ["--since", "yesterday"]])
 def test_bad_options_are_a_clear_error(args: list[str], capsys: pytest.CaptureFixture[str], tmp_path: Any) -> None:
-    assert main(["stats", "--db", f"sqlite:///{tmp_path / 'x.db'}", *args]) == 2
+    try:
+        assert main(["stats", "--db", f"sqlite:///{tmp_path / 'x.db'}", *args]) == 2
+    finally:
+        log.configure()
     assert "configuration error" in capsys.readouterr().err

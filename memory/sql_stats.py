@@ -18,7 +18,8 @@ Definitions (per surface and UTC day of the person's message):
 - fallback rate: turns answered by a fallback model (the answering call names `fallback_from`) / turns;
 - model failure rate: calls that failed (an outcome that is no answer) / calls made (a call skipped by an open
   circuit or a spend cap was not made);
-- delivery failures: parts of the day's messages whose delivery failed for good (deliveries status 'failed');
+- delivery failures: parts of the day's turns (the reply's, or the apology's when no model answered) whose
+  delivery failed for good (deliveries status 'failed');
 - retention deleted: messages the retention job deleted that day (retention_runs).
 """
 
@@ -38,15 +39,18 @@ ANSWERS = frozenset(get_args(AnswerOutcome))
 SKIPPED = frozenset({"circuit_open", "cap_reached"})
 
 _FILTER = "AND ($3::text IS NULL OR m.surface = $3) "
+_RANGE = "m.role = 'user' AND m.created_at >= $1 AND m.created_at < $2 " + _FILTER
 _MESSAGES = ("SELECT m.id, m.surface, m.conversation_id, m.user_id, m.created_at, "
              "EXISTS (SELECT 1 FROM messages r WHERE r.reply_to = m.id AND r.role = 'assistant') "
-             "FROM messages m WHERE m.role = 'user' AND m.created_at >= $1 AND m.created_at < $2 " + _FILTER)
+             "FROM messages m WHERE " + _RANGE)
+#: CROSS JOIN: SQLite joins in the order written (the range's messages first, on their index); Postgres plans freely
 _CALLS = ("SELECT c.message_id, c.outcome, c.fallback_from, c.tokens_in, c.tokens_out, c.cost_usd "
-          "FROM messages m JOIN model_calls c ON c.message_id = m.id "
-          "WHERE m.role = 'user' AND m.created_at >= $1 AND m.created_at < $2 AND c.purpose = 'turn' " + _FILTER)
-_DELIVERIES = ("SELECT m.surface, m.created_at, count(*) FROM messages m JOIN deliveries d ON d.message_id = m.id "
-               "WHERE m.created_at >= $1 AND m.created_at < $2 AND d.status = 'failed' " + _FILTER
-               + "GROUP BY m.surface, m.created_at")
+          "FROM messages m CROSS JOIN model_calls c WHERE c.message_id = m.id AND c.purpose = 'turn' AND " + _RANGE)
+#: a turn's parts: of its reply, or of the person's message itself when no model answered (the apology)
+_DELIVERIES = ("SELECT m.surface, m.created_at FROM messages m CROSS JOIN deliveries d "
+               "WHERE d.message_id = m.id AND d.status = 'failed' AND " + _RANGE + "UNION ALL "
+               "SELECT m.surface, m.created_at FROM messages m CROSS JOIN messages r CROSS JOIN deliveries d "
+               "WHERE r.reply_to = m.id AND d.message_id = r.id AND d.status = 'failed' AND " + _RANGE)
 _RETENTION = ("SELECT surface, ran_at, messages FROM retention_runs WHERE ran_at >= $1 AND ran_at < $2 "
               "AND ($3::text IS NULL OR surface = $3)")
 
@@ -120,8 +124,8 @@ async def report(db: Db, start: date, days: int, surfaces: Sequence[str], surfac
         elif fallback_from is not None and mid not in fallback_answered:
             fallback_answered.add(mid)
             b.fallback_turns += 1
-    for where, created_at, n in await db.all(_DELIVERIES, lo, hi, surface):
-        bucket(_day(created_at), where).delivery_failures += int(n)
+    for where, created_at in await db.all(_DELIVERIES, lo, hi, surface):
+        bucket(_day(created_at), where).delivery_failures += 1
     for where, ran_at, n in await db.all(_RETENTION, lo, hi, surface):
         bucket(_day(ran_at), where).retention_deleted += int(n)
 

@@ -127,9 +127,9 @@ async def build(store: Any, clock: TestClock, server: FakeModelServer) -> tuple[
         await turn(1, "web", "carol", "ok", "W1")
         await turn(1, "web", "carol", "ok", "W1")
         clock.advance(86_400)
-        # day 2: dave, who blocked the bot: both replies fail to deliver
+        # day 2: dave, who blocked the bot: his reply and the apology of the turn no model answered both fail
         await turn(2, "telegram", BLOCKED, "ok")
-        await turn(2, "telegram", BLOCKED, "ok")
+        await turn(2, "telegram", BLOCKED, "fail")
 
         async def all_settled() -> bool:
             return (await store.outbox_backlog())[0] == 0
@@ -163,7 +163,7 @@ EXPECTED = {
     (0, "web"): (2, 2, 1, 1.0, 1, 0, 4, 2, 0),
     (1, "telegram"): (1, 2, 2, 0.5, 1, 1, 4, 3, 0),
     (1, "web"): (2, 1, 1, 2.0, 2, 0, 2, 0, 0),
-    (2, "telegram"): (2, 1, 1, 2.0, 2, 0, 2, 0, 2),
+    (2, "telegram"): (1, 1, 1, 1.0, 1, 0, 3, 2, 2),
 }
 
 
@@ -198,10 +198,10 @@ async def test_stats_show_what_the_turns_did_per_surface_and_day(
     quiet = [k for k in rows if (days.index(k[0]), k[1]) not in EXPECTED]
     assert quiet and all(rows[k]["turns"] == rows[k]["model_calls"] == rows[k]["cost_usd"] == 0 for k in quiet)
     totals = data["totals"]
-    exchanges = sorted([3, 1, 1, 1, 1, 0, 2, 2])  # each conversation-day's turns
-    assert (totals["turns"], totals["conversations"], totals["people"]) == (11, 8, 4)
-    assert totals["exchanges_per_conversation"] == {"mean": 1.375, "p90": exchanges[math.ceil(0.9 * 8) - 1]}
-    assert (totals["fallback_rate"], totals["model_failure_rate"]) == (round(2 / 11, 6), round(6 / 17, 6))
+    exchanges = sorted([3, 1, 1, 1, 1, 0, 2, 1])  # each conversation-day's turns
+    assert (totals["turns"], totals["conversations"], totals["people"]) == (10, 8, 4)
+    assert totals["exchanges_per_conversation"] == {"mean": 1.25, "p90": exchanges[math.ceil(0.9 * 8) - 1]}
+    assert (totals["fallback_rate"], totals["model_failure_rate"]) == (round(2 / 10, 6), round(8 / 18, 6))
     assert totals["cost_usd"] == pytest.approx(sum(built.cost.values()), abs=1e-6)
     assert totals["delivery_failures"] == 2 and totals["retention_deleted"] == 0
     assert "question number" not in json.dumps(data) and "carol" not in json.dumps(data)  # no text, no handle
@@ -215,7 +215,7 @@ async def test_stats_show_what_the_turns_did_per_surface_and_day(
                             f"{t['per_conversation']['cost_usd']:.4f}", f"{t['per_person']['cost_usd']:.4f}",
                             f"{t['cost_usd']:.4f}", "25.0%", "20.0%", "0", "0"]
     total_line = table.splitlines()[-1].split()
-    assert total_line[:7] == ["total", "all", "11", "8", "4", "1.38", "3"] and total_line[-2:] == ["2", "0"]
+    assert total_line[:7] == ["total", "all", "10", "8", "4", "1.25", "3"] and total_line[-2:] == ["2", "0"]
     assert "question number" not in table and "carol" not in table
 
     # --surface and --days filter

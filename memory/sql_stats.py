@@ -3,7 +3,7 @@
 
 Four bounded reads, each over the range [start, end) and on an index that exists: the person's messages of the
 range (messages_user_created_at, role 'user'), with whether each was answered (messages_reply_to); the turn calls
-of those messages (model_calls_message); the failed deliveries of the range's messages (messages_surface_created_at,
+of those messages (model_calls_message); the failed deliveries of their turns (messages_reply_to,
 deliveries_message); the retention runs of the range (retention_runs_ran_at). Days are bucketed here, in Python,
 from the timestamps (SQLite's text and Postgres' timestamptz truncate differently), and the p90 is computed here
 from the per-conversation counts (the two databases' percentiles differ), so no SQL differs between dialects.

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from bot import cli_export, cli_summaries
+from bot import cli_export, cli_stats, cli_summaries
 from bot.config import Settings
 from kernel.errors import ConfigError, HiloError
 from kernel.types import SURFACES
@@ -332,6 +332,7 @@ def parser() -> argparse.ArgumentParser:
 
     cli_summaries.add(sub, common, _run)
     cli_export.add(sub, common, _run)
+    cli_stats.add(sub, common, _run)
     return p
 
 

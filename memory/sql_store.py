@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any, TypeVar
 
 from kernel.types import InboundMessage, ModelCallRecord, OutboxItem, Outgoing, utcnow
@@ -30,6 +30,7 @@ from memory import sql_outbox as outbox
 from memory import sql_people as people
 from memory import sql_retention as retention
 from memory import sql_spend as spend
+from memory import sql_stats as stats
 from memory import sql_summaries as summaries
 from memory import sql_turns as turns
 from memory import sql_vectors as vectors
@@ -317,6 +318,10 @@ class SqlStore:
 
     async def retention_runs(self, limit: int = 100) -> list[dict[str, Any]]:
         return await self._tx("read", retention.runs, limit)
+
+    async def stats(self, start: date, days: int, surfaces: Sequence[str], surface: str | None = None,
+                    ) -> dict[str, Any]:
+        return await self._tx("read", stats.report, start, days, list(surfaces), surface)
 
     async def export(self, handle: str) -> dict[str, Any] | None:
         return await self._tx("read", exporting.export_json, handle)

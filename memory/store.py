@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kernel.errors import StoreError as StoreError  # re-exported: part of the contract
@@ -347,6 +347,11 @@ class Store(Protocol):
 
     async def retention_runs(self, limit: int = 100) -> list[dict[str, Any]]:
         """The retention job's latest deletions, newest first: ran_at, surface, days and the counts."""
+
+    async def stats(self, start: date, days: int, surfaces: Sequence[str], surface: str | None = None,
+                    ) -> dict[str, Any]:
+        """`hilo stats`: the turns of `days` UTC days from `start` per (day, surface) and their totals
+        (memory/sql_stats.py; the shape: docs/stats.md). Ids and counts only; an empty database gives zeros."""
 
     async def export(self, handle: str) -> dict[str, Any] | None:
         """Everything stored about the person as JSON (memory/sql_export.py): the `inspect` record's sections,

@@ -15,6 +15,7 @@ from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
 from bot.memory_commands import memory_json
+from kernel.errors import HiloError
 from kernel.types import MemoryDraft, StoredMessage
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ class Edited:
     previous: int
 
 
-class MemoryEnded(Exception):
+class MemoryEnded(HiloError):
     """The memory is not current (superseded, merged or expired): edit its successor instead."""
 
 

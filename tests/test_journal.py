@@ -132,8 +132,8 @@ async def test_the_replayer_replays_what_was_journaled_once_the_database_is_back
     intake.start()
     assert [(await intake.take(msg(ext, f"text {ext}"))).status for ext in ("SM1", "SM2")] == ["journaled"] * 2
     refusing.down = False
-    await wait_until(lambda: ran == ["SM1", "SM2"], "the replayer stores and runs the journaled messages")
-    assert intake.journal.size() == 0
+    await wait_until(lambda: ran == ["SM1", "SM2"] and intake.journal.size() == 0,
+                     "the replayer stores and runs the journaled messages, then drops them from the journal")
     await intake.stop(5.0)
     await tasks.drain(1.0)
     assert len(tasks) == 0
@@ -166,6 +166,6 @@ async def test_a_stop_ends_a_replay_the_database_holds_up_and_the_next_start_rep
 
     again.register("whatsapp", runner)
     again.start()
-    await wait_until(lambda: ran == [("SM1", "turn")], "the next start replays the kept message")
-    assert again.journal.size() == 0
+    await wait_until(lambda: ran == [("SM1", "turn")] and again.journal.size() == 0,
+                     "the next start replays the kept message and drops it from the journal")
     await again.stop(5.0)

@@ -92,6 +92,13 @@ class Rollback(HiloError):
 
 
 #: The columns of a message, in the order `to_message` reads them (alias `m`).
+def unanswered_sql(alias: str) -> str:
+    """SQL: the message `alias` has neither a reply nor a model call (no turn answered it, and none failed on it):
+    the one meaning of "unanswered" for the turn lease, recovery, the redelivery check and the orphan look-up."""
+    return (f"NOT EXISTS (SELECT 1 FROM messages r WHERE r.reply_to = {alias}.id) "
+            f"AND NOT EXISTS (SELECT 1 FROM model_calls k WHERE k.message_id = {alias}.id)")
+
+
 MSG_COLS = (
     "m.id, m.conversation_id, m.user_id, m.surface, m.role, m.content, m.token_count, m.external_id, "
     "m.created_at, m.metadata, m.reply_to"

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from kernel.types import OutboxItem, Outgoing
-from memory.rows import MSG_COLS, Db, as_dt, to_message
+from memory.rows import MSG_COLS, Db, as_dt, to_message, unanswered_sql
 from memory.store import Ingested
 
 _INSERT = (
@@ -120,16 +120,14 @@ _UNANSWERED = (
     "WHERE m.role = 'user' AND m.created_at >= $1 AND m.created_at <= $2 "
     "AND m.metadata::text LIKE '%\"reply_route\"%' "
     "AND (c.turn_owner IS NULL OR c.turn_expires_at < $3) "
-    "AND NOT EXISTS (SELECT 1 FROM model_calls k WHERE k.message_id = m.id) "
-    "AND NOT EXISTS (SELECT 1 FROM messages r WHERE r.reply_to = m.id) "
+    f"AND {unanswered_sql('m')} "
     "ORDER BY m.id LIMIT $4"
 )
 
 
 _ONE = (
     f"SELECT {MSG_COLS}, u.handle FROM messages m JOIN users u ON u.id = m.user_id WHERE m.id = $1 "
-    "AND m.role = 'user' AND NOT EXISTS (SELECT 1 FROM model_calls k WHERE k.message_id = m.id) "
-    "AND NOT EXISTS (SELECT 1 FROM messages r WHERE r.reply_to = m.id)"
+    f"AND m.role = 'user' AND {unanswered_sql('m')}"
 )
 
 

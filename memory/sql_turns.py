@@ -19,7 +19,17 @@ from kernel.errors import NotFound
 from kernel.types import SINGLETON_SURFACES, InboundMessage, ModelCallRecord, Outgoing
 from memory import episodes, sql_memories, sql_outbox, sql_recall
 from memory.memory_match import cosines as cosines_of
-from memory.rows import MEMORY_COLS, MSG_COLS, Db, Rollback, as_dt, dump_metadata, to_memory, to_message
+from memory.rows import (
+    MEMORY_COLS,
+    MSG_COLS,
+    Db,
+    Rollback,
+    as_dt,
+    dump_metadata,
+    to_memory,
+    to_message,
+    unanswered_sql,
+)
 from memory.stems import index_terms
 from memory.store import ContextQuery, ContextRows, ImportResult, ImportRow, Ingested, StoredMessage
 
@@ -119,8 +129,7 @@ async def _unanswered(db: Db, msg: InboundMessage, user_id: int) -> Ingested | N
         f"SELECT {MSG_COLS}, u.handle FROM messages m JOIN users u ON u.id = m.user_id "
         # only the sender's own message: an id collision must never hand one person's turn to another
         "WHERE m.surface = $1 AND m.external_id = $2 AND m.user_id = $3 AND m.role = 'user' AND m.created_at >= $4 "
-        "AND NOT EXISTS (SELECT 1 FROM model_calls c WHERE c.message_id = m.id) "
-        "AND NOT EXISTS (SELECT 1 FROM messages r WHERE r.reply_to = m.id)",
+        f"AND {unanswered_sql('m')}",
         msg.surface, msg.external_id, user_id, db.ts(db.clock() - RESUME_WINDOW),
     )
     if row is None:

@@ -29,7 +29,7 @@ from datetime import timedelta
 from typing import Any
 
 from kernel import log
-from memory.rows import Db
+from memory.rows import Db, unanswered_sql
 
 logger = log.get("hilo.turn_lease")
 
@@ -47,8 +47,7 @@ TAKE = (
     "UPDATE conversations SET turn_owner = $2, turn_expires_at = $3 "
     "WHERE id = $1 AND (turn_owner IS NULL OR turn_owner = $2 OR turn_expires_at < $4) "
     "AND NOT EXISTS (SELECT 1 FROM messages e WHERE e.conversation_id = $1 AND e.role = 'user' AND e.id < $5 "
-    "AND e.created_at > $6 AND NOT EXISTS (SELECT 1 FROM messages r WHERE r.reply_to = e.id) "
-    "AND NOT EXISTS (SELECT 1 FROM model_calls c WHERE c.message_id = e.id))"
+    f"AND e.created_at > $6 AND {unanswered_sql('e')})"
 )
 #: The earliest earlier message of the conversation that holds this turn up and that nobody answers: older
 #: than the grace ($4), no reply, no model call, and the conversation's lease free or lapsed ($5 now). Its
@@ -57,8 +56,7 @@ ORPHAN = (
     "SELECT e.id FROM messages e JOIN conversations c ON c.id = e.conversation_id "
     "WHERE e.conversation_id = $1 AND e.role = 'user' AND e.id < $2 AND e.created_at > $3 AND e.created_at <= $4 "
     "AND (c.turn_owner IS NULL OR c.turn_expires_at < $5) "
-    "AND NOT EXISTS (SELECT 1 FROM messages r WHERE r.reply_to = e.id) "
-    "AND NOT EXISTS (SELECT 1 FROM model_calls k WHERE k.message_id = e.id) ORDER BY e.id LIMIT 1"
+    f"AND {unanswered_sql('e')} ORDER BY e.id LIMIT 1"
 )
 RENEW = "UPDATE conversations SET turn_expires_at = $3 WHERE id = $1 AND turn_owner = $2"
 RELEASE = "UPDATE conversations SET turn_owner = NULL, turn_expires_at = NULL WHERE id = $1 AND turn_owner = $2"

@@ -26,6 +26,9 @@ from typing import Any
 from kernel import tokens
 
 Sentence = Callable[[], str]
+#: The next turn of a baseline: (the person's handle, what they say). Each runner of bench/context_bench.py has
+#: people of its own, so that no row writes into a conversation another row's turns read.
+NextTurn = Callable[[], tuple[str, str]]
 
 
 class Conn:
@@ -108,13 +111,13 @@ def _search_sql(conn: Conn, words: list[str]) -> tuple[str, str]:
             " | ".join(f"'{w}'" for w in words))
 
 
-async def _run(conn: Conn, turns: int, sentence: Sentence,
-               turn: Callable[[str], Awaitable[tuple[float, float]]]) -> dict[str, list[float]]:
-    """Run `turn(text)` (-> context ms, pre-model ms) `turns` times; count its queries."""
+async def _run(conn: Conn, turns: int, next_turn: NextTurn,
+               turn: Callable[[str, str], Awaitable[tuple[float, float]]]) -> dict[str, list[float]]:
+    """Run `turn(handle, text)` (-> context ms, pre-model ms) `turns` times; count its queries."""
     out: dict[str, list[float]] = {"context_ms": [], "pre_model_ms": [], "statements": [], "round_trips": []}
     for _ in range(turns):
         start = conn.queries
-        ctx_ms, pre_ms = await turn(sentence())
+        ctx_ms, pre_ms = await turn(*next_turn())
         out["context_ms"].append(ctx_ms)
         out["pre_model_ms"].append(pre_ms)
         out["statements"].append(conn.queries - start)
@@ -122,10 +125,10 @@ async def _run(conn: Conn, turns: int, sentence: Sentence,
     return out
 
 
-async def run_fts(conn: Conn, handle: str, turns: int, sentence: Sentence, cross_hours: int) -> dict[str, list[float]]:
+async def run_fts(conn: Conn, turns: int, next_turn: NextTurn, cross_hours: int) -> dict[str, list[float]]:
     one = _singleton(conn)
 
-    async def turn(text: str) -> tuple[float, float]:
+    async def turn(handle: str, text: str) -> tuple[float, float]:
         t0 = time.perf_counter()
         ext = f"bench-fts-{uuid.uuid4().hex}"
         await conn.q("SELECT 1 FROM messages WHERE surface = 'telegram' AND external_id = $1", ext)
@@ -145,18 +148,18 @@ async def run_fts(conn: Conn, handle: str, turns: int, sentence: Sentence, cross
         await conn.q("SELECT id, content, token_count FROM messages WHERE user_id = $1 AND surface <> 'telegram' "
                      "AND created_at >= $2 ORDER BY created_at DESC LIMIT 20", uid, since)
         await conn.q("SELECT content FROM memories WHERE user_id = $1", uid)
-        sql, match = _search_sql(conn, text.lower().strip(".").split()[:8])
+        sql, match = _search_sql(conn, re.findall(r"\w+", text.lower())[:8])
         await conn.q(sql, match, uid)
         t2 = time.perf_counter()
         return (t2 - t1) * 1000, (t2 - t0) * 1000
 
-    return await _run(conn, turns, sentence, turn)
+    return await _run(conn, turns, next_turn, turn)
 
 
-async def run_seed(conn: Conn, handle: str, turns: int, sentence: Sentence) -> dict[str, list[float]]:
+async def run_seed(conn: Conn, turns: int, next_turn: NextTurn) -> dict[str, list[float]]:
     one = _singleton(conn)
 
-    async def turn(text: str) -> tuple[float, float]:
+    async def turn(handle: str, text: str) -> tuple[float, float]:
         t0 = time.perf_counter()
         convs = await conn.q("SELECT c.id, c.surface, c.user_id FROM conversations c JOIN users u "
                              "ON u.id = c.user_id WHERE u.handle = $1", handle)
@@ -183,4 +186,4 @@ async def run_seed(conn: Conn, handle: str, turns: int, sentence: Sentence) -> d
         await conn.q("UPDATE conversations SET updated_at = $1 WHERE id = $2", done, cid)
         return (t1 - t0) * 1000, (t2 - t0) * 1000
 
-    return await _run(conn, turns, sentence, turn)
+    return await _run(conn, turns, next_turn, turn)

@@ -2,8 +2,8 @@
 
 Both are called in process through httpx.ASGITransport and timed the same way, from sending the request to
 reading the JSON answer. hilo's turn is the real app (create_app with the web surface only) with a model that
-answers at once, for the benchmark's person (a visitor token whose web identity is theirs), in one conversation:
-its time is the pre-model work plus the reply's write and the HTTP layers. The bare endpoint reads the JSON body
+answers at once, for people of its own (each a visitor token whose web identity is theirs, in one conversation
+each): its time is the pre-model work plus the reply's write and the HTTP layers. The bare endpoint reads the JSON body
 and inserts one message (sqlite3 through asyncio.to_thread; an asyncpg pool, as an endpoint holds one).
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -54,27 +54,31 @@ def _result(turn_ms: list[float], stmts: list[int], trips: list[int]) -> dict[st
 
 
 @contextlib.asynccontextmanager
-async def hilo_web(settings: Settings, store: Any, raw: Conn, user_id: int, sentence: Sentence,
-                   ) -> AsyncIterator[Runner]:
-    """A runner of hilo's web turn for `user_id` (its web identity is inserted through `raw`)."""
+async def hilo_web(settings: Settings, store: Any, raw: Conn, people: Sequence[tuple[int, str]],
+                   say: Callable[[str], str], pick: Callable[[int], int]) -> AsyncIterator[Runner]:
+    """A runner of hilo's web turn for `people` ((user id, language); each gets a web identity, inserted through
+    `raw`, and one conversation, made by a first request): each turn is one person's, `pick(len(people))`."""
     web = WebSurface(settings)
     app = create_app(settings, store=store, chain=InstantChain(), surfaces=[web])
     async with app.router.lifespan_context(app), httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app), base_url="http://bench", timeout=60) as client:
-        visitor, token = web.sessions.issue()
-        await raw.q("INSERT INTO identities (surface, external_user_id, user_id, created_at) "
-                    "VALUES ('web', $1, $2, $3)", visitor, user_id, raw.ts(datetime.now(UTC)))
-        headers = {"authorization": f"Bearer {token}"}
-        first = await client.post("/api/messages", json={"text": sentence()}, headers=headers)
-        first.raise_for_status()
-        cid = first.json()["conversation_id"]
+        sessions: list[tuple[dict[str, str], int, str]] = []
+        for user_id, lang in people:
+            visitor, token = web.sessions.issue()
+            await raw.q("INSERT INTO identities (surface, external_user_id, user_id, created_at) "
+                        "VALUES ('web', $1, $2, $3)", visitor, user_id, raw.ts(datetime.now(UTC)))
+            headers = {"authorization": f"Bearer {token}"}
+            first = await client.post("/api/messages", json={"text": say(lang)}, headers=headers)
+            first.raise_for_status()
+            sessions.append((headers, first.json()["conversation_id"], lang))
 
         async def run(turns: int) -> dict[str, list[float]]:
             turn_ms: list[float] = []
             stmts: list[int] = []
             trips: list[int] = []
             for _ in range(turns):
-                body = {"text": sentence(), "conversation_id": cid}
+                headers, cid, lang = sessions[pick(len(sessions))]
+                body = {"text": say(lang), "conversation_id": cid}
                 before = dict(store.counters)
                 t0 = time.perf_counter()
                 response = await client.post("/api/messages", json=body, headers=headers)

@@ -2,7 +2,7 @@
 
 Runs each benchmark script as a subprocess of its own (one at a time, so that none measures another's load), each
 writing its JSON into a folder of this run, then renders one Markdown page: the machine it ran on, the goals
-(DESIGN.md, "Performance budget") with the figure measured for each, and a section per item of the issue, each
+(docs/architecture.md, "Performance budget") with the figure measured for each, and a section per item of the issue, each
 figure beside its baseline measured in the same script run (the seed pattern and a bare endpoint, the full history
 and a 24-hour window, another checkout of hilo). Nothing here asserts a time: a missed goal is printed as missed.
 
@@ -278,7 +278,7 @@ def render(m: dict[str, Any], r: dict[str, Any], quick: bool, seconds: float) ->
     out += ["## Machine", "", "| | |", "|---|---|"]
     out += [f"| {k} | {v} |" for k, v in m.items()]
     out += [f"| loadavg_end | {os.getloadavg()[0]:.2f} |", f"| run took | {seconds / 60:.1f} min |", "",
-            "## Goals (issue 14, DESIGN.md \"Performance budget\")", "",
+            "## Goals (issue 14; docs/architecture.md, \"Performance budget\")", "",
             "| goal | measured | budget | met |", "|---|---|---|---|"]
     for goal, shown, budget, met in goals(r):
         out.append(f"| {goal} | {shown} | {budget} | {'-' if met is None else ('yes' if met else '**no**')} |")

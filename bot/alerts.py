@@ -29,8 +29,6 @@ from email.message import EmailMessage
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-import httpx
-
 from bot.config import Settings
 from bot.models.base import AllModelsFailed, CapReached
 from bot.tasks import TaskSet
@@ -125,6 +123,8 @@ class Alerts:
             logger.error("alert.failed", kind=kind, error=type(exc).__name__)
 
     async def _post(self, payload: Mapping[str, Any]) -> None:
+        import httpx  # loads with the first webhook alert: most daemons never send one
+
         async with httpx.AsyncClient(timeout=SEND_TIMEOUT_S) as client:
             response = await client.post(self.settings.alert_webhook_url, json=payload)
             response.raise_for_status()

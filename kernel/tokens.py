@@ -71,7 +71,17 @@ def count(text: str) -> int:
 
 
 def _count(text: str) -> int:
-    # Short texts (every header, most messages) through the mapped index; the rest through tiktoken's core.
+    # Short texts (every header, most messages) through the mapped index; the rest through tiktoken's core,
+    # and everything once tiktoken is loaded (its Rust split is ~4x faster than the Python one: 0.11 against
+    # 0.5 ms for 2,400 characters). A daemon (preload) loads it in the background at its first long text.
+    encoder = _loaded
+    if encoder is not None:
+        return len(encoder.encode_ordinary(text))
+    if _promote and _promotion is None:
+        global _counted
+        _counted += len(text)
+        if _counted >= PROMOTE_CHARS:
+            _load_in_background()
     short = _short or _short_counter()
     if short is not None:
         n = short.count(text)
@@ -85,9 +95,13 @@ def preload() -> threading.Thread | None:
 
     For a process that will count soon (the daemon, at start): on a first start the index is built (~0.5 s,
     once per cache directory), and that overlaps the other start-up work instead of delaying the first turn.
-    A count that comes first waits for it; nothing loads twice. tiktoken itself (~46 MB) loads only when a
-    text the index path leaves to it comes (long, or in another script).
+    A count that comes first waits for it; nothing loads twice. tiktoken itself (~46 MB, faster per count)
+    loads on another background thread once PROMOTE_CHARS characters were counted (counted meanwhile through
+    the index), or at once for a text the index path leaves to it (long, or in another script): an idle daemon
+    never holds it.
     """
+    global _promote
+    _promote = True
     if _short is not None or _short_failed:
         return None
     thread = threading.Thread(target=_short_counter, name="hilo-tokens-load", daemon=True)
@@ -97,6 +111,23 @@ def preload() -> threading.Thread | None:
 
 _loaded: Any = None
 _loading = threading.Lock()
+#: Once a process that called preload() has counted this many characters (about one turn of the echo model
+#: with some history), tiktoken starts loading in the background.
+PROMOTE_CHARS = 4096
+_promote = False
+_counted = 0
+_promotion: threading.Thread | None = None
+
+
+def _load_in_background() -> None:
+    global _promotion
+    with _promoting:
+        if _promotion is None:
+            _promotion = threading.Thread(target=_encoder, name="hilo-tokens-tiktoken", daemon=True)
+            _promotion.start()
+
+
+_promoting = threading.Lock()
 _short: ShortCounter | None = None
 _short_failed = False
 

@@ -180,6 +180,7 @@ def test_preload_opens_the_index_once_on_a_background_thread(monkeypatch: pytest
 
     monkeypatch.setattr(tokens, "_short", None)
     monkeypatch.setattr(tokens, "_open_index", open_index)
+    monkeypatch.setattr(tokens, "_promote", False)
     loader = tokens.preload()
     assert loader is not None and started.wait(10)
     counted: list[int] = []
@@ -267,3 +268,19 @@ def test_every_character_the_short_path_takes_is_split_as_tiktoken_splits_it() -
         text = f"a{c}b {c}1 {c}{c}x'{c}s{c}\n{c} {c}A"
         assert short.count(text) == len(tokens._encoder().encode_ordinary(text)), hex(code)
     assert short.count("\U00018d80/A") is None  # another script: tiktoken's split decides
+
+
+def test_a_daemon_moves_to_tiktoken_in_the_background_once_it_counts_much(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tokens, "_loaded", None)
+    monkeypatch.setattr(tokens, "_promote", False)
+    monkeypatch.setattr(tokens, "_promotion", None)
+    monkeypatch.setattr(tokens, "_counted", 0)
+    long = "hola mundo, " * (tokens.PROMOTE_CHARS // 12)
+    assert tokens.count(long) == reference(long) and tokens._promotion is None  # not a daemon: no load
+    tokens.preload()
+    assert tokens.count("hola") == 1 and tokens._promotion is None  # little counted yet: no load
+    assert tokens.count(long) == reference(long)  # counted at once, through the index
+    loader = tokens._promotion
+    assert loader is not None and loader.name == "hilo-tokens-tiktoken"
+    loader.join(30)
+    assert tokens._loaded is not None and tokens.count(long) == reference(long)

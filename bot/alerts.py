@@ -19,13 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import smtplib
 import socket
-import ssl
 import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from email.message import EmailMessage
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -141,6 +138,10 @@ def _mail(settings: Settings, payload: Mapping[str, Any]) -> None:
     """One email through smtplib (blocking: called on a thread). smtps:// is TLS from the start; smtp:// uses
     STARTTLS when the server offers it; user:pass in the URL logs in."""
     url = urlsplit(settings.alert_smtp_url)
+    import smtplib  # with the first email: most daemons never send one
+    import ssl
+    from email.message import EmailMessage
+
     message = EmailMessage()
     message["Subject"] = f"hilo alert: {payload['kind']}"
     message["From"] = settings.alert_email_from

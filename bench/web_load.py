@@ -1,6 +1,6 @@
 """Web API throughput (issue 14 item d): the real `hilo serve` against a bare Starlette endpoint doing one insert.
 
-    python -m bench.web_load [--requests 400] [--rounds 2] [--visitors 64] [--history 6] [--out FILE]
+    python -m bench.web_load [--requests 400] [--rounds 2] [--visitors 64] [--history 6] [--baseline DIR] [--out FILE]
 
 Both are subprocesses on 127.0.0.1 under the same uvicorn (bench/procs.py). hilo runs with the `echo` model: it
 is what a fresh install answers with (no model key), it has no network latency, and it is the one model `hilo
@@ -12,6 +12,8 @@ generator (bench/web_load_gen.py: httpx, keep-alive, its own process) sends a fi
 concurrency 1, 8 and 32, bare and hilo interleaved (bare, hilo, bare, hilo per round), and reports its own CPU
 share (near 1.0 would mean it, not the server, is the limit). The streaming rows post to /api/messages/stream
 (surfaces/web_stream.py) and read every event to `done`; the bare one inserts and streams three events.
+With `--baseline DIR` (another checkout, e.g. `git worktree add --detach /tmp/base main`) that code's `hilo serve`
+runs too, third in each row and round, so before and after are measured side by side on a noisy machine.
 Resident memory of the hilo server is sampled during its runs (startup_bench.py reads it as `rss_load_mb`).
 Writes bench/results/web_load.json.
 """
@@ -19,6 +21,7 @@ Writes bench/results/web_load.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -62,35 +65,49 @@ class RssSampler:
         self._thread.join()
 
 
-def run(requests: int, rounds: int, visitors: int, history: int, src: Path) -> dict[str, Any]:
+def run(requests: int, rounds: int, visitors: int, history: int, src: Path,
+        baseline: Path | None = None) -> dict[str, Any]:
     compile_tree(src)
-    with tempfile.TemporaryDirectory(prefix="hilo-web-load-") as tmp:
+    if baseline is not None:
+        compile_tree(baseline)
+    with tempfile.TemporaryDirectory(prefix="hilo-web-load-") as tmp, contextlib.ExitStack() as stack:
         work = Path(tmp)
-        hp, bp = free_port(), free_port()
-        results: dict[str, dict[str, list[dict[str, Any]]]] = {row: {"bare": [], "hilo": []} for row, _, _ in ROWS}
-        with hilo_serve(work / "hilo.db", hp, src=src) as hilo, bare_serve(work / "bare.db", bp):
-            idle = rss_mb(hilo.pid)
-            hurl, burl = f"http://127.0.0.1:{hp}", f"http://127.0.0.1:{bp}"
-            vis = work / "visitors.json"
-            vis.write_text(_gen("setup", "--url", hurl, "--visitors", str(visitors), "--history", str(history)))
-            after_setup = rss_mb(hilo.pid)
-            peak = 0.0
-            for r in range(rounds):
-                for row, path, c in ROWS:
-                    stream = ["--stream"] if "stream" in row else []
-                    for who, url, p in (("bare", burl, "/stream" if stream else "/messages"), ("hilo", hurl, path)):
-                        args = ["load", "--url", url, "--path", p, "--concurrency", str(c), "--requests",
-                                str(requests), "--visitors", str(vis), "--seed", str(r), *stream]
-                        if who == "hilo":
-                            with RssSampler(hilo.pid) as sampler:
-                                out = json.loads(_gen(*args))
-                            peak = max(peak, sampler.peak)
-                        else:
+        hp, bp, basep = free_port(), free_port(), free_port()
+        who_all = ("bare", "hilo", "baseline") if baseline is not None else ("bare", "hilo")
+        results: dict[str, dict[str, list[dict[str, Any]]]] = {row: {w: [] for w in who_all} for row, _, _ in ROWS}
+        hilo = stack.enter_context(hilo_serve(work / "hilo.db", hp, src=src))
+        stack.enter_context(bare_serve(work / "bare.db", bp))
+        if baseline is not None:
+            (work / "baseline").mkdir()
+            stack.enter_context(hilo_serve(work / "baseline" / "hilo.db", basep, src=baseline))
+        idle = rss_mb(hilo.pid)
+        hurl, burl = f"http://127.0.0.1:{hp}", f"http://127.0.0.1:{bp}"
+        vis = work / "visitors.json"
+        vis.write_text(_gen("setup", "--url", hurl, "--visitors", str(visitors), "--history", str(history)))
+        after_setup = rss_mb(hilo.pid)
+        if baseline is not None:
+            (work / "baseline.json").write_text(_gen("setup", "--url", f"http://127.0.0.1:{basep}", "--visitors",
+                                                     str(visitors), "--history", str(history)))
+        peak = 0.0
+        for r in range(rounds):
+            for row, path, c in ROWS:
+                stream = ["--stream"] if "stream" in row else []
+                targets = [("bare", burl, "/stream" if stream else "/messages", vis), ("hilo", hurl, path, vis)]
+                if baseline is not None:
+                    targets.append(("baseline", f"http://127.0.0.1:{basep}", path, work / "baseline.json"))
+                for who, url, p, vfile in targets:
+                    args = ["load", "--url", url, "--path", p, "--concurrency", str(c), "--requests",
+                            str(requests), "--visitors", str(vfile), "--seed", str(r), *stream]
+                    if who == "hilo":
+                        with RssSampler(hilo.pid) as sampler:
                             out = json.loads(_gen(*args))
-                        results[row][who].append(out)
-                        print(f"round {r + 1} {row:10} {who:5} {out['rps']:8.1f} req/s  p50 {out['p50_ms']:7.1f} ms"
-                              f"  p99 {out['p99_ms']:7.1f} ms  errors {out['errors']}  gen cpu "
-                              f"{out['gen_cpu_frac']:.2f}", flush=True)
+                        peak = max(peak, sampler.peak)
+                    else:
+                        out = json.loads(_gen(*args))
+                    results[row][who].append(out)
+                    print(f"round {r + 1} {row:10} {who:8} {out['rps']:8.1f} req/s  p50 {out['p50_ms']:7.1f} ms"
+                          f"  p99 {out['p99_ms']:7.1f} ms  errors {out['errors']}  gen cpu "
+                          f"{out['gen_cpu_frac']:.2f}", flush=True)
     summary: dict[str, Any] = {}
     for row, _, c in ROWS:
         bare, hilo_runs = results[row]["bare"], results[row]["hilo"]
@@ -104,8 +121,13 @@ def run(requests: int, rounds: int, visitors: int, history: int, src: Path) -> d
             "hilo_p99_ms": round(statistics.median(x["p99_ms"] for x in hilo_runs), 2),
             "hilo_errors": sum(x["errors"] for x in hilo_runs), "bare_errors": sum(x["errors"] for x in bare),
             "gen_cpu_frac_bare": round(max(x["gen_cpu_frac"] for x in bare), 2),
-            "runs": {"bare": bare, "hilo": hilo_runs},
+            "runs": results[row],
         }
+        if baseline is not None:
+            base = statistics.median(x["rps"] for x in results[row]["baseline"])
+            summary[row].update(baseline_rps=round(base, 1), baseline_ratio=round(base / b, 3),
+                                baseline_p50_ms=round(statistics.median(x["p50_ms"] for x in results[row]["baseline"]),
+                                                      2))
     summary["model"] = "echo"
     summary["requests_per_run"], summary["rounds"] = requests, rounds
     summary["visitors"], summary["history_turns"] = visitors, history
@@ -117,12 +139,15 @@ def run(requests: int, rounds: int, visitors: int, history: int, src: Path) -> d
 
 
 def table(s: dict[str, Any]) -> str:
-    lines = ["| row | bare req/s | hilo req/s | hilo / bare | hilo p50 ms | hilo p99 ms | bare p50 ms | gen CPU |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    base = "baseline_rps" in s["c1"]
+    lines = ["| row | bare req/s | hilo req/s | hilo / bare | hilo p50 ms | hilo p99 ms | bare p50 ms | gen CPU |"
+             + (" baseline req/s | baseline / bare |" if base else ""),
+             "|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if base else "")]
     for row, _, _ in ROWS:
         r = s[row]
         lines.append(f"| {row} | {r['bare_rps']} | {r['hilo_rps']} | {r['ratio']}x | {r['hilo_p50_ms']} | "
-                     f"{r['hilo_p99_ms']} | {r['bare_p50_ms']} | {r['gen_cpu_frac_bare']} |")
+                     f"{r['hilo_p99_ms']} | {r['bare_p50_ms']} | {r['gen_cpu_frac_bare']} |"
+                     + (f" {r['baseline_rps']} | {r['baseline_ratio']}x |" if base else ""))
     lines.append(f"\nhilo RSS: idle {s['rss_idle_mb']} MB, after setup {s['rss_after_setup_mb']} MB, peak under "
                  f"load {s['rss_load_mb']} MB; load average {tuple(round(x, 2) for x in s['loadavg'])}")
     return "\n".join(lines)
@@ -135,9 +160,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--visitors", type=int, default=64)
     p.add_argument("--history", type=int, default=6, help="answered turns in each visitor's conversation")
     p.add_argument("--src", type=Path, default=ROOT, help="the hilo checkout to run (a baseline's, to compare)")
+    p.add_argument("--baseline", type=Path, help="another checkout (e.g. main's): its hilo serve runs beside ours, "
+                   "interleaved (bare, hilo, baseline per row and round)")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "web_load.json")
     args = p.parse_args(argv)
-    summary = run(args.requests, args.rounds, args.visitors, args.history, args.src.resolve())
+    summary = run(args.requests, args.rounds, args.visitors, args.history, args.src.resolve(),
+                  args.baseline.resolve() if args.baseline else None)
     print(table(summary))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(summary, indent=2) + "\n")

@@ -1,6 +1,6 @@
 """Start-up and resident memory (issue 14 item f): `hilo context` and `hilo chat` start-to-answer, `hilo serve` RSS.
 
-    python -m bench.startup_bench [--runs 9] [--history 2000] [--src DIR] [--baseline DIR] [--out FILE]
+    python bench/startup_bench.py [--quick] [--runs 9] [--history 2000] [--src DIR] [--baseline DIR] [--out FILE]
 
 A SQLite database is seeded (through `hilo import`) with one person, `ana`, with `--history` messages over
 Telegram, WhatsApp and the web in everyday English and Spanish. Then, each in a fresh subprocess (`python -m
@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script (bench/run) or with -m
 
 from bench.memory_filler import assistant_line, user_line
 from bench.procs import ROOT, compile_tree, free_port, hilo_env, hilo_serve, rss_mb
@@ -157,7 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--src", type=Path, default=ROOT)
     p.add_argument("--baseline", type=Path, help="another checkout of hilo to time beside this one")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "startup.json")
+    p.add_argument("--quick", action="store_true", help="a harness check: 3 runs, 300 messages")
     args = p.parse_args(argv)
+    if args.quick:
+        args.runs, args.history = 3, 300
     trees = {"hilo": args.src.resolve()}
     if args.baseline:
         trees["baseline"] = args.baseline.resolve()

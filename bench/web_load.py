@@ -1,6 +1,7 @@
 """Web API throughput (issue 14 item d): the real `hilo serve` against a bare Starlette endpoint doing one insert.
 
-    python -m bench.web_load [--requests 400] [--rounds 2] [--visitors 64] [--history 6] [--baseline DIR] [--out FILE]
+    python bench/web_load.py [--quick] [--requests 400] [--rounds 2] [--visitors 64] [--history 6]
+                              [--baseline DIR] [--out FILE]
 
 Both are subprocesses on 127.0.0.1 under the same uvicorn (bench/procs.py). hilo runs with the `echo` model: it
 is what a fresh install answers with (no model key), it has no network latency, and it is the one model `hilo
@@ -32,6 +33,8 @@ import tempfile
 import threading
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script (bench/run) or with -m
 
 from bench.procs import ROOT, bare_serve, compile_tree, free_port, hilo_serve, rss_mb
 
@@ -195,7 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baseline", type=Path, help="another checkout (e.g. main's): its hilo serve runs beside ours, "
                    "interleaved (bare, hilo, baseline per row and round)")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "web_load.json")
+    p.add_argument("--quick", action="store_true", help="a harness check: 60 requests per run, 1 round, 16 visitors")
     args = p.parse_args(argv)
+    if args.quick:
+        args.requests, args.rounds, args.visitors, args.history = 60, 1, 16, 3
     summary = run(args.requests, args.rounds, args.visitors, args.history, args.src.resolve(),
                   args.baseline.resolve() if args.baseline else None)
     print(table(summary))

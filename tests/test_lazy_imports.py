@@ -1,4 +1,4 @@
-"""What a process imports is what its configuration uses (DESIGN.md: commands that call no model import no provider
+"""What a process imports is what its configuration uses (docs/architecture.md: commands that call no model import no
 SDK). Each case runs in a fresh interpreter and reads sys.modules: `hilo context` on a database with history, and
 an idle daemon (the app's lifespan started, nothing received) with no model key, no Telegram or Twilio settings,
 metrics off and HILO_EMBEDDER=none; then the same daemon with metrics on, which must load what it configures."""

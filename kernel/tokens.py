@@ -139,7 +139,7 @@ def _short_counter() -> ShortCounter | None:
         with _loading:
             if _short is None and not _short_failed:
                 try:
-                    _short = ShortCounter(_open_index(cache_dir()), PATTERN)
+                    _short = ShortCounter(_open_index(cache_dir()))
                 except (OSError, ValueError):
                     _short_failed = True  # no usable index: tiktoken counts everything
     return _short

@@ -95,14 +95,46 @@ def open_index(path: Path) -> Index:
         return Index(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
 
 
+def safe_pattern() -> re.Pattern[str]:
+    """tiktoken's o200k_base pre-tokenizer (kernel/tokens.py PATTERN) for text within SAFE, in the standard `re`:
+    each \\p{..} class is spelled out as the characters of SAFE it holds (unicodedata), \\s as White_Space (what
+    Rust's regex means by it; Python's \\s adds U+001C..U+001F). The `regex` module would take the pattern as it
+    is, but importing it and compiling the pattern cost ~20 ms of a `hilo context`; this ~2 ms."""
+    import unicodedata
+
+    chars = [chr(c) for c in (*range(0x370), *range(0x2000, 0x2070))]
+
+    def cls(*categories: str) -> str:  # as ranges: a class of hundreds of single characters compiles in ~20 ms
+        codes = [ord(c) for c in chars if unicodedata.category(c) in categories]
+        runs: list[list[int]] = []
+        for code in codes:
+            if runs and runs[-1][1] == code - 1:
+                runs[-1][1] = code
+            else:
+                runs.append([code, code])
+        return "".join(f"\\u{a:04x}" if a == b else f"\\u{a:04x}-\\u{b:04x}" for a, b in runs)
+
+    upper, lower = cls("Lu", "Lt", "Lm", "Lo"), cls("Ll", "Lm", "Lo")
+    mark, letter, number = cls("Mn", "Mc", "Me"), cls("Lu", "Ll", "Lt", "Lm", "Lo"), cls("Nd", "Nl", "No")
+    space = "\\t\\n\\x0b\\x0c\\r \\x85\\xa0\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f"
+    tail = "(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    return re.compile("|".join([
+        f"[^\\r\\n{letter}{number}]?[{upper}{mark}]*[{lower}{mark}]+{tail}",
+        f"[^\\r\\n{letter}{number}]?[{upper}{mark}]+[{lower}{mark}]*{tail}",
+        f"[{number}]{{1,3}}",
+        f" ?[^{space}{letter}{number}]+[\\r\\n/]*",
+        f"[{space}]*[\\r\\n]+",
+        f"[{space}]+(?![^{space}])",
+        f"[{space}]+",
+    ]))
+
+
 class ShortCounter:
     """Exact o200k_base counts of short texts over an Index; None for what it leaves to tiktoken."""
 
-    def __init__(self, index: Index, pattern: str) -> None:
-        import regex  # type: ignore[import-untyped]  # ~10 ms; tiktoken's pattern needs \\p{..} classes, which `re` lacks
-
+    def __init__(self, index: Index) -> None:
         self.index = index
-        self._split = regex.compile(pattern).findall
+        self._split = safe_pattern().findall
         self.piece = lru_cache(maxsize=8192)(self._piece)
 
     def count(self, text: str) -> int | None:

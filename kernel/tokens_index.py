@@ -6,8 +6,8 @@ and an idle daemon held the 46 MB. Here a count of a short text looks up only th
 file of fixed-size slots (open addressing on crc32), mapped read-only, so opening it costs a few syscalls and
 the pages a lookup touches are the only ones read (shared with every other process that maps the file).
 
-Exactly tiktoken's count. The text is split by the same pre-tokenizer pattern (the `regex` module has the
-Unicode classes and the case-insensitive group that tiktoken's fancy-regex uses), a piece that is a token
+Exactly tiktoken's count. The text is split by the same pre-tokenizer pattern (`safe_pattern`: its Unicode
+classes spelled out for the characters this path takes, in the standard `re`), a piece that is a token
 costs 1, and any other piece is merged as tiktoken's `byte_pair_merge` does (lowest rank first, leftmost on a
 tie, the ranks of the pair and its new neighbours recomputed), so the number of parts left is the count.
 A merge loop is quadratic in a piece's length, so pieces over MAX_PIECE bytes and texts over MAX_TEXT
@@ -31,10 +31,10 @@ from typing import Any
 MAX_PIECE = 48
 MAX_TEXT = 32_768
 
-#: Characters this path splits: Latin (to U+036F) and general punctuation. The `regex` module's Unicode
-#: tables are newer than those of tiktoken's Rust regex (a character assigned since, like U+18D80, is a letter
-#: to one and unassigned to the other), so other scripts go to tiktoken, whose split is the reference. In these
-#: ranges the two agree (tests/test_tokens.py checks every character of them).
+#: Characters this path splits: Latin (to U+036F) and general punctuation. Unicode tables differ between
+#: Python, the `regex` module and tiktoken's Rust regex for characters assigned lately (U+18D80 is a letter to
+#: one and unassigned to another), so other scripts go to tiktoken, whose split is the reference. In these
+#: ranges all agree (tests/test_tokens.py checks every character of them).
 SAFE = re.compile("[\x00-\u036f\u2000-\u206f]*")
 
 _MAGIC = b"hilo-bpe-index-1\n"

@@ -19,17 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import smtplib
 import socket
-import ssl
 import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from email.message import EmailMessage
 from typing import Any
 from urllib.parse import unquote, urlsplit
-
-import httpx
 
 from bot.config import Settings
 from bot.models.base import AllModelsFailed, CapReached
@@ -125,6 +120,8 @@ class Alerts:
             logger.error("alert.failed", kind=kind, error=type(exc).__name__)
 
     async def _post(self, payload: Mapping[str, Any]) -> None:
+        import httpx  # loads with the first webhook alert: most daemons never send one
+
         async with httpx.AsyncClient(timeout=SEND_TIMEOUT_S) as client:
             response = await client.post(self.settings.alert_webhook_url, json=payload)
             response.raise_for_status()
@@ -141,6 +138,10 @@ def _mail(settings: Settings, payload: Mapping[str, Any]) -> None:
     """One email through smtplib (blocking: called on a thread). smtps:// is TLS from the start; smtp:// uses
     STARTTLS when the server offers it; user:pass in the URL logs in."""
     url = urlsplit(settings.alert_smtp_url)
+    import smtplib  # with the first email: most daemons never send one
+    import ssl
+    from email.message import EmailMessage
+
     message = EmailMessage()
     message["Subject"] = f"hilo alert: {payload['kind']}"
     message["From"] = settings.alert_email_from

@@ -104,7 +104,9 @@ def create_app(
     active = surfaces if surfaces is not None else enabled_surfaces(settings)
     state: dict[str, Any] = {}
     health = Health(lambda: state.get("store"))
-    metrics = Metrics()  # a registry of this app's own (bot/metrics.py)
+    # a registry of this app's own (bot/metrics.py), only when something can scrape it: with metrics off, no
+    # prometheus-client is imported and a turn records nothing (the counters cost ~20 us a turn and 5 MB)
+    metrics = Metrics() if settings.metrics_port or settings.metrics_token else None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -116,7 +118,7 @@ def create_app(
         started: list[Surface] = []
         runtime: Runtime | None = None
         scheduler: Scheduler | None = None
-        exporter = MetricsServer(settings, metrics)
+        exporter = MetricsServer(settings, metrics) if metrics is not None else None
         # A local model loads on first use, on its own thread (the embed job's first run, due at start; no turn waits
         # for it longer than HILO_EMBED_QUERY_TIMEOUT); the embed job embeds new messages, each turn its question.
         # Which embedder runs is said once everything has started (a start that fails says only why, in one line).
@@ -124,8 +126,9 @@ def create_app(
 
         async def stop() -> None:
             # every phase gets at most what is left of ONE budget from SIGTERM (bot/shutdown.py)
-            await exporter.stop()
-            metrics.deactivate()
+            if exporter is not None and metrics is not None:
+                await exporter.stop()
+                metrics.deactivate()
             if scheduler is not None:
                 await scheduler.stop(timeout=budget.left(scheduler.drain_timeout))
             if runtime is not None:  # before the surfaces its replayed messages run through; what is still
@@ -146,12 +149,14 @@ def create_app(
                 await st.close()
             await embedder.aclose()
 
-        # The tokenizer loads on a thread while the store opens and the surfaces start: no turn waits for it.
+        # The token index opens (on a first start: is built) on a thread while the store opens and the surfaces
+        # start: no turn waits for it (kernel/tokens.py; tiktoken loads only for a text the index leaves to it).
         loader = tokens.preload()
         try:
             await st.open()
             state["store"] = st
-            metrics.activate(backlog_reader(st))
+            if metrics is not None:
+                metrics.activate(backlog_reader(st))
             ch = chain if chain is not None else build_chain(settings)
             runtime = Runtime(settings, ch, Pipeline(settings, st, ch, embedder), TaskSet(), budget)
             state["runtime"] = runtime
@@ -173,7 +178,8 @@ def create_app(
             state["jobs"] = scheduler
             state["embedder"] = embedder
             state["metrics"] = metrics
-            await exporter.start()
+            if exporter is not None:
+                await exporter.start()
             if loader is not None:
                 await asyncio.to_thread(loader.join)
         except BaseException:
@@ -188,7 +194,7 @@ def create_app(
             logger.info("daemon.stopped")
 
     routes: list[BaseRoute] = [Route("/healthz", health.healthz), Route("/readyz", health.readyz)]
-    if settings.metrics_token:  # never public: without a token the main app has no /metrics route at all
+    if metrics is not None and settings.metrics_token:  # never public: without a token, no /metrics route
         routes.append(metrics_route(metrics, settings.metrics_token))
     for surface in active:
         routes.extend(surface.routes())

@@ -15,11 +15,11 @@ import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from itsdangerous import BadSignature, URLSafeTimedSerializer
-
 from bot.cli_export import dumps
 
 if TYPE_CHECKING:
+    from itsdangerous import URLSafeTimedSerializer
+
     from memory.store import Store
 
 FILENAME = "hilo-export.json"
@@ -36,6 +36,8 @@ class ExportLinks:
     SALT = "hilo-export"
 
     def _serializer(self) -> URLSafeTimedSerializer:
+        from itsdangerous import URLSafeTimedSerializer  # loads with the first export link, not at start
+
         return URLSafeTimedSerializer(self.secret_key, salt=self.SALT)
 
     def link(self, user_id: int, handle: str) -> str:
@@ -44,6 +46,8 @@ class ExportLinks:
 
     def read(self, token: str) -> tuple[int, str] | None:
         """(user id, handle) of a genuine link that has not expired, else None."""
+        from itsdangerous import BadSignature
+
         try:
             data = self._serializer().loads(token, max_age=self.minutes * 60)
         except BadSignature:  # also SignatureExpired

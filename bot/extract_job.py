@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from bot import metrics
 from bot.config import Settings
-from bot.extract import SCHEMA, Parsed, Remembered, UnusableAnswer, parse, request
 from bot.jobs import JobContext
 from bot.models.base import AllModelsFailed, Chain, ChainResult
 from bot.models.structured import OutputSchema, StructuredChain, background_chain
@@ -35,6 +35,9 @@ from kernel import log, tokens
 from kernel.types import ChatMessage
 from memory.sql_extract import ExtractionDue
 from memory.store import MemoryDraft, Store, StoredMessage
+
+if TYPE_CHECKING:
+    from bot.extract import Parsed
 
 logger = log.get("hilo.extract")
 
@@ -82,6 +85,9 @@ class Extractor:
         if not batch:  # counted, then gone (forgotten): nothing to send
             await self.store.keep_extraction(person.user_id, person.done_id, None, [])
             return True
+        # pydantic (the answer's schema) loads with the first extraction: the echo model never extracts
+        from bot.extract import SCHEMA, Remembered, UnusableAnswer, parse, request
+
         shown = [Remembered(m.id, m.kind, m.content) for m in remembered]
         try:
             result = await complete_recorded(self.store, self.chain, person.user_id, PURPOSE, request(batch, shown),

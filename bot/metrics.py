@@ -16,15 +16,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
-
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from typing import TYPE_CHECKING, Any
 
 from kernel.errors import StoreError
 from kernel.types import ModelCallRecord
-from memory.context import AssembledContext
 
-__all__ = ["CONTENT_TYPE_LATEST", "Metrics", "active", "observe_calls", "observe_context", "observe_cost",
+if TYPE_CHECKING:
+    from memory.context import AssembledContext
+
+__all__ = ["Metrics", "active", "observe_calls", "observe_context", "observe_cost",
            "observe_delivery_failure", "observe_retrieval", "observe_turn", "refused"]
 
 #: Seconds: a turn is milliseconds before the model and seconds with it.
@@ -41,6 +41,9 @@ class Metrics:
     """Every series of one app, in a registry of its own."""
 
     def __init__(self) -> None:
+        # prometheus-client loads here, not at import: an app with metrics off never builds a Metrics (bot/app.py)
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
         self.registry = r = CollectorRegistry()
         self.turns = Counter("hilo_turns", "Turns answered, by surface and outcome (failed: every model failed)",
                              ("surface", "outcome"), registry=r)
@@ -103,7 +106,17 @@ class Metrics:
                 self.backlog.set(parts)
                 self.backlog_age.set(age)
                 self._backlog_at = now
+        from prometheus_client.exposition import generate_latest
+
         return generate_latest(self.registry)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "CONTENT_TYPE_LATEST":  # the scrape's media type, from the client that writes the exposition
+        from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+        return CONTENT_TYPE_LATEST
+    raise AttributeError(name)
 
 
 _active: Metrics | None = None

@@ -22,8 +22,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from bot import metrics as metrics_module
 from bot.config import Settings
-from bot.metrics import CONTENT_TYPE_LATEST, Metrics
+from bot.metrics import Metrics
 from kernel import log
 
 logger = log.get("hilo.metrics")
@@ -40,7 +41,7 @@ def _endpoint(metrics: Metrics, token: str | None) -> Route:
                                      "TOKEN>"}, status_code=401, headers={"www-authenticate": "Bearer"})
             if not hmac.compare_digest(given[7:].strip().encode(), token.encode()):
                 return JSONResponse({"error": "forbidden", "detail": "not the HILO_METRICS_TOKEN"}, status_code=403)
-        return Response(await metrics.exposition(), media_type=CONTENT_TYPE_LATEST,
+        return Response(await metrics.exposition(), media_type=metrics_module.CONTENT_TYPE_LATEST,
                         headers={"cache-control": "no-store"})
 
     return Route(PATH, scrape, methods=["GET"])

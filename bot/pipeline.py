@@ -13,6 +13,7 @@ works through a transaction pooler too).
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -28,7 +29,6 @@ from bot.embedding import active, embed_query
 from bot.export import ExportLinks, Exports
 from bot.keyed import KeyedLocks
 from bot.models.base import AllModelsFailed, CapReached, Chain, ChainResult, Completion, Reset
-from bot.models.chain import ModelChain
 from bot.notices import Notices
 from bot.opt_out import OptOut
 from bot.outbox import Outbox, route_language, route_of
@@ -81,7 +81,8 @@ class Pipeline:
         self.alerts = Alerts(settings, store)
         #: prices each model call and keeps the spend caps (bot/spend.py), for every call of the chain
         self.meter = Meter(settings=settings, store=store, alerts=self.alerts)
-        if isinstance(chain, ModelChain):
+        chain_module = sys.modules.get("bot.models.chain")  # a ModelChain exists only once its module loaded
+        if chain_module is not None and isinstance(chain, chain_module.ModelChain):  # (tenacity: not for `context`)
             chain.meter = self.meter
         #: what hilo says on Telegram, WhatsApp (any surface with a transport): stored parts, sent in order
         self.outbox = Outbox(store, lease=settings.outbox_lease, alerts=self.alerts,
@@ -365,8 +366,13 @@ async def _show_reply(on_delta: DeltaSink, shown: str, reply: str) -> None:
     await on_delta(reply, False)
 
 
+#: Texts shorter than this are counted on the loop (tiktoken: ~0.15 ms at 4k characters, the index path before
+#: the daemon moves to tiktoken ~1 ms): a thread hop and its wake-up cost more than that.
+COUNT_ON_LOOP_CHARS = 4096
+
+
 async def _count(text: str) -> int:
     # tiktoken releases the GIL while it counts: a long text goes to a thread instead of holding the loop.
-    if len(text) < 512:
+    if len(text) < COUNT_ON_LOOP_CHARS:
         return tokens.count(text)
     return await asyncio.to_thread(tokens.count, text)

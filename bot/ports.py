@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from kernel.types import Delivery, Memory, StoredMessage
@@ -25,6 +26,10 @@ class RateLimits(Protocol):
 
     async def hit_rate(self, key: str, limit: int, window_s: int) -> float:
         """Count one hit of `key`: 0.0 within `limit` per `window_s` s, else the seconds to wait."""
+
+    async def hit_rates(self, hits: Sequence[tuple[str, int, int]]) -> float:
+        """hit_rate of each (key, limit, window_s) in order, in one transaction, up to the first that must wait
+        (its wait), else 0.0."""
 
 
 class History:

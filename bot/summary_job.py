@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Annotated
-
-from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
+from functools import cache
+from typing import Annotated, Any
 
 from bot.config import Settings
 from bot.extract_job import NO_MODEL, complete_recorded, within
@@ -57,10 +56,18 @@ SCHEMA = OutputSchema(
 )
 
 
-class Summary(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+@cache
+def _summary() -> Any:
+    """The answer's pydantic model, built with the first summary (pydantic is ~7 MB a daemon whose model cannot
+    summarize, the echo model, never needs)."""
+    from pydantic import BaseModel, ConfigDict, StringConstraints
 
-    summary: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_CHARS)]
+    class Summary(BaseModel):
+        model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+        summary: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_CHARS)]
+
+    return Summary
 
 
 def request(messages: Sequence[StoredMessage]) -> list[ChatMessage]:
@@ -74,8 +81,8 @@ def request(messages: Sequence[StoredMessage]) -> list[ChatMessage]:
 def parse(text: str) -> str | None:
     """The summary in an answer (whitespace collapsed), or None when the answer is not {"summary": "..."}."""
     try:
-        summary = Summary.model_validate(json.loads(text)).summary
-    except (ValueError, ValidationError):
+        summary = _summary().model_validate(json.loads(text)).summary
+    except ValueError:  # pydantic's ValidationError is a ValueError
         return None
     return " ".join(summary.split())
 

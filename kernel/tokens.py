@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from kernel.errors import ConfigError
+from kernel.tokens_index import Index, ShortCounter, build, open_index
 
 #: Tokens a chat message costs beyond its content (role and separators), as OpenAI documents it.
 MESSAGE_OVERHEAD = 4
@@ -54,6 +55,8 @@ PATTERN = "|".join([
 SPECIAL_TOKENS = {"<|endoftext|>": 199999, "<|endofprompt|>": 200018}
 
 _MAGIC = b"hilo-bpe-ranks-1\n"
+#: two ranks of o200k_base that an index file must give back (a check that it is this table's, and whole)
+_THE, _HELLO = 290, 24912
 
 
 def count(text: str) -> int:
@@ -61,27 +64,104 @@ def count(text: str) -> int:
     if not text:
         return 0
     try:
-        return len(_encoder().encode_ordinary(text))
+        return _count(text)
     except UnicodeEncodeError:
         # A lone surrogate cannot become UTF-8: count it as the replacement character, as tiktoken does.
-        return len(_encoder().encode_ordinary(text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")))
+        return _count(text.encode("utf-16", "surrogatepass").decode("utf-16", "replace"))
+
+
+def _count(text: str) -> int:
+    # Short texts (every header, most messages) through the mapped index; the rest through tiktoken's core,
+    # and everything once tiktoken is loaded (its Rust split is ~4x faster than the Python one: 0.11 against
+    # 0.5 ms for 2,400 characters). A daemon (preload) loads it in the background at its first long text.
+    encoder = _loaded
+    if encoder is not None:
+        return len(encoder.encode_ordinary(text))
+    if _promote and _promotion is None:
+        global _counted
+        _counted += len(text)
+        if _counted >= PROMOTE_CHARS:
+            _load_in_background()
+    short = _short or _short_counter()
+    if short is not None:
+        n = short.count(text)
+        if n is not None:
+            return n
+    return len(_encoder().encode_ordinary(text))
 
 
 def preload() -> threading.Thread | None:
-    """Start loading the tokenizer on a background thread and return at once (None when it is loaded).
+    """Start opening the mapped index on a background thread and return at once (None when it is open).
 
-    For a process that will count soon (the daemon, at start): the load overlaps its other start-up work
-    instead of delaying the first turn. A count that comes first waits for this load; nothing loads twice.
+    For a process that will count soon (the daemon, at start): on a first start the index is built (~0.5 s,
+    once per cache directory), and that overlaps the other start-up work instead of delaying the first turn.
+    A count that comes first waits for it; nothing loads twice. tiktoken itself (~46 MB, faster per count)
+    loads on another background thread once PROMOTE_CHARS characters were counted (counted meanwhile through
+    the index), or at once for a text the index path leaves to it (long, or in another script): an idle daemon
+    never holds it.
     """
-    if _loaded is not None:
+    global _promote
+    _promote = True
+    if _short is not None or _short_failed:
         return None
-    thread = threading.Thread(target=_encoder, name="hilo-tokens-load", daemon=True)
+    thread = threading.Thread(target=_short_counter, name="hilo-tokens-load", daemon=True)
     thread.start()
     return thread
 
 
 _loaded: Any = None
 _loading = threading.Lock()
+#: Once a process that called preload() has counted this many characters (about one turn of the echo model
+#: with some history), tiktoken starts loading in the background.
+PROMOTE_CHARS = 4096
+_promote = False
+_counted = 0
+_promotion: threading.Thread | None = None
+
+
+def _load_in_background() -> None:
+    global _promotion
+    with _promoting:
+        if _promotion is None:
+            _promotion = threading.Thread(target=_encoder, name="hilo-tokens-tiktoken", daemon=True)
+            _promotion.start()
+
+
+_promoting = threading.Lock()
+_short: ShortCounter | None = None
+_short_failed = False
+
+
+def _short_counter() -> ShortCounter | None:
+    """The index-backed counter, opened (and on a first start built, ~0.5 s once) on first use."""
+    global _short, _short_failed
+    if _short is None and not _short_failed:
+        with _loading:
+            if _short is None and not _short_failed:
+                try:
+                    _short = ShortCounter(_open_index(cache_dir()))
+                except (OSError, ValueError):
+                    _short_failed = True  # no usable index: tiktoken counts everything
+    return _short
+
+
+def _open_index(cache: Path | None) -> Index:
+    path = cache / f"{ENCODING}-{TABLE_SHA256[:16]}.idx" if cache is not None else None
+    if path is not None:
+        try:
+            index = open_index(path)
+            if index.rank(b" the") == _THE and index.rank(b"hello") == _HELLO:
+                return index
+        except (OSError, ValueError):
+            pass  # absent or damaged: rebuilt below
+    data = build(load_ranks(cache).items())
+    if path is not None:
+        try:
+            _write_atomic(path, data)
+            return open_index(path)
+        except (OSError, ValueError):
+            pass
+    return Index(data)
 
 
 def _encoder() -> Any:

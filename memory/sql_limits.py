@@ -8,6 +8,8 @@ token bucket it needs no read-modify-write: the upsert does it (every SET expres
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from memory.rows import Db
 
 #: $1 key, $2 the current window's start (epoch seconds), $3 the window's length.
@@ -41,6 +43,16 @@ async def hit(db: Db, key: str, limit: int, window_s: int) -> float:
     start = int(now) - int(now) % window_s
     hits, prev_hits = await db.one(HIT, key, start, window_s)
     return wait_for(int(hits), int(prev_hits), now - start, limit, window_s)
+
+
+async def hit_each(db: Db, hits: Sequence[tuple[str, int, int]]) -> float:
+    """`hit` for each (key, limit, window_s) in order, in one transaction, stopping at the first that must wait
+    (its wait; 0.0 when every one is within its limit): what the web checks before a message, in one round trip."""
+    for key, limit, window_s in hits:
+        wait = await hit(db, key, limit, window_s)
+        if wait:
+            return wait
+    return 0.0
 
 
 async def probe(db: Db) -> None:

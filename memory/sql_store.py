@@ -396,6 +396,9 @@ class SqlStore:
     async def hit_rate(self, key: str, limit: int, window_s: int) -> float:
         return await self._tx("write", limits.hit, key, limit, window_s)
 
+    async def hit_rates(self, hits: Sequence[tuple[str, int, int]]) -> float:
+        return await self._tx("write", limits.hit_each, list(hits))
+
     async def purge_counters(self, older_than_s: int) -> int:
         return await self._tx("write", limits.purge, older_than_s)
 

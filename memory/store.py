@@ -506,6 +506,10 @@ class Store(Protocol):
         """Count one hit of `key`, shared by every process on the database: 0.0 when it is within `limit` hits per
         `window_s` s (a sliding-window estimate), else the seconds to wait. One statement."""
 
+    async def hit_rates(self, hits: Sequence[tuple[str, int, int]]) -> float:
+        """hit_rate of each (key, limit, window_s) in order, in ONE write transaction, up to the first that must
+        wait (its wait), else 0.0: the web's limits before a message (per IP, per visitor) in one round trip."""
+
     async def purge_counters(self, older_than_s: int) -> int:
         """Delete the counters of windows that began more than `older_than_s` s ago; how many."""
 

@@ -18,21 +18,27 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # numpy loads with the first vector (~15 MB): a store with no embedder never needs it
+    import numpy as np
 
 #: At most this many float32 numbers live in one SQLite store's cache (4 bytes each): 256 MB.
 DEFAULT_CACHE_FLOATS = 64 * 1024 * 1024
-_F16 = np.dtype("<f2")
+_F16 = "<f2"  # float16, little-endian
 
 
 def pack(vector: Sequence[float]) -> bytes:
     """The SQLite blob of a vector: little-endian float16."""
+    import numpy as np
+
     return np.asarray(vector, dtype=np.float32).astype(_F16).tobytes()
 
 
 def unpack(blob: bytes) -> np.ndarray:
     """A blob of `pack` as float32."""
+    import numpy as np
+
     return np.frombuffer(blob, dtype=_F16).astype(np.float32)
 
 
@@ -40,6 +46,8 @@ def top(ids: np.ndarray, scores: np.ndarray, limit: int, excluded: Sequence[int]
     """The `limit` best (id, cosine) pairs, best first (ties: the newer message, a higher id), outside `excluded`.
     `ids` ascend (a Matrix's), so the excluded are found by bisection: np.isin compared every id with each of
     them (0.5 ms of a search at 100k vectors)."""
+    import numpy as np
+
     if excluded and len(ids):
         wanted = np.asarray(excluded, dtype=np.int64)
         at = np.minimum(np.searchsorted(ids, wanted), len(ids) - 1)
@@ -113,6 +121,8 @@ class MatrixCache:
 def matrix_of(rows: Sequence[tuple[int, bytes]], dim: int) -> Matrix:
     """A Matrix of (message_id, blob) rows, ids ascending; rows of another size than `dim` floats are left out
     (one embedder name has one size: only a damaged row could differ)."""
+    import numpy as np
+
     rows = [r for r in rows if len(r[1]) == 2 * dim]
     ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
     data = np.frombuffer(b"".join(r[1] for r in rows), dtype=_F16).astype(np.float32).reshape(len(rows), dim)
@@ -120,12 +130,16 @@ def matrix_of(rows: Sequence[tuple[int, bytes]], dim: int) -> Matrix:
 
 
 def extend(matrix: Matrix, more: Matrix) -> Matrix:
+    import numpy as np
+
     return Matrix(np.concatenate([matrix.ids, more.ids]), np.concatenate([matrix.rows, more.rows]),
                   max(matrix.max_id, more.max_id))
 
 
 def matrix_cosines(matrix: Matrix, vector: Sequence[float], ids: Sequence[int]) -> dict[int, float]:
     """The cosine with `vector` of each of `ids` found in `matrix` (rows found by binary search over its ids)."""
+    import numpy as np
+
     wanted = np.unique(np.asarray(ids, dtype=np.int64))
     if not len(wanted) or not len(matrix.ids):
         return {}

@@ -53,14 +53,18 @@ class RateLimiter:
         self._counters = counters
         self._failing = False  # said once when the database cannot count, and once when it can again
 
-    async def hit(self, key: str) -> float:
-        """Count one hit: 0.0 when allowed, else the seconds until the next one is."""
+    async def hit(self, key: str, *more: tuple[RateLimiter, str]) -> float:
+        """Count one hit: 0.0 when allowed, else the seconds until the next one is. With `more` ((limiter, key)
+        pairs), theirs too after this one, up to the first that must wait, in one transaction."""
         counters = self._counters()
         if counters is None:  # not started: nothing else answers either
             return 0.0
-        digest = rate_subject(key)
         try:
-            wait = await counters.hit_rate(f"{self.name}:{digest}", self.per_minute, WINDOW_S)
+            if more:
+                wait = await counters.hit_rates([(self._key(key), self.per_minute, WINDOW_S), *(
+                    (limiter._key(k), limiter.per_minute, WINDOW_S) for limiter, k in more)])
+            else:
+                wait = await counters.hit_rate(self._key(key), self.per_minute, WINDOW_S)
         except StoreError as exc:
             if not self._failing:
                 self._failing = True
@@ -70,6 +74,9 @@ class RateLimiter:
             self._failing = False
             logger.info("web.rate_limit_back", limit=self.name)
         return wait
+
+    def _key(self, key: str) -> str:
+        return f"{self.name}:{rate_subject(key)}"
 
 
 def too_many(request: Request, retry_after: float, surface: str = "web") -> JSONResponse:
@@ -141,7 +148,7 @@ class ApiGuard:
 
     async def message_limits(self, request: Request, sender: str) -> float:
         """Seconds to wait before this sender (and their IP) may send another message; 0.0 to go ahead."""
-        return await self.ip_messages.hit(client_ip(request)) or await self.visitor_messages.hit(sender)
+        return await self.ip_messages.hit(client_ip(request), (self.visitor_messages, sender))  # one transaction
 
 
 async def _answer(endpoint: Endpoint, request: Request) -> Response:

@@ -97,6 +97,22 @@ async def test_two_stores_on_one_database_count_the_same_hits(backend: Backend, 
         await second.close()
 
 
+async def test_several_limits_in_one_transaction_stop_at_the_first_that_must_wait(
+    backend: Backend, clock: TestClock,
+) -> None:
+    store = backend.make()
+    await store.open()
+    try:
+        for _ in range(LIMIT):
+            assert await store.hit_rates([("ip:x", LIMIT, 60), ("visitor:v", 2 * LIMIT, 60)]) == 0.0
+        assert await store.hit_rates([("ip:x", LIMIT, 60), ("visitor:v", 2 * LIMIT, 60)]) >= 1.0  # the IP waits
+        # the refused hit stopped at the IP: the visitor counted LIMIT hits, so LIMIT more are allowed
+        waits = [await store.hit_rate("visitor:v", 2 * LIMIT, 60) for _ in range(LIMIT + 1)]
+        assert waits[:LIMIT] == [0.0] * LIMIT and waits[LIMIT] >= 1.0, waits
+    finally:
+        await store.close()
+
+
 def test_the_sliding_window_weighs_the_previous_window_by_what_it_still_covers() -> None:
     wait = sql_limits.wait_for
     assert wait(3, 0, 10.0, 3, 60) == 0.0  # within the limit

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator, Sequence
+from functools import lru_cache
 
 from bot.models.base import Completion
 from kernel import tokens
@@ -25,20 +26,28 @@ RECALL_BLOCKS = ("memory", "cross_surface")
 _CHUNK_WORDS = 3
 
 
+@lru_cache(maxsize=2048)
+def _count(text: str) -> int:
+    # The system prompt and a conversation's earlier turns come back every turn: counted once each (py-spy of
+    # `hilo serve` at c=8: counting the context was 20-25% of the event loop).
+    return tokens.count(text)
+
+
 def _block_of(message: ChatMessage) -> str:
     if message.block:
         return message.block
     return "system" if message.role == "system" else "conversation"
 
 
-def render(messages: Sequence[ChatMessage]) -> str:
-    """The dry-run reply for `messages`."""
+def render(messages: Sequence[ChatMessage], total: int | None = None) -> str:
+    """The dry-run reply for `messages` (`total`: their tokens, when the caller has counted them)."""
     said = next((m.content for m in reversed(messages) if m.role == "user"), "")
     per_block: dict[str, int] = {}
     for message in messages:
         block = _block_of(message)
         per_block[block] = per_block.get(block, 0) + 1
-    total = sum(tokens.count(m.content) for m in messages)
+    if total is None:
+        total = sum(_count(m.content) for m in messages)
     blocks = ", ".join(f"{name} {n}" for name, n in per_block.items())
     lines = [
         f"{PREFIX} You said: {said}",
@@ -72,8 +81,10 @@ class EchoProvider:
     name = "echo"
 
     async def complete(self, model: str, messages: Sequence[ChatMessage], *, timeout: float) -> Completion:
-        text = render(messages)
-        return Completion(text, sum(tokens.count(m.content) for m in messages), tokens.count(text))
+        # counted once, for the reply and for tokens_in (it was twice: half the loop's time under load)
+        total = sum(_count(m.content) for m in messages)
+        text = render(messages, total)
+        return Completion(text, total, tokens.count(text))
 
     async def stream(
         self, model: str, messages: Sequence[ChatMessage], *, timeout: float,

@@ -5,9 +5,11 @@ The file is read and stored BATCH lines at a time, one transaction each: memory 
 size. A line without "external_id" gets one derived from what it says (`line:` + a hash of user, surface, role,
 created_at and content), so every line has a key: a second run, or a run after an import was stopped (Ctrl-C,
 SIGKILL, a full disk), skips the lines already stored with one indexed look-up per batch and stores the rest.
+The next batch is read (parsed, validated, its tokens counted) on one thread while the store writes the last one
+on its own: SQLite and the driver release the GIL while they work, so on two cores the two overlap.
 A bad line stops the import there, naming the line: the lines before it are stored (and said so), nothing after;
 fix the line and run the import again: it goes on from there. Token counts are computed here, like for live
-messages, for the lines not stored yet only.
+messages.
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from kernel import tokens
 from kernel.errors import HiloError
 from kernel.types import SURFACES
 from memory.store import ImportResult, ImportRow, Store
 
-BATCH = 5000
+BATCH = 10_000
 ROLES = ("user", "assistant")
 
 
@@ -32,7 +35,7 @@ class ImportFileError(HiloError):
 
 
 def _row(lineno: int, raw: str) -> ImportRow:
-    """A valid line as a row (token_count -1: import_rows counts it if the line is not stored yet)."""
+    """A valid line as a row, its tokens counted (here, on the reading thread: it overlaps the store's work)."""
     def bad(why: str) -> ImportFileError:
         return ImportFileError(f"line {lineno}: {why}")
 
@@ -62,7 +65,8 @@ def _row(lineno: int, raw: str) -> ImportRow:
     user, created = data["user"].strip(), created.astimezone(UTC)
     return ImportRow(
         user=user, surface=data["surface"], role=data["role"], content=data["content"], created_at=created,
-        token_count=-1, external_id=str(ext) if ext is not None else derived_key(user, data, created),
+        token_count=tokens.count(data["content"]),
+        external_id=str(ext) if ext is not None else derived_key(user, data, created),
         conversation=str(conv) if conv is not None else None,
     )
 
@@ -125,8 +129,14 @@ async def import_file(store: Store, path: str | Path,
         bad: list[ImportFileError] = []
         lines = batches(path, bad)
         inserted = skipped = 0
-        while (batch := await asyncio.to_thread(next, lines, None)) is not None:
-            result = await store.import_rows(batch)
+        ahead = asyncio.ensure_future(asyncio.to_thread(next, lines, None))
+        while (batch := await ahead) is not None:
+            ahead = asyncio.ensure_future(asyncio.to_thread(next, lines, None))  # read on while this one is stored
+            try:
+                result = await store.import_rows(batch)
+            except BaseException:
+                await asyncio.gather(ahead, return_exceptions=True)
+                raise
             inserted += result.inserted
             skipped += result.skipped
             if on_batch is not None:

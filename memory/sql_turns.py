@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from kernel import tokens
 from kernel.errors import NotFound
 from kernel.types import SINGLETON_SURFACES, InboundMessage, ModelCallRecord, Outgoing
 from memory import episodes, sql_memories, sql_outbox, sql_recall
@@ -279,7 +277,6 @@ async def import_rows(db: Db, rows: Sequence[ImportRow]) -> ImportResult:
     rows = await _not_stored(db, rows)
     if not rows:
         return ImportResult(inserted=0, skipped=given)
-    rows = [r if r.token_count >= 0 else replace(r, token_count=tokens.count(r.content)) for r in rows]
     stamps = [db.ts(r.created_at) for r in rows]
     keys = [(r.user, r.surface, _import_ref(r)) for r in rows]
     users: dict[str, int] = {}
@@ -319,7 +316,7 @@ _STORED = "SELECT external_id FROM messages WHERE surface = $1 AND external_id =
 
 async def _not_stored(db: Db, rows: Sequence[ImportRow]) -> Sequence[ImportRow]:
     """The rows whose (surface, external_id) is not stored yet, one indexed look-up per surface: a re-run or a
-    resumed import skips what is stored before any other work (a token count of -1 is counted here)."""
+    resumed import skips what is stored before any other work (episodes, index terms, the insert)."""
     keyed: dict[str, list[str]] = {}
     for r in rows:
         if r.external_id is not None:

@@ -73,7 +73,7 @@ async def import_with_progress(store: Store, path: str) -> ImportResult:
 
     def advance(rows: int, total: int) -> None:
         if not bar:
-            bar.append(Progress("import", total))
+            bar.append(Progress("import", total, unit="lines"))
         bar[0].advance(rows)
 
     try:

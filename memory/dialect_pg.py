@@ -161,7 +161,7 @@ class PgDb(Db):
                               "AND t.table_type = 'BASE TABLE' ORDER BY c.table_name, c.ordinal_position")
         return columns_by_table(rows)
 
-    def ids(self, ids: Sequence[int]) -> list[int]:
+    def ids(self, ids: Sequence[Any]) -> list[Any]:
         return list(ids)
 
     async def lexical(self, q: ContextQuery, terms: list[str], excluded: list[int], limit: int) -> list[Any]:

@@ -55,7 +55,7 @@ SPELLINGS = (
 )
 _PLACEHOLDER, _CAST = re.compile(r"\$(\d+)"), re.compile(r"::\w+(?:\[\])?")
 #: A list parameter (`Db.ids`: a JSON array on SQLite), `= ANY($n::bigint[])` / `<> ALL($n::bigint[])`.
-_ANY, _ALL = re.compile(r"= ANY\((\$\d+)::bigint\[\]\)"), re.compile(r"<> ALL\((\$\d+)::bigint\[\]\)")
+_ANY, _ALL = re.compile(r"= ANY\((\$\d+)::(?:bigint|text)\[\]\)"), re.compile(r"<> ALL\((\$\d+)::bigint\[\]\)")
 
 
 @functools.lru_cache(maxsize=1024)
@@ -206,7 +206,7 @@ class SqliteDb(Db):
                               "AND m.name NOT LIKE 'sqlite_%' ORDER BY m.name, c.cid")
         return columns_by_table(rows)
 
-    def ids(self, ids: Sequence[int]) -> str:
+    def ids(self, ids: Sequence[Any]) -> str:
         return json.dumps(list(ids))
 
     async def lexical(self, q: ContextQuery, terms: list[str], excluded: list[int], limit: int) -> list[Any]:

@@ -1,13 +1,20 @@
-"""`hilo import FILE.jsonl`: bulk history in, idempotent on (surface, external_id).
+"""`hilo import FILE.jsonl`: bulk history in, streamed, idempotent and resumable on (surface, external_id).
 
 Each line: {"user", "surface", "role", "content", "created_at"[, "external_id"][, "conversation"]}.
-The whole file is validated first (a bad line stops the import before anything is written, naming the line),
-then stored in batches, one transaction each. Token counts are computed here, once, like for live messages.
+The file is read and stored BATCH lines at a time, one transaction each: memory stays bounded whatever the file's
+size. A line without "external_id" gets one derived from what it says (`line:` + a hash of user, surface, role,
+created_at and content), so every line has a key: a second run, or a run after an import was stopped (Ctrl-C,
+SIGKILL, a full disk), skips the lines already stored with one indexed look-up per batch and stores the rest.
+The next batch is read (parsed, validated, its tokens counted) on one thread while the store writes the last one
+on its own: SQLite and the driver release the GIL while they work, so on two cores the two overlap.
+A bad line stops the import there, naming the line: the lines before it are stored (and said so), nothing after;
+fix the line and run the import again: it goes on from there. Token counts are computed here, like for live
+messages.
 """
 
 from __future__ import annotations
 
-import asyncio
+import hashlib
 import json
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -19,7 +26,7 @@ from kernel.errors import HiloError
 from kernel.types import SURFACES
 from memory.store import ImportResult, ImportRow, Store
 
-BATCH = 5000
+BATCH = 10_000
 ROLES = ("user", "assistant")
 
 
@@ -28,6 +35,7 @@ class ImportFileError(HiloError):
 
 
 def _row(lineno: int, raw: str) -> ImportRow:
+    """A valid line as a row, its tokens counted (here, on the reading thread: it overlaps the store's work)."""
     def bad(why: str) -> ImportFileError:
         return ImportFileError(f"line {lineno}: {why}")
 
@@ -54,36 +62,88 @@ def _row(lineno: int, raw: str) -> ImportRow:
         if data.get(key) is not None and not isinstance(data[key], str | int):
             raise bad(f'"{key}" must be a string')
     ext, conv = data.get("external_id"), data.get("conversation")
+    user, created = data["user"].strip(), created.astimezone(UTC)
     return ImportRow(
-        user=data["user"].strip(), surface=data["surface"], role=data["role"], content=data["content"],
-        created_at=created.astimezone(UTC), token_count=tokens.count(data["content"]),
-        external_id=str(ext) if ext is not None else None, conversation=str(conv) if conv is not None else None,
+        user=user, surface=data["surface"], role=data["role"], content=data["content"], created_at=created,
+        token_count=tokens.count(data["content"]),
+        external_id=str(ext) if ext is not None else derived_key(user, data, created),
+        conversation=str(conv) if conv is not None else None,
     )
 
 
-def read_rows(path: str | Path) -> list[ImportRow]:
-    """Parse and validate the whole file (raises ImportFileError naming the first bad line)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return [_row(n, line) for n, line in enumerate(fh, 1) if line.strip()]
-    except OSError as exc:
-        raise ImportFileError(f"cannot read {path}: {exc.strerror}") from None
+def derived_key(user: str, data: dict[str, Any], created: datetime) -> str:
+    """The key of a line without external_id: the same line (same person, surface, conversation, role, time and
+    text) has the same key, in any file, at any position."""
+    parts = (user, data["surface"], str(data.get("conversation") or ""), data["role"], created.isoformat(),
+             data["content"])
+    return "line:" + hashlib.blake2b("\x1f".join(parts).encode(), digest_size=12).hexdigest()
 
 
-def _batches(rows: list[ImportRow]) -> Iterator[list[ImportRow]]:
-    for start in range(0, len(rows), BATCH):
-        yield rows[start:start + BATCH]
+def count_lines(path: str | Path) -> int:
+    """The file's non-empty line count, for the progress bar: a pass over raw bytes, no line held."""
+    total = 0
+    with open(path, "rb") as fh:
+        for line in fh:
+            if line.strip():
+                total += 1
+    return total
+
+
+def batches(path: str | Path, bad_line: list[ImportFileError]) -> Iterator[list[ImportRow]]:
+    """The file's valid rows, BATCH at a time; at a bad line, the rows before it, then `bad_line` holds its error."""
+    batch: list[ImportRow] = []
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                batch.append(_row(n, line))
+            except ImportFileError as exc:
+                bad_line.append(exc)
+                break
+            if len(batch) >= BATCH:
+                yield batch
+                batch = []
+    if batch:
+        yield batch
+
+
+class ImportStopped(ImportFileError):
+    """A bad line stopped a streamed import: what was stored before it is in `result`."""
+
+    def __init__(self, error: ImportFileError, result: ImportResult) -> None:
+        super().__init__(f"{error}; the {result.inserted + result.skipped} lines before it are stored "
+                         f"({result.inserted} new, {result.skipped} already there), nothing after it: fix the line "
+                         "and run the import again (the stored lines are skipped)")
+        self.result = result
 
 
 async def import_file(store: Store, path: str | Path,
                       on_batch: Callable[[int, int], None] | None = None) -> ImportResult:
-    """Validate the whole file, then store it BATCH rows a transaction; `on_batch(rows, total)` after each."""
-    rows = await asyncio.to_thread(read_rows, path)
-    inserted = skipped = 0
-    for batch in _batches(rows):
-        result = await store.import_rows(batch)
-        inserted += result.inserted
-        skipped += result.skipped
-        if on_batch is not None:
-            on_batch(len(batch), len(rows))
+    """Store the file BATCH lines a transaction, streamed; `on_batch(lines, total)` after each (total: the file's
+    line count, counted first only when on_batch is given). Raises ImportStopped at a bad line."""
+    import asyncio
+
+    try:
+        total = await asyncio.to_thread(count_lines, path) if on_batch is not None else 0
+        bad: list[ImportFileError] = []
+        lines = batches(path, bad)
+        inserted = skipped = 0
+        ahead = asyncio.ensure_future(asyncio.to_thread(next, lines, None))
+        while (batch := await ahead) is not None:
+            ahead = asyncio.ensure_future(asyncio.to_thread(next, lines, None))  # read on while this one is stored
+            try:
+                result = await store.import_rows(batch)
+            except BaseException:
+                await asyncio.gather(ahead, return_exceptions=True)
+                raise
+            inserted += result.inserted
+            skipped += result.skipped
+            if on_batch is not None:
+                on_batch(len(batch), total)
+    except OSError as exc:
+        raise ImportFileError(f"cannot read {path}: {exc.strerror}") from None
+    if bad:
+        raise ImportStopped(bad[0], ImportResult(inserted, skipped))
     return ImportResult(inserted, skipped)
+

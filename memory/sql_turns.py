@@ -273,6 +273,10 @@ async def import_rows(db: Db, rows: Sequence[ImportRow]) -> ImportResult:
     """Many messages at once: a few statements per (user, conversation), one bulk insert for the rows."""
     if not rows:
         return ImportResult(inserted=0, skipped=0)
+    given = len(rows)
+    rows = await _not_stored(db, rows)
+    if not rows:
+        return ImportResult(inserted=0, skipped=given)
     stamps = [db.ts(r.created_at) for r in rows]
     keys = [(r.user, r.surface, _import_ref(r)) for r in rows]
     users: dict[str, int] = {}
@@ -304,7 +308,25 @@ async def import_rows(db: Db, rows: Sequence[ImportRow]) -> ImportResult:
     ])
     if inserted < len(rows):  # some were stored already: count each message once
         await episodes.refresh(db, touched)
-    return ImportResult(inserted=inserted, skipped=len(rows) - inserted)
+    return ImportResult(inserted=inserted, skipped=given - inserted)
+
+
+_STORED = "SELECT external_id FROM messages WHERE surface = $1 AND external_id = ANY($2::text[])"
+
+
+async def _not_stored(db: Db, rows: Sequence[ImportRow]) -> Sequence[ImportRow]:
+    """The rows whose (surface, external_id) is not stored yet, one indexed look-up per surface: a re-run or a
+    resumed import skips what is stored before any other work (episodes, index terms, the insert)."""
+    keyed: dict[str, list[str]] = {}
+    for r in rows:
+        if r.external_id is not None:
+            keyed.setdefault(r.surface, []).append(r.external_id)
+    stored: set[tuple[str, str]] = set()
+    for surface, ids in keyed.items():
+        stored.update((surface, row[0]) for row in await db.all(_STORED, surface, db.ids(ids)))
+    if not stored:
+        return rows
+    return [r for r in rows if (r.surface, r.external_id) not in stored]
 
 
 def _import_ref(row: ImportRow) -> str | None:

@@ -147,13 +147,19 @@ def test_import_twice_stores_each_message_once(hilo, tmp_path: Path) -> None:  #
     assert len(contents) == 51 and len(set(contents)) == 51
 
 
-def test_import_names_the_bad_line_and_writes_nothing(hilo, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_import_names_the_bad_line_keeps_what_came_before_and_goes_on_once_fixed(hilo, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "bad.jsonl"
     good = {"user": "eve", "surface": "telegram", "role": "user", "content": "hi", "created_at": "2026-11-01T10:00:00Z"}
-    path.write_text(json.dumps(good) + "\n" + json.dumps({**good, "role": "robot"}) + "\n")
+    after = {**good, "content": "after", "created_at": "2026-11-01T10:05:00Z"}
+    path.write_text("\n".join(json.dumps(x) for x in (good, {**good, "role": "robot"}, after)) + "\n")
     err = hilo("import", str(path), code=1)
-    assert "line 2" in err and "role" in err
-    assert json.loads(hilo("inspect", "--user", "eve", "--json")) is None
+    assert "line 2" in err and "role" in err and "the 1 lines before it are stored" in err
+    stored = json.loads(hilo("inspect", "--user", "eve", "--json"))
+    assert [m["content"] for c in stored["conversations"] for m in c["messages"]] == ["hi"]
+    path.write_text("\n".join(json.dumps(x) for x in (good, {**good, "role": "assistant"}, after)) + "\n")
+    assert "imported 2 messages, skipped 1" in hilo("import", str(path))  # a line without external_id: once
+    stored = json.loads(hilo("inspect", "--user", "eve", "--json"))
+    assert sorted(m["content"] for c in stored["conversations"] for m in c["messages"]) == ["after", "hi", "hi"]
 
 
 def test_migrate_is_idempotent(hilo) -> None:  # type: ignore[no-untyped-def]

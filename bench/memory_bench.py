@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.memory_corpus import KINDS, Corpus, generate
 from bench.memory_latency import add_args as add_latency_args
 from bench.memory_latency import latency_table, run_latency
+from bench.memory_latency import write as write_latency
 from bench.memory_recall import Baselines, Method, evaluate, mean
 from bench.memory_rows import add_args as add_rows_args
 from bench.memory_rows import issue11_rows
@@ -155,6 +156,8 @@ def main() -> None:
                 print(f"{name}: {info}")
             latency = asyncio.run(run_latency(args, tmp, args.baseline_src))
             print(latency_table(latency), flush=True)
+            if latency:
+                print(f"wrote {write_latency(latency, args, load_start)}", flush=True)
         finally:
             if "server" in _PG:
                 _PG.pop("server").cleanup()

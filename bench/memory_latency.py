@@ -18,15 +18,24 @@ rows taking turns in blocks of 25 questions:
               synthetic vectors)
 
 `--pg-max` (default 100,000) caps the sizes run on Postgres: 300k is for SQLite (DESIGN: 300k messages at most
-2x 10k).
+2x 10k). Every run writes bench/results/memory_latency.json (`summary`): {backend: {size: {p50_ms, p99_ms} of
+"hilo", with the question's embedding beside (embed_p50_ms, embed_p99_ms, and the +emb row's p50/p99)}}, which
+bench/run reads. The latency part alone (no recall tables):
+
+    python -m bench.memory_latency --sizes 1000,10000,100000,300000 [--postgres] [--pg-max 100000] [--queries 200]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
+import os
 import statistics
+import tempfile
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,7 +43,7 @@ import numpy as np
 from bench.context_bench import pct
 from bench.memory_corpus import generate
 from bench.memory_rows import corpus_job, local_embedder, run_worker
-from bench.memory_stores import Hilo, analyze, load, pg_database, stores
+from bench.memory_stores import _PG, Hilo, analyze, load, pg_database, stores
 from bot.embedders.base import Embedder, Kind, Vector
 
 BUDGET = 2000
@@ -214,9 +223,75 @@ def latency_table(latency: dict[str, dict[str, dict[int, dict[str, Any]]]]) -> s
     for name in names:  # DESIGN: context assembly sublinear, 300k messages at most 2x 10k
         for backend, cells in latency[name].items():
             if 10000 in cells and any(size > 10000 for size in cells):
-                out.append(f"\n{name} {backend}: p50 against 10k: " + ", ".join(
-                    f"{size:,} {cells[size]['p50_ms'] / cells[10000]['p50_ms']:.1f}x"
+                out.append(f"\n{name} {backend}: p50 / p99 against 10k: " + ", ".join(
+                    f"{size:,} {cells[size]['p50_ms'] / cells[10000]['p50_ms']:.1f}x / "
+                    f"{cells[size]['p99_ms'] / cells[10000]['p99_ms']:.1f}x"
                     for size in sorted(cells) if size > 10000))
     for name, by_size in BEFORE.items():
         out.append(f"\nbefore, SQLite p50 ({name}): " + ", ".join(f"{n:,}: {ms} ms" for n, ms in by_size.items()))
     return "\n".join(out)
+
+
+RESULTS = Path(__file__).resolve().parent / "results" / "memory_latency.json"
+
+
+def summary(latency: dict[str, dict[str, dict[int, dict[str, Any]]]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """{backend: {size: {p50_ms, p99_ms, messages, [embed_p50_ms, embed_p99_ms, emb_p50_ms, emb_p99_ms]}}}: the
+    "hilo" row (no embedder), the question's embedding and the +emb row beside."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for backend, cells in latency.get("hilo", {}).items():
+        for size, cell in sorted(cells.items()):
+            row = {"p50_ms": cell["p50_ms"], "p99_ms": cell["p99_ms"], "messages": cell["messages"]}
+            emb = latency.get("hilo +emb", {}).get(backend, {}).get(size)
+            if emb is not None:
+                row |= {"embed_p50_ms": emb["embed_p50_ms"], "embed_p99_ms": emb["embed_p99_ms"],
+                        "emb_p50_ms": emb["p50_ms"], "emb_p99_ms": emb["p99_ms"]}
+            out.setdefault(backend, {})[str(size)] = row
+    for by_size in out.values():  # DESIGN: 300k messages at most 2x its 10k
+        if "10000" in by_size:
+            for row in by_size.values():
+                row["p99_vs_10k"] = row["p99_ms"] / by_size["10000"]["p99_ms"]
+    return out
+
+
+def write(latency: dict[str, dict[str, dict[int, dict[str, Any]]]], args: argparse.Namespace,
+          load: tuple[float, ...]) -> Path:
+    """bench/results/memory_latency.json: `summary` plus every row's cells, the settings and the load."""
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps({
+        **summary(latency), "rows": {row: {b: {str(n): c for n, c in cells.items()} for b, cells in by.items()}
+                                     for row, by in latency.items()},
+        "args": {k: v for k, v in vars(args).items() if k in ("sizes", "queries", "pg_max", "postgres", "seed",
+                                                              "days", "no_embedder")},
+        "loadavg_start": load, "loadavg_end": os.getloadavg(), "cpus": os.cpu_count(),
+    }, indent=2, default=str))
+    return RESULTS
+
+
+def main() -> None:
+    from kernel import log
+
+    ap = argparse.ArgumentParser(description="context-assembly latency for one person (bench/memory_bench.py's "
+                                             "latency part alone)")
+    ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--days", type=int, default=180)
+    ap.add_argument("--postgres", action="store_true", help="also on an embedded PostgreSQL 18")
+    ap.add_argument("--no-embedder", action="store_true", help="skip the +emb row")
+    add_args(ap)
+    args = ap.parse_args()
+    args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    log.configure(level="warning")
+    load = os.getloadavg()
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            latency = asyncio.run(run_latency(args, tmp))
+        finally:
+            if "server" in _PG:
+                _PG.pop("server").cleanup()
+    print(latency_table(latency), flush=True)
+    print(f"\nwrote {write(latency, args, load)}; load average (1 min) {load[0]:.2f} at the start, "
+          f"{os.getloadavg()[0]:.2f} at the end ({os.cpu_count()} cores)")
+
+
+if __name__ == "__main__":
+    main()

@@ -165,14 +165,16 @@ class PgDb(Db):
         return list(ids)
 
     async def lexical(self, q: ContextQuery, terms: list[str], excluded: list[int], limit: int) -> list[Any]:
-        idf, avgdl = await pg_terms.weights(self, "messages", terms)
-        return await self.all(pg_terms.LEXICAL, terms, idf, avgdl, pg_terms.tsquery_text(terms), q.user_id,
-                              aware(q.at), excluded, q.current_message_id, q.conversation_id, limit)
+        idf, avgdl, rare = await pg_terms.stats(self, "messages", terms)
+        rare_text, common = pg_terms.split(terms, rare)
+        return await self.all(pg_terms.LEXICAL, terms, idf, avgdl, rare_text, q.user_id, aware(q.at), excluded,
+                              q.current_message_id, q.conversation_id, limit, common, pg_terms.NEWEST)
 
     async def episodes(self, user_id: int, terms: list[str], at: Any, limit: int) -> list[Any]:
-        idf, avgdl = await pg_terms.weights(self, "episodes", terms)
-        return await self.all(pg_terms.EPISODES, terms, idf, avgdl, pg_terms.tsquery_text(terms), user_id, at,
-                              limit)
+        idf, avgdl, rare = await pg_terms.stats(self, "episodes", terms)
+        rare_text, common = pg_terms.split(terms, rare)
+        return await self.all(pg_terms.EPISODES, terms, idf, avgdl, rare_text, user_id, at, limit, common,
+                              pg_terms.NEWEST_EPISODES)
 
 
 #: The person's nearest vectors of one embedder (its name and dimension spelt in, as its partial HNSW index has

@@ -7,7 +7,7 @@ StopIteration in that one hop. This also serializes writers inside the process (
 `busy_timeout` covers other processes (`hilo import` while `hilo serve` runs).
 
 What differs from Postgres lives here: the plumbing, the error mapping, the spellings (`translate`; list
-parameters as JSON arrays), BM25 ranking by FTS5 (messages_fts, episodes_fts), the bulk insert (executemany), and
+parameters as JSON arrays), BM25 over FTS5's bounded candidates (memory/sqlite_terms.py), the bulk insert, and
 vectors: float16 blobs searched with numpy over the person's matrix, cached in process (memory/vectors.py).
 `db.lock` is a no-op: BEGIN IMMEDIATE already serializes every writer.
 """
@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from kernel import log
-from memory import jobs, reindex
+from memory import jobs, reindex, sqlite_terms
 from memory import migrate as migrations
 from memory import sql_alerts as alerts
 from memory import sql_limits as limits
@@ -68,20 +68,6 @@ def translate(sql: str) -> str:
     return _PLACEHOLDER.sub(r"?\1", _CAST.sub("", sql))
 
 
-#: $1 FTS5 query (the owner's token ANDed in), $2 limit. FTS5 alone ranks the matches (no row of messages is read
-#: per match: that lookup is what grew with the history); load_context's exclusions and `at` are applied to the
-#: best ones by memory/sql_recall.py's ROWS, so this asks for the limit plus what they may take out. bm25 is
-#: negated: a higher score is a better match, as on Postgres (memory/pg_terms.py).
-LEXICAL = (
-    "SELECT rowid, -bm25(messages_fts, 1.0, 0.0) FROM messages_fts WHERE messages_fts MATCH ?1 "
-    "ORDER BY bm25(messages_fts, 1.0, 0.0), rowid DESC LIMIT ?2"
-)
-#: $1 FTS5 query (the owner's token ANDed in), $2 limit: the episodes that best match, by BM25 over their whole
-#: text (an episode started after `at` only lends its score to messages ROWS keeps).
-EPISODES = (
-    "SELECT rowid, -bm25(episodes_fts, 1.0, 0.0) FROM episodes_fts WHERE episodes_fts MATCH ?1 "
-    "ORDER BY bm25(episodes_fts, 1.0, 0.0), rowid DESC LIMIT ?2"
-)
 #: Hits asked beyond the limit and the excluded ids: queued turns and messages after `at` (`hilo context --at`)
 #: that ROWS leaves out.
 EXTRA_HITS = 20
@@ -112,8 +98,11 @@ class SqliteDb(Db):
     vectors = True  # numpy is a dependency: blobs searched in process
 
     def __init__(self, conn: sqlite3.Connection, counters: dict[str, int], clock: Callable[[], datetime],
-                 matrices: MatrixCache | None = None) -> None:
+                 matrices: MatrixCache | None = None,
+                 df_cache: dict[tuple[str, str], tuple[float, float]] | None = None) -> None:
         self.conn, self.counters, self.clock = conn, counters, clock
+        #: (table, term) -> (idf, monotonic expiry), and the table's size and mean row length: sqlite_terms
+        self.df_cache = df_cache if df_cache is not None else {}
         #: (user_id, embedder) -> the person's vectors as a float32 matrix (memory/vectors.py)
         self.matrices = matrices if matrices is not None else MatrixCache()
 
@@ -210,14 +199,21 @@ class SqliteDb(Db):
         return json.dumps(list(ids))
 
     async def lexical(self, q: ContextQuery, terms: list[str], excluded: list[int], limit: int) -> list[Any]:
-        match = fts_query(q.user_id, terms)
-        if match is None:
-            return []
-        return await self.all(LEXICAL, match, limit + len(excluded) + EXTRA_HITS)
+        # load_context's exclusions and `at` are applied to the best ones by memory/sql_recall.py's ROWS, so
+        # this asks for the limit plus what they may take out
+        return await self._bounded("messages", "content", q.user_id, terms, limit + len(excluded) + EXTRA_HITS)
 
     async def episodes(self, user_id: int, terms: list[str], at: Any, limit: int) -> list[Any]:
-        match = fts_query(user_id, terms, "terms")
-        return [] if match is None else await self.all(EPISODES, match, limit)
+        # (an episode started after `at` only lends its score to messages ROWS keeps)
+        return await self._bounded("episodes", "terms", user_id, terms, limit)
+
+    async def _bounded(self, table: str, column: str, user_id: int, terms: list[str], limit: int) -> list[Any]:
+        """The best `limit` rows of `table` by BM25 over a bounded candidate set (memory/sqlite_terms.py)."""
+        if not terms:
+            return []
+        idfs, avgdl = await sqlite_terms.weights(self, table, terms)
+        return await self.all(sqlite_terms.bounded_sql(table, len(terms)), *sqlite_terms.params(
+            table, user_id, terms, idfs, avgdl, limit, lambda term: fts_query(user_id, [term], column)))
 
 
 def fts_query(user_id: int, words: list[str], column: str = "content") -> str | None:
@@ -254,6 +250,8 @@ class SqliteStore(SqlStore):
         self.busy_timeout_ms = busy_timeout_ms
         #: the people's vector matrices (memory/vectors.py), touched on the worker thread only
         self.matrices = MatrixCache(max_floats=cache_floats)
+        #: lexical recall's term statistics (memory/sqlite_terms.py), touched on the worker thread only
+        self._df_cache: dict[tuple[str, str], tuple[float, float]] = {}
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
         #: (st_dev, st_ino) of the file the connection opened and of its -wal (None: in memory, or not yet seen):
@@ -377,7 +375,7 @@ class SqliteStore(SqlStore):
             conn.execute("BEGIN" if mode == "read" else "BEGIN IMMEDIATE")
             self.counters["transactions"] += 1
             try:
-                result = step(logic(SqliteDb(conn, self.counters, self.clock, self.matrices), *args))
+                result = step(logic(SqliteDb(conn, self.counters, self.clock, self.matrices, self._df_cache), *args))
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")

@@ -60,22 +60,50 @@ _BM25 = (
     "WHERE {alias}.search @@ t.term::tsquery) * {k1p1} / (1 + {k1} * ({one_b} + {b} * "
     "greatest(length({alias}.search) - 1, 1) / $3::float8))"
 ).format(k1p1=K1 + 1, k1=K1, one_b=1 - B, b=B, alias="{alias}")
-#: $1..$3 as _BM25, $4 tsquery text, $5 user, $6 at, $7 excluded ids, $8 current message, $9 its conversation,
-#: $10 limit. The owner's token is ANDed in: the GIN index skips other people's rows.
+#: A term the statistics count in at most RARE_DF rows brings every row of the person that holds it (the GIN index,
+#: the owner's token ANDed in: at most RARE_DF rows per term, RARE_CAP in all); a commoner term is looked for
+#: among the person's newest NEWEST rows only (messages; NEWEST_EPISODES episodes): issue 14, assembly flat in the
+#: history's size. Every candidate is then scored against all the question's terms.
+RARE_DF = 500
+RARE_CAP = 4000
+NEWEST = 1000
+NEWEST_EPISODES = 200
+#: The share of the rows the planner gives a word its statistics do not list (ts_selfuncs' DEFAULT_TS_MATCH_SEL).
+UNLISTED = 0.005
+#: The candidates: $4 tsquery text of the rare terms (NULL: none), $5 user, $11 of the common terms (NULL: none),
+#: $12 how many of the newest rows; ordered by {at} on the person's (user_id, {at}) index.
+_CANDIDATES = (
+    "WITH rare AS (SELECT x.id FROM {table} x WHERE $4::text IS NOT NULL "
+    "AND x.search @@ (to_tsquery('simple', $4) && quote_literal('_u' || $5::bigint::text)::tsquery) "
+    "AND x.user_id = $5 LIMIT " + str(RARE_CAP) + "), "
+    "newest AS (SELECT x.id, x.search FROM {table} x WHERE $11::text IS NOT NULL AND x.user_id = $5 "
+    "ORDER BY x.{at} DESC LIMIT $12), "
+    "cand AS (SELECT id FROM rare UNION SELECT n.id FROM newest n WHERE n.search @@ to_tsquery('simple', $11)) "
+)
+#: $1..$3 as _BM25, $4 and $11, $12 as _CANDIDATES, $5 user, $6 at, $7 excluded ids, $8 current message, $9 its
+#: conversation, $10 limit.
 LEXICAL = (
-    "SELECT m.id, " + _BM25.format(alias="m") + " AS score FROM messages m "
-    "WHERE m.search @@ (to_tsquery('simple', $4) && quote_literal('_u' || $5::bigint::text)::tsquery) "
+    _CANDIDATES.format(table="messages", at="created_at")
+    + "SELECT m.id, " + _BM25.format(alias="m") + " AS score FROM messages m "
+    "WHERE m.id IN (SELECT id FROM cand) "
     "AND m.user_id = $5 AND m.created_at <= $6 AND m.id <> ALL($7::bigint[]) "
     "AND ($8::bigint IS NULL OR NOT (m.conversation_id IS NOT DISTINCT FROM $9::bigint "
     "AND m.role = 'user' AND m.id > $8)) "
     "ORDER BY score DESC, m.id DESC LIMIT $10"
 )
-#: $1..$3 as _BM25, $4 tsquery text, $5 user, $6 at, $7 limit.
+#: $1..$3 as _BM25, $4 and $11, $12 as _CANDIDATES, $5 user, $6 at, $7 limit.
 EPISODES = (
-    "SELECT e.id, " + _BM25.format(alias="e") + " AS score FROM episodes e "
-    "WHERE e.search @@ (to_tsquery('simple', $4) && quote_literal('_u' || $5::bigint::text)::tsquery) "
-    "AND e.user_id = $5 AND e.started_at <= $6 ORDER BY score DESC, e.id DESC LIMIT $7"
+    _CANDIDATES.replace("$11", "$8").replace("$12", "$9").format(table="episodes", at="started_at")
+    + "SELECT e.id, " + _BM25.format(alias="e") + " AS score FROM episodes e "
+    "WHERE e.id IN (SELECT id FROM cand) AND e.user_id = $5 AND e.started_at <= $6 "
+    "ORDER BY score DESC, e.id DESC LIMIT $7"
 )
+
+
+def split(terms: Sequence[str], rare: Sequence[bool]) -> tuple[str | None, str | None]:
+    """(the tsquery text of the rare terms, of the common ones)."""
+    return (tsquery_text([t for t, r in zip(terms, rare, strict=True) if r]),
+            tsquery_text([t for t, r in zip(terms, rare, strict=True) if not r]))
 
 
 def tsquery_text(words: Sequence[str]) -> str | None:
@@ -90,36 +118,49 @@ def tsquery_text(words: Sequence[str]) -> str | None:
 
 
 def idf(df: float, total: float) -> float:
-    """FTS5's inverse document frequency."""
-    return max(1e-6, math.log((total - df + 0.5) / (df + 0.5))) if total > 0 else 1e-6
+    """FTS5's inverse document frequency (its floor when `df` is most of the rows, or more than there are)."""
+    ratio = (total - df + 0.5) / (df + 0.5)
+    return max(1e-6, math.log(ratio)) if total > 0 and ratio > 0 else 1e-6
 
 
 async def weights(db: Any, table: str, terms: list[str]) -> tuple[list[float], float]:
     """(each term's idf, the table's mean row length), from the cache or the statistics."""
+    idfs, avgdl, _ = await stats(db, table, terms)
+    return idfs, avgdl
+
+
+async def stats(db: Any, table: str, terms: list[str]) -> tuple[list[float], float, list[bool]]:
+    """(each term's idf, the table's mean row length, whether each term is rare: counted in at most RARE_DF rows,
+    or not listed by the statistics at all), from the cache or the statistics."""
     cache: dict[tuple[str, str], tuple[float, float]] = db.df_cache
     now = time.monotonic()
     if len(cache) > DF_CACHE_MAX:
         cache.clear()
-    known = {t: hit[0] for t in [*terms, ""] if (hit := cache.get((table, t))) is not None and hit[1] > now}
-    missing = [t for t in terms if t not in known]
+    # (table, term) -> (idf, expiry); (table, "~" + term) -> (1.0 when rare, expiry); (table, "") -> avgdl
+    keys = [*terms, *("~" + t for t in terms), ""]
+    known = {t: hit[0] for t in keys if (hit := cache.get((table, t))) is not None and hit[1] > now}
+    missing = [t for t in terms if t not in known or "~" + t not in known]
     if missing:
         rows = await db.all(STATS_SQL, table, missing)
         total = float(rows[0][1])
         if rows[0][0]:  # analyzed
-            floor = float(rows[0][2]) * total
-            found = {term: max(1.0, float(share) * total if share is not None else floor)
+            # an unlisted word: as the planner guesses it (at most 0.5% of the rows), never above the rarest listed
+            floor = min(float(rows[0][2]), UNLISTED) * total
+            found = {term: (max(1.0, float(share) * total if share is not None else floor), share is None)
                      for *_, term, share in rows if term is not None}
         else:
             rows = await db.all(COUNT_SQL.format(table=table), missing, COUNT_CAP)
             total = float(rows[0][0])
-            found = {term: float(n) for _, term, n in rows if term is not None}
-        for term, df in found.items():
+            found = {term: (float(n), False) for _, term, n in rows if term is not None}
+        for term, (df, unlisted) in found.items():
             known[term] = idf(df, total)
+            known["~" + term] = float(unlisted or df <= RARE_DF)
             cache[(table, term)] = (known[term], now + DF_TTL_S)
+            cache[(table, "~" + term)] = (known["~" + term], now + DF_TTL_S)
     if "" not in known:
         known[""] = max(1.0, float(await db.value(AVGDL_SQL.format(table=table))))
         cache[(table, "")] = (known[""], now + DF_TTL_S)
-    return [known[t] for t in terms], known[""]
+    return [known[t] for t in terms], known[""], [known["~" + t] > 0 for t in terms]
 
 
 async def stale(db: Any, imported: int) -> bool:

@@ -64,3 +64,25 @@ async def test_a_wide_budget_takes_more_than_64_recalled_messages(store: Any) ->
                                       text="kayak or canoe?", at=T0 + timedelta(days=60))
     recalled = [i for i in ctx.items if i.kind == "recalled_message"]
     assert len(recalled) == 80, f"{len(recalled)} recalled at 4,000 tokens ({ctx.tokens['total']} spent)"
+
+
+async def test_a_rare_word_is_found_among_20000_messages_of_common_ones(store: Any) -> None:
+    # issue 14: a term's postings are bounded (its newest) when it is common; a rare term brings all of its
+    # messages, however old, and the best of them is recalled (memory/sqlite_terms.py, memory/pg_terms.py)
+    common = "the office coffee machine was broken again this morning"
+    out = [ImportRow("kim", "web", "user", "my passport photo was taken at the office today",
+                     T0, count("x"), "rare", "old")]
+    out += [ImportRow("kim", "web", "user", f"{common} ({i})", T0 + timedelta(hours=2 * (i + 1)), 12, f"c{i}",
+                      f"day-{i // 12}") for i in range(20_000)]
+    await store.import_rows(out)
+    uid = await store.user_id("kim")
+    pipe = Pipeline(Settings(context_budget=2000), store, chain=None)  # type: ignore[arg-type]
+    at = T0 + timedelta(days=2000)
+    ctx = await pipe.assemble_context(user_id=uid, surface="web", conversation_id=None, current_message_id=None,
+                                      text="Where was my passport photo taken? The office?", at=at)
+    recalled = [i.external_id for i in ctx.items if i.kind == "recalled_message"]
+    assert recalled and recalled[0] == "rare", recalled[:5]
+    # a question of common words only still recalls (their newest postings)
+    ctx = await pipe.assemble_context(user_id=uid, surface="web", conversation_id=None, current_message_id=None,
+                                      text="Was the coffee machine broken?", at=at)
+    assert sum(i.kind == "recalled_message" for i in ctx.items) > 10

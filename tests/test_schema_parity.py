@@ -46,6 +46,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     # Term statistics: SQLite reads document frequencies from an fts5vocab table (migrations/sqlite/0004);
     # Postgres needs none (its 0004 is a no-op kept so that the numbers match).
     ("sqlite", "table", "messages_fts_vocab"): "the fts5vocab table of messages_fts's terms",
+    ("sqlite", "table", "episodes_fts_vocab"): "the fts5vocab table of episodes_fts's terms (its 0031_recall_bounds)",
     # Bookkeeping of the engines and the runner, not of the migration files.
     ("sqlite", "table", "sqlite_sequence"): "SQLite's AUTOINCREMENT counters (Postgres: identity sequences)",
     ("both", "table", "schema_migrations"): "made by the runner (memory/migrate.py), not by a migration file; "

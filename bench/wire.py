@@ -27,14 +27,19 @@ def _socket_path(dsn: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def counting_proxy(dsn: str) -> AsyncIterator[tuple[str, WireCounter]]:
-    """(a DSN through the proxy, its counter) for the embedded server at `dsn` (a unix-socket DSN)."""
-    socket_path = _socket_path(dsn)
+async def counting_proxy(dsn: str | tuple[str, int]) -> AsyncIterator[tuple[str, WireCounter]]:
+    """(a DSN through the proxy, its counter) for the embedded server at `dsn` (a unix-socket DSN), or for a
+    server listening on (host, port) (a pooler: pgbouncer)."""
+    socket_path = _socket_path(dsn) if isinstance(dsn, str) else None
     counter = WireCounter()
     tasks: set[asyncio.Task[None]] = set()
 
     async def handle(c_reader: asyncio.StreamReader, c_writer: asyncio.StreamWriter) -> None:
-        s_reader, s_writer = await asyncio.open_unix_connection(socket_path)
+        if socket_path is not None:
+            s_reader, s_writer = await asyncio.open_unix_connection(socket_path)
+        else:
+            assert not isinstance(dsn, str)
+            s_reader, s_writer = await asyncio.open_connection(*dsn)
         server_spoke = [True]
 
         async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, from_client: bool) -> None:

@@ -3,8 +3,9 @@
 Runs each benchmark script as a subprocess of its own (one at a time, so that none measures another's load), each
 writing its JSON into a folder of this run, then renders one Markdown page: the machine it ran on, the goals
 (docs/architecture.md, "Performance budget") with the figure measured for each, and a section per item of the
-issue, each figure beside its baseline measured in the same script run (the seed pattern and a bare endpoint, the full history
-and a 24-hour window, another checkout of hilo). Nothing here asserts a time: a missed goal is printed as missed.
+issue, each figure beside its baseline measured in the same script run (the seed pattern and a bare endpoint, the
+full history and a 24-hour window, another checkout of hilo). Nothing here asserts a time: a missed goal is printed
+as missed.
 
     bench/run                     # the full run (~25 min on 2 cores): 1,000 x 1,000, 300k, 1,000,000 lines
     bench/run --quick             # the same sections at small sizes (~3 min): checks the harness, not the goals

@@ -9,7 +9,7 @@ as missed.
 
     bench/run                     # the full run (~25 min on 2 cores): 1,000 x 1,000, 300k, 1,000,000 lines
     bench/run --quick             # the same sections at small sizes (~3 min): checks the harness, not the goals
-    bench/run --baseline 40a736f  # also that commit's hilo in the recall table (git archive into a tmp folder)
+    bench/run --baseline 40a736f  # also that commit's hilo in b, d and f, side by side (git archive, tmp folder)
     bench/run --only a,e          # some sections (a-g, recall)
 """
 
@@ -37,7 +37,10 @@ PY = sys.executable
 SECTIONS: dict[str, tuple[str, list[str], list[str]]] = {
     "a": ("context_bench.py", ["--people", "1000", "--messages-per-person", "1000", "--postgres", "--turns", "200"],
           ["--people", "60", "--messages-per-person", "200", "--postgres", "--turns", "40", "--pool", "5"]),
-    "b": ("memory_bench.py", ["--sizes", "1000,10000,100000,300000", "--postgres", "--pg-max", "100000"],
+    # lexical rows: the embedder's rows (+emb) cost a 100k-vector HNSW build on Postgres (~6 min on 2 cores): run
+    # bench/memory_bench.py without --no-embedder for them
+    "b": ("memory_bench.py", ["--sizes", "1000,10000,100000,300000", "--postgres", "--pg-max", "100000",
+                              "--no-embedder"],
           ["--people", "4", "--messages-per-person", "300", "--sizes", "1000,3000", "--postgres", "--queries", "40",
            "--no-embedder"]),
     "d": ("web_load.py", [], ["--quick"]),
@@ -212,14 +215,19 @@ def section_recall(d: dict[str, Any]) -> str:
 
 
 def section_d(d: dict[str, Any]) -> str:
-    lines = ["Requests per second through uvicorn on 127.0.0.1, a zero-latency model, hilo beside a bare Starlette "
-             "endpoint doing one insert (run side by side, interleaved).", "",
-             "| load | bare req/s | hilo req/s | hilo / bare | hilo p50 ms | hilo p99 ms |",
-             "|---|---:|---:|---:|---:|---:|"]
+    base = any(isinstance(c, dict) and "baseline_rps" in c for c in d.values())
+    lines = ["Requests per second through uvicorn on 127.0.0.1, the echo model (no network), hilo beside a bare "
+             "Starlette endpoint doing one insert" + (" and the --baseline commit's hilo" if base else "")
+             + " (run side by side, interleaved).", "",
+             "| load | bare req/s | hilo req/s | hilo / bare | hilo p50 ms | hilo p99 ms |"
+             + (" baseline req/s | baseline / bare |" if base else ""),
+             "|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if base else "")]
     for key, cell in d.items():
         if isinstance(cell, dict) and "hilo_rps" in cell:
             lines.append(f"| {key} | {_f(cell.get('bare_rps'), ',.0f')} | {_f(cell.get('hilo_rps'), ',.0f')} | "
-                         f"{_f(cell.get('ratio'))}x | {_f(cell.get('hilo_p50_ms'))} | {_f(cell.get('hilo_p99_ms'))} |")
+                         f"{_f(cell.get('ratio'))}x | {_f(cell.get('hilo_p50_ms'))} | {_f(cell.get('hilo_p99_ms'))} |"
+                         + (f" {_f(cell.get('baseline_rps'), ',.0f')} | {_f(cell.get('baseline_ratio'))}x |"
+                            if base else ""))
     return "\n".join(lines)
 
 
@@ -235,15 +243,21 @@ def section_e(d: dict[str, Any]) -> str:
 
 
 def section_f(d: dict[str, Any]) -> str:
-    rows = [("`hilo context` start to answer", _get(d, "context_s"), "s"),
-            ("`hilo chat` start to answer", _get(d, "chat_s"), "s")]
-    lines = ["| measure | p50 | p99 |", "|---|---:|---:|"]
-    for name, cell, unit in rows:
-        lines.append(f"| {name} | {_f(_get(cell, 'p50'), '.3f')} {unit} | {_f(_get(cell, 'p99'), '.3f')} {unit} |")
-    lines += ["", "| resident memory of `hilo serve` | MB |", "|---|---:|"]
+    b = d.get("baseline") if isinstance(d.get("baseline"), dict) else None
+    rows = [("`hilo context` start to answer", "context_s"), ("`hilo chat` start to answer", "chat_s")]
+    lines = [f"Fresh processes, a person with {d.get('history', 0):,} messages; the baseline is the --baseline commit.",
+             "", "| measure | p50 | p99 |" + (" baseline p50 | baseline p99 |" if b else ""),
+             "|---|---:|---:|" + ("---:|---:|" if b else "")]
+    for name, key in rows:
+        line = f"| {name} | {_f(_get(d, key, 'p50'), '.3f')} s | {_f(_get(d, key, 'p99'), '.3f')} s |"
+        if b:
+            line += f" {_f(_get(b, key, 'p50'), '.3f')} s | {_f(_get(b, key, 'p99'), '.3f')} s |"
+        lines.append(line)
+    lines += ["", "| resident memory of `hilo serve` | MB |" + (" baseline MB |" if b else ""),
+              "|---|---:|" + ("---:|" if b else "")]
     for key, name in (("rss_idle_mb", "idle, no embedder"), ("rss_first_turn_mb", "after the first turn"),
                       ("rss_load_mb", "under load"), ("rss_idle_embedder_mb", "idle, local embedder loaded")):
-        lines.append(f"| {name} | {_f(d.get(key), '.1f')} |")
+        lines.append(f"| {name} | {_f(d.get(key), '.1f')} |" + (f" {_f(b.get(key), '.1f')} |" if b else ""))
     return "\n".join(lines)
 
 
@@ -294,7 +308,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes: checks the harness in a few minutes")
     ap.add_argument("--only", default="a,b,d,e,f,g", help="sections to run, comma list of a,b,d,e,f,g")
-    ap.add_argument("--baseline", metavar="REF", help="also run REF's hilo in the recall table (a git commit)")
+    ap.add_argument("--baseline", metavar="REF", help="also run REF's hilo (a git commit) in the same run: recall and "
+                    "context assembly (b), web throughput (d), start-up and memory (f)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
     args = ap.parse_args()
     started = time.perf_counter()
@@ -303,15 +318,16 @@ def main() -> None:
     folder.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        extra_b: list[str] = []
+        extra: dict[str, list[str]] = {}
         if args.baseline:
             src = Path(tmp) / "baseline"
             src.mkdir()
             archive = subprocess.run(["git", "archive", args.baseline], cwd=ROOT, capture_output=True, check=True)
             subprocess.run(["tar", "-x", "-C", str(src)], input=archive.stdout, check=True)
-            extra_b = ["--baseline-src", f"{src}=baseline {args.baseline}"]
+            extra = {"b": ["--baseline-src", f"{src}=baseline {args.baseline}"], "d": ["--baseline", str(src)],
+                     "f": ["--baseline", str(src)]}
         for key in [k.strip() for k in args.only.split(",") if k.strip()]:
-            data = run_section(key, args.quick, folder, extra_b if key == "b" else [])
+            data = run_section(key, args.quick, folder, extra.get(key, []))
             if data is not None:
                 results[key] = data
     page = render(m, results, args.quick, time.perf_counter() - started)

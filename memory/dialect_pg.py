@@ -1,7 +1,9 @@
 """The Postgres dialect: `PostgresStore` on Postgres (Supabase or any Postgres 13+), through an asyncpg pool.
 
 Each Store method is one pool checkout and one transaction: READ COMMITTED for writes, REPEATABLE READ READ ONLY
-for reads (so `load_context` sees one snapshot); the turn lease's statements commit on their own. The shared
+for reads; the turn lease's statements and the turn's context reads (bounded by the turn's moment) commit on their
+own, and a known person's ingest and finish_turn are one statement each (memory/pg_turn.py: a turn in 7.8 round
+trips on the wire). The shared
 logic's SQL is Postgres' own spelling, so it runs as written. What differs from SQLite lives here: the pool and
 its plumbing, the error mapping, transaction-scoped advisory locks (`db.lock`), recall over the tsvector with
 term statistics from the planner (`pg_stats.most_common_elems`), the bulk insert (INSERT ... unnest), and vectors:
@@ -29,13 +31,13 @@ import asyncpg
 
 from kernel import log
 from kernel.errors import ConfigError
-from kernel.types import utcnow
+from kernel.types import InboundMessage, ModelCallRecord, Outgoing, StoredMessage, utcnow
 from memory import migrate as migrations
-from memory import pg_terms, reindex
+from memory import pg_terms, pg_turn, reindex, turn_lease
 from memory.rows import INSERT_COLS, Db, Mode, Rollback, aware, columns_by_table
 from memory.sql_store import Logic, SqlStore
 from memory.sql_vectors import VectorQuery
-from memory.store import ContextQuery, ImportResult, ImportRow, StoreError, StoreUnavailable
+from memory.store import ContextQuery, ImportResult, ImportRow, Ingested, StoreError, StoreUnavailable
 
 T = TypeVar("T")
 logger = log.get("hilo.store")
@@ -170,6 +172,19 @@ class PgDb(Db):
         return await self.all(pg_terms.LEXICAL, terms, idf, avgdl, rare_text, q.user_id, aware(q.at), excluded,
                               q.current_message_id, q.conversation_id, limit, common, pg_terms.NEWEST)
 
+    async def hits(self, q: ContextQuery, terms: list[str], excluded: list[int], limit: int,
+                   episode_limit: int) -> tuple[list[Any], list[Any]]:
+        """lexical() and episodes() in one statement (pg_terms.HITS)."""
+        idf, avgdl, rare = await pg_terms.stats(self, "messages", terms)
+        rare_text, common = pg_terms.split(terms, rare)
+        e_idf, e_avgdl, e_rare = await pg_terms.stats(self, "episodes", terms)
+        e_rare_text, e_common = pg_terms.split(terms, e_rare)
+        rows = await self.all(pg_terms.HITS, terms, idf, avgdl, rare_text, q.user_id, aware(q.at), excluded,
+                              q.current_message_id, q.conversation_id, limit, common, pg_terms.NEWEST,
+                              terms, e_idf, e_avgdl, e_rare_text, q.user_id, aware(q.at), episode_limit, e_common,
+                              pg_terms.NEWEST_EPISODES)
+        return [r[1:] for r in rows if r[0] == 0], [r[1:] for r in rows if r[0] == 1]
+
     async def episodes(self, user_id: int, terms: list[str], at: Any, limit: int) -> list[Any]:
         idf, avgdl, rare = await pg_terms.stats(self, "episodes", terms)
         rare_text, common = pg_terms.split(terms, rare)
@@ -279,7 +294,9 @@ class PostgresStore(SqlStore):
         self._imported = 0
 
     async def close(self) -> None:
-        """Close the pool. Safe to call twice."""
+        """Close the pool (the turn leases of turns that never ran released first). Safe to call twice."""
+        if self._pool is not None and self._leases:
+            await self._release_kept_leases()
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
@@ -323,7 +340,7 @@ class PostgresStore(SqlStore):
                 db = PgDb(conn, self.counters, self._df_cache, self.clock, self._indexed)
                 self.counters["transactions"] += 1
                 try:
-                    if mode == "lease":
+                    if mode in ("lease", "reads"):
                         return await logic(db, *args)
                     if mode == "read":
                         return await _read(conn, self._begin_read, logic(db, *args))
@@ -337,6 +354,26 @@ class PostgresStore(SqlStore):
             raise StoreError(f"Postgres error: {exc}") from exc
         except asyncpg.InterfaceError as exc:
             raise StoreError(f"Postgres client error: {exc}") from exc
+
+    async def ingest(self, msg: InboundMessage, token_count: int) -> Ingested | None:
+        """One statement for a known person's new message, which also takes its turn's lease (memory/pg_turn.py);
+        a first contact or a redelivery runs SqlStore.ingest's transaction."""
+        owner = turn_lease.new_owner()
+        fast = await self._tx("lease", pg_turn.ingest, msg, token_count, owner, self.turn_lease_ttl)
+        if fast is None:
+            return await super().ingest(msg, token_count)
+        turn, taken = fast
+        if taken:
+            self._keep_lease(turn.message.id, turn.conversation_id, owner)
+        return turn
+
+    async def finish_turn(
+        self, turn: Ingested, reply: str | None, reply_tokens: int, calls: Sequence[ModelCallRecord],
+        metadata: dict[str, Any] | None = None, *, memory_ids: Sequence[int] = (), outgoing: Outgoing | None = None,
+    ) -> StoredMessage | None:
+        """SqlStore.finish_turn in one statement (memory/pg_turn.py)."""
+        return await self._tx("lease", pg_turn.finish_turn, turn, reply, reply_tokens, calls, metadata, memory_ids,
+                              outgoing)
 
     async def import_rows(self, rows: Sequence[ImportRow]) -> ImportResult:
         """SqlStore.import_rows, then ANALYZE of the tables it filled when pg_terms.stale says so: recall's term

@@ -203,6 +203,11 @@ class SqliteDb(Db):
         # this asks for the limit plus what they may take out
         return await self._bounded("messages", "content", q.user_id, terms, limit + len(excluded) + EXTRA_HITS)
 
+    async def hits(self, q: ContextQuery, terms: list[str], excluded: list[int], limit: int,
+                   episode_limit: int) -> tuple[list[Any], list[Any]]:
+        return (await self.lexical(q, terms, excluded, limit),
+                await self.episodes(q.user_id, terms, q.at, episode_limit))
+
     async def episodes(self, user_id: int, terms: list[str], at: Any, limit: int) -> list[Any]:
         # (an episode started after `at` only lends its score to messages ROWS keeps)
         return await self._bounded("episodes", "terms", user_id, terms, limit)
@@ -372,7 +377,7 @@ class SqliteStore(SqlStore):
                 self.matrices.generation += 1  # it may change vectors: the next search checks the table again
             # read BEFORE the snapshot begins: any commit of another connection after it shows as a new version
             self.matrices.version = conn.execute("PRAGMA data_version").fetchone()[0]
-            conn.execute("BEGIN" if mode == "read" else "BEGIN IMMEDIATE")
+            conn.execute("BEGIN" if mode in ("read", "reads") else "BEGIN IMMEDIATE")
             self.counters["transactions"] += 1
             try:
                 result = step(logic(SqliteDb(conn, self.counters, self.clock, self.matrices, self._df_cache), *args))

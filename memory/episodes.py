@@ -22,19 +22,25 @@ from memory.rows import Db, as_dt
 #: The longest silence inside one episode.
 GAP = timedelta(hours=1)
 
-#: $1 conversation, $2 user, $3 surface, $4 the message's time minus GAP, $5 its time, $6 tokens, $7 terms.
-#: The id is the conversation's latest episode that ended since $4 (its row updated), else a new one (SQLite
-#: spells the nextval NULL: the AUTOINCREMENT key).
-JOIN = (
-    "INSERT INTO episodes(id, user_id, conversation_id, surface, started_at, ended_at, message_count, token_count, "
-    "terms) VALUES (coalesce((SELECT e.id FROM episodes e WHERE e.conversation_id = $1 AND e.ended_at >= $4 "
-    "ORDER BY e.ended_at DESC, e.id DESC LIMIT 1), nextval(pg_get_serial_sequence('episodes', 'id'))), "
-    "$2, $1, $3, $5, $5, 1, $6, $7) "
+#: The conversation's latest episode that ended since a moment: {conversation} and {since} are spelt in.
+LATEST_OPEN = ("(SELECT e.id FROM episodes e WHERE e.conversation_id = {conversation} AND e.ended_at >= {since} "
+               "ORDER BY e.ended_at DESC, e.id DESC LIMIT 1)")
+#: A new episode's id when there is no open one (SQLite spells the nextval NULL: the AUTOINCREMENT key).
+NEXT_ID = "nextval(pg_get_serial_sequence('episodes', 'id'))"
+#: An episode row inserted for one message, merged into the row of the same id when there is one.
+MERGE = (
     "ON CONFLICT (id) DO UPDATE SET ended_at = greatest(episodes.ended_at, excluded.ended_at), "
     "started_at = least(episodes.started_at, excluded.started_at), "
     "message_count = episodes.message_count + 1, token_count = episodes.token_count + excluded.token_count, "
     "terms = CASE WHEN excluded.terms = '' THEN episodes.terms WHEN episodes.terms = '' THEN excluded.terms "
-    "ELSE episodes.terms || ' ' || excluded.terms END RETURNING id"
+    "ELSE episodes.terms || ' ' || excluded.terms END"
+)
+#: $1 conversation, $2 user, $3 surface, $4 the message's time minus GAP, $5 its time, $6 tokens, $7 terms.
+#: The id is the conversation's latest episode that ended since $4 (its row updated), else a new one.
+JOIN = (
+    "INSERT INTO episodes(id, user_id, conversation_id, surface, started_at, ended_at, message_count, token_count, "
+    f"terms) VALUES (coalesce({LATEST_OPEN.format(conversation='$1', since='$4')}, {NEXT_ID}), "
+    f"$2, $1, $3, $5, $5, 1, $6, $7) {MERGE} RETURNING id"
 )
 _LATEST = ("SELECT e.conversation_id, e.id, e.ended_at FROM episodes e WHERE e.id IN (SELECT max(x.id) "
            "FROM episodes x WHERE x.conversation_id = ANY($1::bigint[]) GROUP BY x.conversation_id)")

@@ -17,6 +17,7 @@ counted through the GIN index instead, capped. avgdl is read from the newest row
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -172,3 +173,14 @@ async def stale(db: Any, imported: int) -> bool:
         "ON n.nspname = st.schemaname WHERE n.oid = c.relnamespace AND st.tablename = 'messages' "
         "AND st.attname = 'search') FROM pg_class c WHERE c.oid = 'messages'::regclass")
     return not row[1] or imported >= row[0]
+
+
+def _shifted(sql: str, by: int) -> str:
+    return re.sub(r"\$(\d+)", lambda m: f"${int(m[1]) + by}", sql)
+
+
+#: LEXICAL's rows (0, id, score) and EPISODES' (1, id, score) in one statement: one round trip, not two (issue 14:
+#: a turn in at most 8 on the wire). $1..$12 as LEXICAL, $13..$21 as EPISODES' $1..$9.
+HITS = (f"SELECT 0, * FROM ({LEXICAL}) AS lexical "
+        f"UNION ALL SELECT 1, * FROM ({_shifted(EPISODES, 12)}) AS episode_hits")
+

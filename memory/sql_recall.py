@@ -1,9 +1,11 @@
 """Recall over the person's whole history, written once: gather candidates, score them (memory/retrieval.py).
 
-Inside load_context's read transaction, three statements whatever the history's size:
-1. lexical hits: the best LEXICAL_HITS messages by BM25 over their index terms (the dialect's `lexical`);
-2. episode hits: the best EPISODE_HITS episodes by BM25 over their whole text (the dialect's `episodes`);
-3. the rows: those messages, their neighbours (the message before and after in the conversation) and every
+Inside load_context's reads, two statements whatever the history's size (three on SQLite, where a statement costs
+no round trip):
+1. lexical hits: the best LEXICAL_HITS messages by BM25 over their index terms, and episode hits: the best
+   EPISODE_HITS episodes by BM25 over their whole text (the dialect's `hits`: its `lexical` and `episodes`,
+   one statement on Postgres);
+2. the rows: those messages, their neighbours (the message before and after in the conversation) and every
    message of the best EPISODE_MEMBERS episodes (MEMBERS_CAP at most), with the same exclusions as (1).
 With a query vector, one more: the person's nearest `search_limit` messages (memory/sql_vectors.py), which join
 the lexical hits in (3), and every candidate's cosine with the question, not only the vector hits': on Postgres (3)
@@ -63,8 +65,8 @@ async def recall(db: Db, q: ContextQuery,
         return [], {}
     terms = query_terms(q.search_text)
     at = db.ts(q.at)
-    hits = dict(await db.lexical(q, terms, excluded, LEXICAL_HITS)) if terms else {}
-    episode_scores = dict(await db.episodes(q.user_id, terms, at, EPISODE_HITS)) if terms else {}
+    lexical, found = await db.hits(q, terms, excluded, LEXICAL_HITS, EPISODE_HITS) if terms else ([], [])
+    hits, episode_scores = dict(lexical), dict(found)
     near = await vectors.recall(db, q, excluded)
     if not hits and not episode_scores and not near:
         return [], {}

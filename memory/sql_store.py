@@ -9,11 +9,13 @@ call counts once) and round_trips (store calls that reached the database: SQLite
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import date, datetime, timedelta
 from typing import Any, TypeVar
 
+from kernel.errors import StoreError
 from kernel.types import InboundMessage, ModelCallRecord, OutboxItem, Outgoing, utcnow
 from memory import jobs, turn_lease
 from memory import sql_admin as admin
@@ -72,6 +74,8 @@ class SqlStore:
         self.applied: list[str] = []
         #: None when the database keeps message vectors, else why not (a dialect sets it at open)
         self.vector_status: str | None = None
+        #: message id -> (conversation id, owner, time.monotonic()) of the turn lease its ingest took (_keep_lease)
+        self._leases: dict[int, tuple[int, str, float]] = {}
 
     async def _tx(self, mode: Mode, logic: Logic[T], *args: Any) -> T:
         raise NotImplementedError
@@ -120,11 +124,32 @@ class SqlStore:
                   grace: float = 0.0) -> AbstractAsyncContextManager[bool]:
         """The conversation's turn lease (memory/turn_lease.py): taking it and checking the message is one short
         transaction (SQLite: one hop; Postgres: each statement on its own, nothing in the server session)."""
+        kept = self._leases.pop(message_id, None)
         return turn_lease.hold(self._tx, conversation_id, message_id, self.turn_lease_ttl, self.counters,
-                               adopt, grace)
+                               adopt, grace, None if kept is None else (kept[1], kept[2]))
+
+    def _keep_lease(self, message_id: int, conversation_id: int, owner: str) -> None:
+        """The lease `ingest` took for this message's turn, for turn_lock (entries of turns that never ran, left
+        by a drain, go once their lease lapsed, or are released by close)."""
+        now = time.monotonic()
+        if len(self._leases) >= 64:
+            self._leases = {k: v for k, v in self._leases.items() if now - v[2] < self.turn_lease_ttl}
+        self._leases[message_id] = (conversation_id, owner, now)
+
+    async def _release_kept_leases(self) -> None:
+        """Release the leases ingest took for turns that never ran (the daemon stopped first), so that another
+        process answers those messages without waiting for the leases to lapse."""
+        kept, self._leases = self._leases, {}
+        for conversation_id, owner, _ in kept.values():
+            try:
+                await self._tx("lease", turn_lease.release, conversation_id, owner)
+            except StoreError:  # it lapses after its ttl
+                continue
 
     async def load_context(self, query: ContextQuery) -> ContextRows:
-        return await self._tx("read", turns.load_context, query)
+        # every row it reads is bounded by the turn's moment: no snapshot needed, but the vector search's settings
+        # (Postgres: SET LOCAL at BEGIN) need a transaction
+        return await self._tx("read" if query.query_vector else "reads", turns.load_context, query)
 
     async def finish_turn(
         self, turn: Ingested, reply: str | None, reply_tokens: int, calls: Sequence[ModelCallRecord],

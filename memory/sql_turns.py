@@ -1,11 +1,12 @@
 """The turn's statements, written once: ingest, load_context, finish_turn, and the bulk import.
 
 Each coroutine runs inside ONE transaction the store opened (SQLite: BEGIN IMMEDIATE for writes, BEGIN for reads,
-stepped synchronously on its worker thread; Postgres: READ COMMITTED writes, REPEATABLE READ READ ONLY reads) and
-uses as few statements as it can: the common turn is three statements to take a message in, four to read its
-context, three to keep the reply. SQLite serializes writers; Postgres does not, so the first contact of an
-identity takes a transaction-scoped lock (`db.lock`): two deliveries of a new person's first message must not
-make two users.
+stepped synchronously on its worker thread; Postgres: READ COMMITTED writes; the context's reads each on their own)
+and uses as few statements as it can: the common turn is four statements to take a message in, four to read its
+context, four to keep the reply. On Postgres, where each is a round trip, a known person's ingest and finish_turn
+are one statement each instead (memory/pg_turn.py); these stay the first contact's and redelivery's path there.
+SQLite serializes writers; Postgres does not, so the first contact of an identity takes a transaction-scoped
+lock (`db.lock`): two deliveries of a new person's first message must not make two users.
 """
 
 from __future__ import annotations
@@ -189,11 +190,26 @@ async def _conversation(db: Db, msg: InboundMessage, user_id: int, at: Any) -> i
     return int(found)
 
 
+#: The current conversation's newest turns ($5 of them; queued turns, user messages stored after the current one
+#: $4, excluded; assistant messages stay), then the person's turns on other surfaces since $6 ($8 of them, newest
+#: first), in one statement: $1 conversation, $2 user, $3 the turn's moment, $7 its surface. The last column says
+#: which (0, 1). Each part is a sub-select of its own, with its own index: (conversation_id, id) and
+#: (user_id, created_at).
+RECENT_AND_CROSS = (
+    f"SELECT * FROM (SELECT {MSG_COLS}, 0 FROM messages m WHERE m.conversation_id = $1 AND m.user_id = $2 "
+    "AND m.created_at <= $3 AND ($4::bigint IS NULL OR (m.id <> $4 AND (m.role <> 'user' OR m.id < $4))) "
+    "ORDER BY m.id DESC LIMIT $5) AS recent "
+    f"UNION ALL SELECT * FROM (SELECT {MSG_COLS}, 1 FROM messages m WHERE m.user_id = $2 AND m.created_at >= $6 "
+    "AND m.created_at <= $3 AND m.surface <> $7 AND m.conversation_id IS DISTINCT FROM $1::bigint "
+    "ORDER BY m.created_at DESC, m.id DESC LIMIT $8) AS cross_surface"
+)
+
+
 async def load_context(db: Db, q: ContextQuery) -> ContextRows:
-    """Memories (with their cosines to a query vector), the current conversation, cross-surface turns and recall
-    (memory/sql_recall.py: three SELECTs,
-    plus the dialect's term statistics on Postgres when there is something to search, and one vector search with
-    a query vector), in one snapshot."""
+    """Memories (with their cosines to a query vector), the current conversation and cross-surface turns (one
+    statement) and recall (memory/sql_recall.py: three SELECTs, plus the dialect's term statistics on Postgres
+    when there is something to search, and one vector search with a query vector), every row at or before the
+    turn's moment."""
     at, cur = db.ts(q.at), q.current_message_id
     facts, cosines = [], {}
     if q.facts_limit > 0:
@@ -207,23 +223,15 @@ async def load_context(db: Db, q: ContextQuery) -> ContextRows:
         if q.query_vector:
             cosines = cosines_of(q.query_vector, [(int(r[0]), r[-1]) for r in rows])
     conversation: list[StoredMessage] = []
-    if q.conversation_id is not None and q.recent_limit > 0:
-        # Queued turns (user messages stored after the current one) are excluded; assistant messages stay.
-        conversation = [to_message(r) for r in await db.all(  # on (conversation_id, id): see dialect_sqlite
-            f"SELECT {MSG_COLS} FROM messages m WHERE m.conversation_id = $1 AND m.user_id = $2 "
-            "AND m.created_at <= $3 AND ($4::bigint IS NULL OR (m.id <> $4 AND (m.role <> 'user' OR m.id < $4))) "
-            "ORDER BY m.id DESC LIMIT $5", q.conversation_id, q.user_id, at, cur, q.recent_limit,
-        )]
+    cross: list[StoredMessage] = []
+    recent = q.recent_limit if q.conversation_id is not None else 0
+    if recent > 0 or q.cross_limit > 0:
+        for r in await db.all(RECENT_AND_CROSS, q.conversation_id, q.user_id, at, cur, recent,
+                              db.ts(q.cross_since), q.surface, q.cross_limit):
+            (conversation if r[-1] == 0 else cross).append(to_message(r[:-1]))
         # A reply sorts right after the message it answers, even when a queued turn was stored in between.
         conversation.sort(key=lambda m: (m.reply_to if m.reply_to is not None else m.id, m.id))
-    cross: list[StoredMessage] = []
-    if q.cross_limit > 0:
-        cross = [to_message(r) for r in reversed(await db.all(
-            f"SELECT {MSG_COLS} FROM messages m WHERE m.user_id = $1 AND m.created_at >= $2 "
-            "AND m.created_at <= $3 AND m.surface <> $4 AND m.conversation_id IS DISTINCT FROM $5::bigint "
-            "ORDER BY m.created_at DESC, m.id DESC LIMIT $6",
-            q.user_id, db.ts(q.cross_since), at, q.surface, q.conversation_id, q.cross_limit,
-        ))]
+        cross.reverse()
     recalled: list[StoredMessage] = []
     scores: dict[int, dict[str, float]] = {}
     if q.search_limit > 0:
@@ -239,13 +247,14 @@ async def finish_turn(
 ) -> StoredMessage | None:
     """The reply, the usage rows, the conversation's updated_at, the uses of the memories and the parts to send
     (`outgoing`, queued in the outbox: memory/sql_outbox.py; for the reply, or the person's message when there
-    is no reply), together."""
+    is no reply), together. None, and nothing written, when the conversation is gone (forgotten meanwhile)."""
     moment = max(db.clock(), turn.message.created_at)  # a reply never sorts before what it answers
     at, msg = db.ts(moment), turn.message
     stored: StoredMessage | None = None
     # The conversation row first, then its episode, as ingest and post_notice lock them: the other order
     # deadlocked on Postgres against the same person's next message (tests/test_scale_serve.py).
-    await db.run(TOUCH + " AND user_id = $3", at, turn.conversation_id, turn.user_id)
+    if not await db.run(TOUCH + " AND user_id = $3", at, turn.conversation_id, turn.user_id):
+        return None  # the conversation is gone (forgotten while the turn ran): nothing to keep
     if reply is not None:
         meta = dump_metadata(metadata)
         terms = index_terms(reply)

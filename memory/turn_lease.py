@@ -24,6 +24,7 @@ import itertools
 import os
 import secrets
 import socket
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import Any
@@ -113,21 +114,29 @@ Tx = Callable[..., Awaitable[Any]]
 Adopt = Callable[[int], Awaitable[None]]
 
 
+#: A lease its turn's message took when it was stored (memory/pg_turn.py): (owner, time.monotonic() then).
+Taken = tuple[str, float]
+
+
 @contextlib.asynccontextmanager
 async def hold(tx: Tx, conversation_id: int, message_id: int, ttl: float, counters: dict[str, int],
-               adopt: Adopt | None = None, grace: float = 0.0) -> AsyncIterator[bool]:
+               adopt: Adopt | None = None, grace: float = 0.0, taken: Taken | None = None) -> AsyncIterator[bool]:
     """Hold the conversation's lease while the body runs; yields True when message `message_id` was answered
     already (the caller returns a duplicate without calling the model). A waiter retries with backoff, and stops
     waiting as soon as it sees the message answered. While it waits at the longest backoff, it looks for an
     earlier message that nobody answers (`orphan`: older than `grace`, its lease lapsed) and has `adopt` answer
     it first, so a person's replies keep their order after a crash without waiting for the recover job.
+    `taken`: the lease the statement that stored the message took (no statement here while it is fresh, well
+    within its ttl: nobody else can hold it, and nobody can have answered a message whose lease was taken as it
+    was stored); an older one is taken again under the same owner, as any other.
     `counters` counts failed attempts ("turn_lease_waits"), renewals ("turn_lease_renewals") and adoptions
     ("turn_lease_adopted")."""
-    owner = new_owner()
+    owner = new_owner() if taken is None else taken[0]
     wait = FIRST_WAIT
-    while True:
-        taken, answered = await tx("lease", take, conversation_id, message_id, owner, ttl)
-        if taken or answered:
+    held, answered = taken is not None and time.monotonic() - taken[1] < ttl / 3, False
+    while not held:
+        held, answered = await tx("lease", take, conversation_id, message_id, owner, ttl)
+        if held or answered:
             break
         counters["turn_lease_waits"] = counters.get("turn_lease_waits", 0) + 1
         if adopt is not None and wait >= MAX_WAIT:
@@ -139,7 +148,7 @@ async def hold(tx: Tx, conversation_id: int, message_id: int, ttl: float, counte
                 await adopt(earlier)  # then the usual pause: another waiter may be answering it right now
         await asyncio.sleep(wait)
         wait = min(wait * 2, MAX_WAIT)
-    if not taken:
+    if not held:
         yield True
         return
     renewer = asyncio.create_task(_renew_until_cancelled(tx, conversation_id, owner, ttl, counters))

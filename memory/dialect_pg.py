@@ -33,11 +33,11 @@ from kernel import log
 from kernel.errors import ConfigError
 from kernel.types import InboundMessage, ModelCallRecord, Outgoing, StoredMessage, utcnow
 from memory import migrate as migrations
-from memory import pg_terms, pg_turn, reindex, turn_lease
+from memory import pg_context, pg_terms, pg_turn, reindex, turn_lease
 from memory.rows import INSERT_COLS, Db, Mode, Rollback, aware, columns_by_table
 from memory.sql_store import Logic, SqlStore
 from memory.sql_vectors import VectorQuery
-from memory.store import ContextQuery, ImportResult, ImportRow, Ingested, StoreError, StoreUnavailable
+from memory.store import ContextQuery, ContextRows, ImportResult, ImportRow, Ingested, StoreError, StoreUnavailable
 
 T = TypeVar("T")
 logger = log.get("hilo.store")
@@ -366,6 +366,12 @@ class PostgresStore(SqlStore):
         if taken:
             self._keep_lease(turn.message.id, turn.conversation_id, owner)
         return turn
+
+    async def load_context(self, query: ContextQuery) -> ContextRows:
+        """One statement without a query vector (memory/pg_context.py); with one, SqlStore.load_context."""
+        if query.query_vector:
+            return await super().load_context(query)
+        return await self._tx("reads", pg_context.load_context, query)
 
     async def finish_turn(
         self, turn: Ingested, reply: str | None, reply_tokens: int, calls: Sequence[ModelCallRecord],

@@ -22,12 +22,11 @@ from tests.fakes.postgres import SERVER, db_name, postgres_databases, postgres_s
 #: issue 14's goal: database round trips per turn on Postgres, on the wire
 MAX_ROUND_TRIPS = 8
 #: What a turn costs today (measured 2026-12-04): postgres ingest 1 (one statement that also takes the lease:
-#: memory/pg_turn.py), load_context 4.8 (memories; recent and cross-surface turns; lexical and episode hits; the
-#: recalled rows; +0.8: recall's term statistics of new words, cached), finish_turn 1, lease release 1 = 7.8;
-#: pgbouncer twice that, 15.6 (statement_cache_size=0: asyncpg parses and describes each statement in a round trip
-#: of its own, then binds and executes it). A ceiling, so that a change that adds a round trip is seen; lower it
-#: with every change that removes one.
-TODAY = {"postgres": 8, "pgbouncer": 16}
+#: memory/pg_turn.py), load_context 1 (one statement: memory/pg_context.py, recall's term statistics inside it:
+#: migrations/postgres/0032), finish_turn 1, lease release 1 = 4; pgbouncer twice that, 8 (statement_cache_size=0:
+#: asyncpg parses and describes each statement in a round trip of its own, then binds and executes it). A ceiling,
+#: so that a change that adds a round trip is seen; lower it with every change that removes one.
+TODAY = {"postgres": 4, "pgbouncer": 8}
 
 
 async def one_turn(store: object, pipeline: Pipeline, k: int, wire: object, steps: dict[str, int]) -> None:
@@ -91,9 +90,7 @@ async def test_a_whole_turn_costs_no_more_round_trips_than_today(kind: str) -> N
     assert total <= TODAY[kind], f"a whole turn took {total} round trips on the wire: {per_step}"
 
 
-@pytest.mark.parametrize("kind", ["postgres", pytest.param("pgbouncer", marks=pytest.mark.xfail(
-    strict=True, reason="issue 14 (c): 15.6 through pgbouncer 1.18 in transaction mode, which keeps no prepared "
-    "statements: each of the turn's statements is a parse round trip and an execute round trip"))])
+@pytest.mark.parametrize("kind", ["postgres", "pgbouncer"])
 async def test_a_whole_turn_costs_at_most_8_round_trips_on_the_wire(kind: str) -> None:
     total, per_step = await measure(kind == "pgbouncer")
     assert total <= MAX_ROUND_TRIPS, f"a whole turn took {total} round trips on the wire: {per_step}"

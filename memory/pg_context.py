@@ -1,0 +1,131 @@
+"""A turn's context read on Postgres in one statement (issue 14: a turn in at most 8 round trips on the wire,
+through a transaction pooler too, where every statement costs two).
+
+sql_turns.load_context reads the memories, the conversation's tail with the cross-surface turns, recall's hits
+(after recall's term statistics, when a word is not cached) and the recalled rows in four or five statements,
+each one or two round trips. Here they are the sub-statements of one SELECT (one snapshot, no transaction):
+
+- `facts`: the person's current memories, newest first (as sql_turns.load_context);
+- `turns`: the conversation's tail and the other surfaces' turns (sql_turns.RECENT_AND_CROSS);
+- `hits`: hilo_recall_hits (migrations/postgres/0032): the lexical and episode hits with their term statistics,
+  planned with the real values; it is handed the ids of `turns` (and the current message) to leave out;
+- `recalled`: sql_recall's rows of those hits (the hits, their neighbours, the best episodes' members).
+Then memory/retrieval.py scores the candidates as sql_recall.recall does. With a query vector (the embedder is
+on: the question was embedded before the read) the store runs sql_turns.load_context, whose vector search needs
+the HNSW settings of its transaction.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+from memory import pg_terms, retrieval, sql_recall
+from memory.rows import MEMORY_COLS, MSG_COLS, Db, as_dt, to_memory, to_message
+from memory.sql_turns import RECENT_AND_CROSS
+from memory.stems import query_terms
+from memory.store import ContextQuery, ContextRows, Memory, StoredMessage
+
+#: What each row of READ is: its first column.
+FACT, RECENT, CROSS, LEXICAL, EPISODE, AVGDL_MESSAGES, AVGDL_EPISODES, RECALLED = range(8)
+#: Columns of a row after its kind: a message (MSG_COLS), its episode, the previous and next message of its
+#: conversation, a score; then a memory (MEMORY_COLS).
+_MSG = [c.strip().removeprefix("m.") for c in MSG_COLS.split(",")]
+_MEMORY = [c.strip() for c in MEMORY_COLS.split(",")]
+_WIDTH = len(_MSG) + 4 + len(_MEMORY)
+
+
+def _renumbered(sql: str, mapping: dict[int, str]) -> str:
+    return re.sub(r"\$(\d+)", lambda m: mapping[int(m[1])], sql)
+
+
+def _row(kind: int, message: list[str] | None = None, extra: list[str] | None = None,
+         memory: list[str] | None = None) -> str:
+    # the extra columns typed: NULL in the first two branches would make them text
+    extra = extra or ["NULL::bigint"] * 3 + ["NULL::float8"]
+    cols = [*(message or ["NULL"] * len(_MSG)), *extra, *(memory or ["NULL"] * len(_MEMORY))]
+    assert len(cols) == _WIDTH
+    return f"SELECT {kind}, " + ", ".join(cols)
+
+
+#: $1 user, $2 at, $3 memories, $4 conversation, $5 current message, $6 recent limit, $7 cross-surface since,
+#: $8 surface, $9 cross-surface limit, $10 the question's terms (empty: no recall), $11 $12 the mean row length of
+#: messages and episodes (NULL: read), $13 lexical hits, $14 episode hits, $15 episodes whose messages all come,
+#: $16 the longest such episode.
+READ = (
+    f"WITH facts AS (SELECT {MEMORY_COLS} FROM memories WHERE user_id = $1 AND ended_at IS NULL "
+    "AND created_at <= $2 AND (expires_at IS NULL OR expires_at > $2) ORDER BY id DESC LIMIT $3), "
+    f"turns({', '.join(_MSG)}, side) AS ("
+    + _renumbered(RECENT_AND_CROSS, {1: "$4", 2: "$1", 3: "$2", 4: "$5", 5: "$6", 6: "$7", 7: "$8", 8: "$9"})
+    + "), excluded AS (SELECT ARRAY(SELECT id FROM turns UNION ALL SELECT $5::bigint WHERE $5::bigint IS NOT NULL) "
+    "AS ids), "
+    "hits AS MATERIALIZED (SELECT h.* FROM excluded, hilo_recall_hits($10::text[], $1, $2, excluded.ids, $5, $4, "
+    "$13, $14, $11::float8, $12::float8) AS h), "
+    "recalled AS ("
+    + _renumbered(sql_recall.ROWS, {
+        1: "ARRAY(SELECT hit_id FROM hits WHERE hit_kind = 0)", 2: "$1", 3: "$2",
+        4: "(SELECT ids FROM excluded)", 5: "$5", 6: "$4",
+        7: "ARRAY(SELECT hit_id FROM hits WHERE hit_kind = 1 ORDER BY hit_score DESC, hit_id DESC LIMIT $15)",
+        8: "$16"})
+    + ") "
+    + _row(FACT, memory=_MEMORY) + " FROM facts UNION ALL "
+    + _row(RECENT, message=_MSG).replace(f"SELECT {RECENT}, ", f"SELECT {RECENT} + side, ") + " FROM turns "
+    "UNION ALL SELECT 3 + hit_kind, hit_id, " + ", ".join(["NULL"] * (len(_MSG) + 2)) + ", hit_score, "
+    + ", ".join(["NULL"] * len(_MEMORY)) + " FROM hits UNION ALL "
+    + _row(RECALLED, message=[f"r.{c}" for c in _MSG], extra=["r.episode_id", "r.prev_id", "r.next_id", "NULL::float8"])
+    + " FROM recalled AS r(" + ", ".join(_MSG) + ", episode_id, prev_id, next_id, cosine)"
+)
+
+
+async def load_context(db: Db, q: ContextQuery) -> ContextRows:
+    """sql_turns.load_context without a query vector, in one statement (READ)."""
+    terms = query_terms(q.search_text) if q.search_limit > 0 else []
+    cache: dict[Any, tuple[float, float]] = db.df_cache  # type: ignore[attr-defined]
+    now = time.monotonic()
+    avgdl = [hit[0] if (hit := cache.get((table, ""))) is not None and hit[1] > now else None
+             for table in ("messages", "episodes")]
+    recent = q.recent_limit if q.conversation_id is not None else 0
+    rows = await db.all(
+        READ, q.user_id, db.ts(q.at), max(q.facts_limit, 0), q.conversation_id, q.current_message_id, recent,
+        db.ts(q.cross_since), q.surface, max(q.cross_limit, 0), terms, *avgdl, sql_recall.LEXICAL_HITS,
+        sql_recall.EPISODE_HITS, sql_recall.EPISODE_MEMBERS, sql_recall.MEMBERS_CAP,
+    )
+    facts: list[Memory] = []
+    conversation: list[StoredMessage] = []
+    cross: list[StoredMessage] = []
+    hits: dict[int, float] = {}
+    episode_scores: dict[int, float] = {}
+    recalled_rows = []
+    mem = 1 + len(_MSG) + 4
+    for r in rows:
+        kind = r[0]
+        if kind == FACT:
+            facts.append(to_memory(r[mem:]))
+        elif kind in (RECENT, CROSS):
+            (conversation if kind == RECENT else cross).append(to_message(r[1:mem - 4]))
+        elif kind == LEXICAL:
+            hits[int(r[1])] = float(r[mem - 1])
+        elif kind == EPISODE:
+            episode_scores[int(r[1])] = float(r[mem - 1])
+        elif kind in (AVGDL_MESSAGES, AVGDL_EPISODES):
+            table = "messages" if kind == AVGDL_MESSAGES else "episodes"
+            cache[(table, "")] = (float(r[mem - 1]), now + pg_terms.DF_TTL_S)
+        else:
+            recalled_rows.append(r[1:mem - 1])
+    facts.sort(key=lambda f: f.id)
+    # A reply sorts right after the message it answers, even when a queued turn was stored in between.
+    conversation.sort(key=lambda m: (m.reply_to if m.reply_to is not None else m.id, m.id))
+    cross.sort(key=lambda m: (m.created_at, m.id))
+    recalled: list[StoredMessage] = []
+    scores: dict[int, dict[str, float]] = {}
+    if recalled_rows:
+        by_id = {int(r[0]): r for r in recalled_rows}
+        candidates = [retrieval.Candidate(int(r[0]), as_dt(r[8]), hits.get(int(r[0]), 0.0), r[11], r[12], r[13])
+                      for r in recalled_rows]
+        scored = retrieval.score(candidates, episode_scores, q.search_text, None)
+        best = retrieval.ranked(scored)[:q.search_limit]
+        recalled = [to_message(by_id[i][:11]) for i in best]
+        scores = {i: scored[i] for i in best}
+    return ContextRows(facts=facts, conversation=conversation, cross_surface=cross, recalled=recalled,
+                       recall_scores=scores, memory_cosines={})

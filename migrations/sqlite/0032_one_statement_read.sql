@@ -1,0 +1,4 @@
+-- Postgres reads a turn's context in one statement, recall's lexical hits as functions (migrations/postgres/0032:
+-- one round trip on the wire, custom plans). SQLite runs in the process: a statement costs no round trip, and its
+-- recall (memory/sqlite_terms.py) stays as it is. Nothing to do here; kept so that migration numbers and names
+-- match across dialects.

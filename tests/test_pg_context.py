@@ -1,0 +1,124 @@
+"""The one-statement context read on Postgres (memory/pg_context.py, migrations/postgres/0032) returns what the
+statements it replaced return (sql_turns.load_context without a query vector): the memories, the conversation's
+tail, the other surfaces' turns, recall's messages and their scores; before the planner's statistics exist and
+after ANALYZE; nothing of a forgotten person, and nothing of one person in another's context."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from kernel.types import InboundMessage, Ingested, utcnow
+from memory import pg_context, sql_turns
+from memory.open import open_store
+from memory.store import ContextQuery, ContextRows
+from tests.fakes.postgres import SERVER, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
+
+WORDS = ("parrot", "garden", "violin", "lisbon", "kiwi", "tomato", "bicycle", "sister", "rain", "museum")
+
+
+@pytest.fixture
+async def store() -> AsyncIterator[Any]:
+    s = open_store(SERVER.create_database())
+    await s.open()
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+async def say(store: Any, person: str, surface: str, k: int, text: str) -> Ingested:
+    turn = await store.ingest(InboundMessage(surface=surface, sender=person, external_id=f"{person}-{surface}-{k}",
+                                             text=text, handle=person), 6)
+    assert turn is not None
+    await store.finish_turn(turn, f"noted: {text}", 4, [])
+    return turn  # type: ignore[no-any-return]
+
+
+async def seed(store: Any) -> dict[str, Ingested]:
+    """Two people with histories on two surfaces and a memory each; each one's last telegram turn, unanswered."""
+    last = {}
+    for person in ("ana", "bo"):
+        for k in range(30):
+            a, b = WORDS[k % len(WORDS)], WORDS[(3 * k + 1) % len(WORDS)]
+            await say(store, person, "telegram" if k % 3 else "web", k, f"{person} talks of the {a} and the {b} {k}")
+        user = await store.user_id(person)
+        await store.remember(user, f"{person} keeps a parrot called Kiwi", 7)
+        last[person] = await store.ingest(InboundMessage(
+            surface="telegram", sender=person, external_id=f"{person}-q", text="what about my parrot in lisbon?",
+            handle=person), 7)
+    return last
+
+
+def query(turn: Ingested, **kw: Any) -> ContextQuery:
+    """The turn's query; a short tail and cross-surface window by default, so that recall has something left."""
+    kw = {"recent_limit": 6, "cross_limit": 4, "search_text": turn.message.content, **kw}
+    at = utcnow() + timedelta(seconds=1)
+    return ContextQuery(user_id=turn.user_id, surface=turn.message.surface, conversation_id=turn.conversation_id,
+                        current_message_id=turn.message.id, at=at, cross_since=at - timedelta(hours=48),
+                        **kw)
+
+
+async def both(store: Any, q: ContextQuery) -> tuple[ContextRows, ContextRows]:
+    new = await store._tx("reads", pg_context.load_context, q)
+    old = await store._tx("reads", sql_turns.load_context, q)
+    return new, old
+
+
+def shape(rows: ContextRows) -> dict[str, Any]:
+    return {
+        "facts": [f.id for f in rows.facts],
+        "conversation": [m.id for m in rows.conversation],
+        "cross": [m.id for m in rows.cross_surface],
+        "recalled": [m.id for m in rows.recalled],
+        "scores": {i: {k: round(v, 9) for k, v in s.items()} for i, s in rows.recall_scores.items()},
+        "users": {m.user_id for m in [*rows.conversation, *rows.cross_surface, *rows.recalled]}
+        | {f.user_id for f in rows.facts},
+    }
+
+
+@pytest.mark.parametrize("analyzed", [False, True])
+async def test_the_one_statement_read_returns_what_the_statements_it_replaced_return(store: Any,
+                                                                                     analyzed: bool) -> None:
+    last = await seed(store)
+    if analyzed:
+        await store._tx("lease", lambda db: db.run("ANALYZE messages, episodes"))
+    for person, turn in last.items():
+        for kw in ({}, {"recent_limit": 200, "cross_limit": 20},
+                   {"recent_limit": 5, "cross_limit": 3, "search_limit": 4, "facts_limit": 1}, {"search_limit": 0}):
+            new, old = await both(store, query(turn, **kw))
+            assert shape(new) == shape(old), (person, kw)
+            got = shape(new)
+            assert got["users"] == {turn.user_id}
+            if kw.get("search_limit", 1) and kw.get("recent_limit") != 200:
+                assert got["recalled"] and got["cross"] and got["conversation"] and got["facts"]
+            else:
+                assert not got["recalled"]
+
+
+async def test_a_question_without_a_searchable_word_recalls_nothing_and_reads_the_rest(store: Any) -> None:
+    turn = (await seed(store))["ana"]
+    new, old = await both(store, query(turn, search_text="?! ..."))
+    assert shape(new) == shape(old)
+    assert not new.recalled and new.conversation and new.cross_surface
+
+
+async def test_a_forgotten_person_is_read_as_nothing(store: Any) -> None:
+    last = await seed(store)
+    assert await store.forget("ana")
+    new, old = await both(store, query(last["ana"]))
+    assert shape(new) == shape(old) == shape(ContextRows(facts=[], conversation=[], cross_surface=[], recalled=[],
+                                                         recall_scores={}, memory_cosines={}))
+    bo = shape(await store._tx("reads", pg_context.load_context, query(last["bo"])))
+    assert bo["recalled"] and bo["users"] == {last["bo"].user_id}
+
+
+async def test_the_store_reads_a_turn_in_one_statement(store: Any) -> None:
+    turn = (await seed(store))["bo"]
+    before = store.counters["statements"]
+    rows = await store.load_context(query(turn))
+    assert store.counters["statements"] - before == 1
+    assert rows.recalled and {m.user_id for m in rows.recalled} == {turn.user_id}

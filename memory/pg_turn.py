@@ -23,7 +23,6 @@ the statement, when the episode row exists).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -31,7 +30,8 @@ from typing import Any
 from kernel.errors import NotFound
 from kernel.types import SINGLETON_SURFACES, InboundMessage, Ingested, ModelCallRecord, Outgoing, StoredMessage
 from memory import episodes, turn_lease
-from memory.rows import Db, as_dt, dump_metadata, unanswered_sql
+from memory.rows import Db, as_dt, dump_metadata, numbered
+from memory.sql_turns import conversation_id_of, title_of
 from memory.stems import index_terms
 
 #: The person: by :handle, or by the identity of :sender on :surface.
@@ -43,14 +43,13 @@ _BY_IDENTITY = ("SELECT u.id, u.handle FROM identities i JOIN users u ON u.id = 
 #: :owner, :expires its expiry, :now, :oldest the oldest earlier message that still holds the turn up
 #: (turn_lease.ORDER_WAIT). Taken when free, lapsed or ours, no earlier message of the conversation waits for its
 #: answer, and the message (:surface, :external_id) is not stored already (a redelivery takes no lease).
-_FREE = (
-    "(c.turn_owner IS NULL OR c.turn_owner = :owner OR c.turn_expires_at < :now) "
-    "AND NOT EXISTS (SELECT 1 FROM messages e WHERE e.conversation_id = c.id AND e.role = 'user' "
-    f"AND e.created_at > :oldest AND {unanswered_sql('e')}) "
-    "AND NOT EXISTS (SELECT 1 FROM messages d WHERE d.surface = :surface AND d.external_id = :external_id)"
+_LEASE_SET = (
+    "(turn_owner, turn_expires_at) = (SELECT CASE WHEN lease.free THEN :owner ELSE c.turn_owner END, "
+    "CASE WHEN lease.free THEN :expires ELSE c.turn_expires_at END FROM (SELECT "
+    + turn_lease.free_sql("c.", "c.id", ":owner", ":now", ":oldest")
+    + " AND NOT EXISTS (SELECT 1 FROM messages d WHERE d.surface = :surface AND d.external_id = :external_id) "
+    "AS free) AS lease)"
 )
-_LEASE_SET = (f"turn_owner = CASE WHEN {_FREE} THEN :owner ELSE c.turn_owner END, "
-              f"turn_expires_at = CASE WHEN {_FREE} THEN :expires ELSE c.turn_expires_at END")
 
 
 #: The conversation, by kind, as `conv` (id, lease taken), for `person`: a singleton surface's one conversation
@@ -96,19 +95,6 @@ def _ingest_sql(person: str, conversation: str) -> str:
     )
 
 
-def numbered(sql: str) -> tuple[str, tuple[str, ...]]:
-    """`sql` with its named parameters (:name) numbered ($1, $2 ... in order of first use), and the names in that
-    order: each statement takes the parameters it names and no other (Postgres cannot type one it never sees)."""
-    order: list[str] = []
-
-    def number(match: re.Match[str]) -> str:
-        if match[1] not in order:
-            order.append(match[1])
-        return f"${order.index(match[1]) + 1}"
-
-    return re.sub(r"(?<![:\w]):([a-z_]+)", number, sql), tuple(order)
-
-
 _INGEST = {(p, c): numbered(_ingest_sql(sql, c)) for p, sql in (("handle", _BY_HANDLE), ("identity", _BY_IDENTITY))
            for c in _CONVERSATION}
 
@@ -119,13 +105,7 @@ def _kind(msg: InboundMessage) -> tuple[str, Any]:
         return ("singleton" if msg.conversation_ref is None else "by_ref"), None
     if msg.conversation_ref is None:
         return "new", None
-    try:
-        ref = int(msg.conversation_ref)
-    except ValueError:
-        raise NotFound(f"conversation {msg.conversation_ref!r}") from None
-    if not -(2**63) <= ref < 2**63:
-        raise NotFound(f"conversation {msg.conversation_ref!r}")
-    return "touch", ref
+    return "touch", conversation_id_of(msg.conversation_ref)
 
 
 async def ingest(db: Db, msg: InboundMessage, token_count: int, owner: str,
@@ -139,7 +119,7 @@ async def ingest(db: Db, msg: InboundMessage, token_count: int, owner: str,
     at = db.ts(msg.received_at)
     metadata = dump_metadata(msg.metadata)
     terms = index_terms(msg.text)
-    title = msg.conversation_ref if kind == "by_ref" else (msg.text.strip().split("\n", 1)[0][:60] or None)
+    title = msg.conversation_ref if kind == "by_ref" else title_of(msg.text)
     sql, names = _INGEST[person, kind]
     values = {
         "handle": msg.handle, "sender": msg.sender, "surface": msg.surface, "at": at,

@@ -11,6 +11,7 @@ same text on both.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -64,8 +65,6 @@ class Db(Protocol):
     def ts(self, moment: datetime) -> Any: ...
     async def lock(self, key: str | int) -> bool: ...
     def ids(self, ids: Sequence[Any]) -> Any: ...
-    async def lexical(self, q: ContextQuery, terms: list[str], excluded: list[int], limit: int) -> list[Any]: ...
-    async def episodes(self, user_id: int, terms: list[str], at: Any, limit: int) -> list[Any]: ...
     async def hits(self, q: ContextQuery, terms: list[str], excluded: list[int], limit: int,
                    episode_limit: int) -> tuple[list[Any], list[Any]]: ...
     async def insert_messages(self, rows: list[tuple[Any, ...]]) -> int: ...
@@ -121,6 +120,25 @@ INSERT_COLS = ("conversation_id, user_id, surface, role, content, token_count, e
 def aware(moment: datetime) -> datetime:
     """Naive datetimes are taken as UTC."""
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+
+
+def renumbered(sql: str, mapping: dict[int, str]) -> str:
+    """`sql` with each parameter $n replaced by mapping[n] (another number, or an expression): a statement's SQL
+    inside another statement's."""
+    return re.sub(r"\$(\d+)", lambda m: mapping[int(m[1])], sql)
+
+
+def numbered(sql: str) -> tuple[str, tuple[str, ...]]:
+    """`sql` with its named parameters (:name) numbered ($1, $2 ... in order of first use), and the names in that
+    order: each statement takes the parameters it names and no other (Postgres cannot type one it never sees)."""
+    order: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match[1] not in order:
+            order.append(match[1])
+        return f"${order.index(match[1]) + 1}"
+
+    return re.sub(r"(?<![:\w]):([a-z_]+)", number, sql), tuple(order)
 
 
 def to_ts(moment: datetime) -> str:

@@ -172,22 +172,31 @@ async def _conversation(db: Db, msg: InboundMessage, user_id: int, at: Any) -> i
         # A named place on a singleton surface (a Telegram group): the person's own conversation there.
         return int(await db.value(UPSERT_BY_REF, user_id, msg.surface, None, msg.conversation_ref, at, at))
     if msg.conversation_ref is None:
-        title = msg.text.strip().split("\n", 1)[0][:60] or None
         return int(await db.value(
             "INSERT INTO conversations(user_id, surface, singleton, title, created_at, updated_at) "
-            "VALUES ($1, $2, false, $3, $4, $5) RETURNING id", user_id, msg.surface, title, at, at,
+            "VALUES ($1, $2, false, $3, $4, $5) RETURNING id", user_id, msg.surface, title_of(msg.text), at, at,
         ))
-    try:
-        ref = int(msg.conversation_ref)
-    except ValueError:
-        raise NotFound(f"conversation {msg.conversation_ref!r}") from None
-    found = None
-    if -(2**63) <= ref < 2**63:
-        found = await db.value(TOUCH + " AND user_id = $3 AND surface = $4 RETURNING id", at, ref, user_id,
-                               msg.surface)
+    found = await db.value(TOUCH + " AND user_id = $3 AND surface = $4 RETURNING id", at,
+                           conversation_id_of(msg.conversation_ref), user_id, msg.surface)
     if found is None:  # not theirs, or gone: never say which
         raise NotFound(f"conversation {msg.conversation_ref!r}")
     return int(found)
+
+
+def title_of(text: str) -> str | None:
+    """A new conversation's title: the first line of its first message, 60 characters at most."""
+    return text.strip().split("\n", 1)[0][:60] or None
+
+
+def conversation_id_of(ref: str) -> int:
+    """The conversation id a client names (the web's conversation_id); NotFound when it is not one."""
+    try:
+        found = int(ref)
+    except ValueError:
+        raise NotFound(f"conversation {ref!r}") from None
+    if not -(2**63) <= found < 2**63:
+        raise NotFound(f"conversation {ref!r}")
+    return found
 
 
 #: The current conversation's newest turns ($5 of them; queued turns, user messages stored after the current one

@@ -44,12 +44,21 @@ FIRST_WAIT, MAX_WAIT = 0.01, 0.25
 #: ago: a message that will not be answered (its process died: recovery answers it once the lease lapsed) holds
 #: up the later ones for a bounded time only.
 ORDER_WAIT = 2.0
-TAKE = (
-    "UPDATE conversations SET turn_owner = $2, turn_expires_at = $3 "
-    "WHERE id = $1 AND (turn_owner IS NULL OR turn_owner = $2 OR turn_expires_at < $4) "
-    "AND NOT EXISTS (SELECT 1 FROM messages e WHERE e.conversation_id = $1 AND e.role = 'user' AND e.id < $5 "
-    f"AND e.created_at > $6 AND {unanswered_sql('e')})"
-)
+
+
+def free_sql(row: str, conversation: str, owner: str, now: str, oldest: str, before: str | None = None) -> str:
+    """SQL: the lease of conversation row `row` (its columns' prefix, "" or "c.") may be taken by `owner`: it is
+    free, ours or lapsed at `now`, and no earlier user message of the conversation stored since `oldest` (and
+    before message `before`, when given) waits for its answer. Written once: TAKE, and ingest's one statement on
+    Postgres (memory/pg_turn.py), which takes the lease as it stores the message."""
+    earlier = f"AND e.id < {before} " if before is not None else ""
+    return (f"({row}turn_owner IS NULL OR {row}turn_owner = {owner} OR {row}turn_expires_at < {now}) "
+            f"AND NOT EXISTS (SELECT 1 FROM messages e WHERE e.conversation_id = {conversation} AND e.role = 'user' "
+            f"{earlier}AND e.created_at > {oldest} AND {unanswered_sql('e')})")
+
+
+TAKE = ("UPDATE conversations SET turn_owner = $2, turn_expires_at = $3 "
+        f"WHERE id = $1 AND {free_sql('', '$1', '$2', '$4', '$6', before='$5')}")
 #: The earliest earlier message of the conversation that holds this turn up and that nobody answers: older
 #: than the grace ($4), no reply, no model call, and the conversation's lease free or lapsed ($5 now). Its
 #: process died (or stopped) after storing it; the waiting turn answers it first (`hold`'s `adopt`).

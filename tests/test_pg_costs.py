@@ -13,14 +13,14 @@ import asyncpg
 
 from bench.wire import counting_proxy
 from kernel.types import InboundMessage
-from memory.dialect_pg import PgDb, PostgresStore
+from memory.dialect_pg import PostgresStore
 from memory.open import open_store
-from memory.pg_terms import weights
 from memory.store import ContextQuery, ImportRow, Ingested
 from tests.fakes.postgres import SERVER, db_name, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
 
 T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(days=1)
 SCANS = "SELECT seq_scan, idx_scan FROM pg_stat_xact_user_tables WHERE relname = 'messages'"
+WEIGHTS = "SELECT idfs FROM hilo_term_weights('messages', $1::text[], 6.0)"
 
 
 async def put(store: PostgresStore, ext: str, text: str) -> Ingested:
@@ -50,13 +50,9 @@ async def test_term_frequencies_come_from_the_statistics_without_scanning_messag
     url, _ = await seeded()
     conn = await asyncpg.connect(SERVER.uri(db_name(url)))  # a new backend: no scan counted on it yet
     try:
-        db = PgDb(conn, {"statements": 0}, {})
-        await weights(db, "messages", [])  # the mean row length: a bounded read of the newest rows, cached
-        await conn.close()
-        conn = await asyncpg.connect(SERVER.uri(db_name(url)))  # a new backend: no scan counted on it yet
-        db.conn = conn
         async with conn.transaction():
-            idf, _avgdl = await weights(db, "messages", ["banana", "parrot", "quokka"])
+            # recall's term weights (migration 0032), the mean row length given (the turn caches it)
+            idf = list((await conn.fetchrow(WEIGHTS, ["banana", "parrot", "quokka"]))["idfs"])
             scans = await conn.fetchrow(SCANS)
     finally:
         await conn.close()

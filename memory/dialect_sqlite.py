@@ -230,7 +230,7 @@ class SqliteDb(Db):
     async def lexical(self, q: ContextQuery, terms: list[str], excluded: list[int], limit: int) -> list[Any]:
         # load_context's exclusions and `at` are applied to the best ones by memory/sql_recall.py's ROWS, so
         # this asks for the limit plus what they may take out
-        return await self._bounded("messages", "content", q.user_id, terms, limit + len(excluded) + EXTRA_HITS)
+        return await self._bounded("messages", q.user_id, terms, limit + len(excluded) + EXTRA_HITS)
 
     async def hits(self, q: ContextQuery, terms: list[str], excluded: list[int], limit: int,
                    episode_limit: int) -> tuple[list[Any], list[Any]]:
@@ -239,29 +239,15 @@ class SqliteDb(Db):
 
     async def episodes(self, user_id: int, terms: list[str], at: Any, limit: int) -> list[Any]:
         # (an episode started after `at` only lends its score to messages ROWS keeps)
-        return await self._bounded("episodes", "terms", user_id, terms, limit)
+        return await self._bounded("episodes", user_id, terms, limit)
 
-    async def _bounded(self, table: str, column: str, user_id: int, terms: list[str], limit: int) -> list[Any]:
+    async def _bounded(self, table: str, user_id: int, terms: list[str], limit: int) -> list[Any]:
         """The best `limit` rows of `table` by BM25 over a bounded candidate set (memory/sqlite_terms.py)."""
         if not terms:
             return []
-        idfs, avgdl = await sqlite_terms.weights(self, table, terms)
+        idfs, avgdl = await sqlite_terms.weights(self, table, user_id, terms)
         return await self.all(sqlite_terms.bounded_sql(table, len(terms)), *sqlite_terms.params(
-            table, user_id, terms, idfs, avgdl, limit, lambda term: fts_query(user_id, [term], column)))
-
-
-def fts_query(user_id: int, words: list[str], column: str = "content") -> str | None:
-    """A safe FTS5 query for index terms (memory/stems.py), restricted to one owner; None when there is nothing
-    to search.
-
-    Each term (letters and digits) becomes a quoted string, so nothing the person typed is read as FTS syntax
-    (no column filters, NEAR, '*', '^'). Terms are OR-ed (BM25 ranks rows matching more and rarer terms first).
-    The AND with `owner : "u<id>"` lets FTS5 skip other people's rows instead of scoring them.
-    """
-    if not words:
-        return None
-    terms = " OR ".join(f'"{word}"' for word in words)
-    return f'owner : "u{int(user_id)}" AND {column} : ({terms})'
+            table, user_id, terms, idfs, avgdl, limit, lambda term: sqlite_terms.term_query(user_id, term)))
 
 
 def step(coro: Coroutine[Any, Any, T]) -> T:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from memory.open import open_store
+from memory.sqlite_terms import term_query
 from memory.store import Store
 
 TABLES = ("users", "identities", "conversations", "messages", "model_calls", "memories", "message_vectors")
@@ -89,7 +90,7 @@ class SqliteBackend:
         found = {t: self._all(f"SELECT count(*) FROM {t} WHERE {'id' if t == 'users' else 'user_id'} = ?",
                               (user_id,))[0][0] for t in TABLES}
         found["fts"] = self._all("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH ?",
-                                 (f'owner : "u{user_id}"',))[0][0]
+                                 (f'"u{user_id}"',))[0][0]  # the owner token (migrations/sqlite/0033)
         return found
 
     def count(self, table: str) -> int:
@@ -99,7 +100,11 @@ class SqliteBackend:
         return [tuple(r) for r in self._all(sql)]
 
     def fts_hits(self, word: str) -> list[int]:
-        return [r[0] for r in self._all("SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?", (f'"{word}"',))]
+        # each person's postings apart (migrations/sqlite/0033): the word in the index of every owner token there
+        owners = self._all("SELECT term FROM messages_fts_vocab WHERE term GLOB 'u[0-9]*' "
+                           "AND term NOT GLOB 'u*[^0-9]*'")
+        return sorted(r[0] for (owner,) in owners for r in self._all(
+            "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?", (term_query(int(owner[1:]), word),)))
 
     def migrations(self) -> list[str]:
         return [r[0] for r in self._all("SELECT name FROM schema_migrations ORDER BY name")]

@@ -25,6 +25,7 @@ from memory.migrate import (
     split_sqlite,
 )
 from memory.open import open_store, sqlite_path
+from memory.sqlite_terms import term_query
 from memory.store import ContextQuery, MemoryDraft
 from tests.fakes.postgres import SERVER, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
 
@@ -86,7 +87,9 @@ def test_upgrade_keeps_data_and_indexes_old_messages(tmp_path: Path, conn: sqlit
     assert apply_sqlite(conn) == [m.name for m in every[1:]]
     assert conn.execute("SELECT handle FROM users").fetchall() == [("ana",)]
     assert conn.execute("SELECT content FROM messages").fetchall() == [("the old lighthouse keeper",)]
-    hits = conn.execute("SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'lighthouse'").fetchall()
+    # its words as they were (no index terms then), in its owner's postings
+    hits = conn.execute("SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?",
+                        (term_query(1, "lighthouse"),)).fetchall()
     assert len(hits) == 1, "messages stored before the FTS migration are indexed"
     conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('integrity-check')")
 

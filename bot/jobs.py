@@ -107,6 +107,7 @@ class Scheduler:
         self.counters: dict[str, int] = {"claims": 0, "claims_refused": 0, "renewals": 0}
         self._next: dict[str, float] = {}  # job -> loop time of its next claim (while it does not run here)
         self._running: dict[str, asyncio.Task[str]] = {}
+        self._claiming: dict[str, asyncio.Lock] = {}  # job -> one claim at a time in this process
         self._wake = asyncio.Event()
         self._loop: asyncio.Task[None] | None = None
         self._stopping = False
@@ -125,9 +126,10 @@ class Scheduler:
         self._loop = asyncio.create_task(self._schedule(), name="jobs:scheduler")
 
     async def run_now(self, name: str) -> str | None:
-        """Run job `name` now in this process and return its outcome (ok, failed, cancelled, lost); None when
-        it is running already (here or in another process): it runs again once that run ends. KeyError for an
-        unknown job, Draining once `stop` has begun."""
+        """Run job `name` now in this process and return its outcome (ok, failed, cancelled, lost). When it is
+        running already it runs again once that run ends; meanwhile the outcome is that run's if it runs in this
+        process (the scheduler's loop may have claimed it a moment before), None if in another one. KeyError for
+        an unknown job, Draining once `stop` has begun."""
         job = self.registry[name]
         if self._stopping:
             raise Draining("the job scheduler is stopping: no new runs")
@@ -168,7 +170,13 @@ class Scheduler:
                 await asyncio.wait_for(self._wake.wait(), delay)
 
     async def _claim(self, job: Job, *, force: bool) -> asyncio.Task[str] | None:
-        """Claim a run of `job`: its task when claimed, else None (and when to try again)."""
+        """Claim a run of `job`: its task when claimed; when refused, the run of it this process was running as
+        the claim was made, else None (and when to try again). The loop's claims and run_now's take turns."""
+        async with self._claiming.setdefault(job.name, asyncio.Lock()):
+            running = self._running.get(job.name)
+            return await self._claim_one(job, force=force) or running
+
+    async def _claim_one(self, job: Job, *, force: bool) -> asyncio.Task[str] | None:
         loop = asyncio.get_running_loop()
         owner = f"{new_owner()}:{job.name}"
         try:

@@ -66,17 +66,19 @@ def bounded_sql(table: str, n_terms: int) -> str:
     postings = " UNION ".join(
         f"SELECT id FROM (SELECT rowid AS id FROM {fts} WHERE {fts} MATCH ?{5 + 3 * i} ORDER BY rowid DESC LIMIT ?3)"
         for i in range(n_terms))
-    # each token between its own two spaces, so that ' t ' occurrences never overlap: tf = removed length / |' t '|
-    tf = ["((length(d.x) - length(replace(d.x, ?{p}, ''))) / length(?{p}))".format(p=6 + 3 * i)
-          for i in range(n_terms)]
-    norm = f"{K1} * ({1 - B} + {B} * d.dl / ?2)"
-    score = " + ".join(f"?{7 + 3 * i} * {f} * {K1 + 1} / ({f} + {norm})" for i, f in enumerate(tf))
+    # each token between its own two spaces, so that ' t ' occurrences never overlap: tf = removed length / |' t '|;
+    # computed once per row and term (materialized: the score names each tf twice, and an episode's text is long)
+    tf = ", ".join("((length(d.x) - length(replace(d.x, ?{p}, ''))) / length(?{p})) AS f{i}".format(p=6 + 3 * i, i=i)
+                   for i in range(n_terms))
+    norm = f"{K1} * ({1 - B} + {B} * t.dl / ?2)"
+    score = " + ".join(f"?{7 + 3 * i} * t.f{i} * {K1 + 1} / (t.f{i} + {norm})" for i in range(n_terms))
     return (
         f"WITH cand(id) AS ({postings}), "
         f"d AS MATERIALIZED (SELECT x.id, ' ' || replace({text}, ' ', '  ') || ' ' AS x, "
         f"length({text}) - length(replace({text}, ' ', '')) + 2 AS dl "
-        f"FROM {table} x WHERE x.id IN (SELECT id FROM cand) AND {owner} = ?1) "
-        f"SELECT d.id, {score} AS score FROM d ORDER BY score DESC, d.id DESC LIMIT ?4"
+        f"FROM {table} x WHERE x.id IN (SELECT id FROM cand) AND {owner} = ?1), "
+        f"t AS MATERIALIZED (SELECT d.id, d.dl, {tf} FROM d) "
+        f"SELECT t.id, {score} AS score FROM t ORDER BY score DESC, t.id DESC LIMIT ?4"
     )
 
 

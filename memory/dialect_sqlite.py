@@ -26,7 +26,8 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from kernel import log
-from memory import jobs, reindex, sqlite_terms
+from kernel.types import InboundMessage
+from memory import jobs, reindex, sqlite_terms, turn_lease
 from memory import migrate as migrations
 from memory import sql_alerts as alerts
 from memory import sql_limits as limits
@@ -36,7 +37,7 @@ from memory.rows import INSERT_COLS, Db, Mode, Rollback, columns_by_table, to_ts
 from memory.sql_store import Logic, SqlStore
 from memory.sql_vectors import VectorQuery
 from memory.sqlite_file import FILE_FIX, TRANSIENT, FileIdentity, file_identity, file_problem
-from memory.store import ContextQuery, StoreError, StoreUnavailable
+from memory.store import ContextQuery, Ingested, StoreError, StoreUnavailable
 from memory.vectors import DEFAULT_CACHE_FLOATS, Matrix, MatrixCache, extend, matrix_cosines, matrix_of, pack, top
 
 T = TypeVar("T")
@@ -103,9 +104,9 @@ PUT_VECTOR = (
     "dim = excluded.dim, vector = excluded.vector"
 )
 #: Write transactions that never change message_vectors: they leave the vector cache as it was checked.
-KEEPS_VECTORS = frozenset({turns.ingest, turns.finish_turn, turns.import_rows, jobs.register, jobs.claim, jobs.renew,
-                           jobs.finish, limits.hit, limits.probe, limits.purge, spend.reserve, spend.settle,
-                           alerts.take})
+KEEPS_VECTORS = frozenset({turns.ingest, turns.ingest_leased, turns.finish_turn, turns.import_rows, jobs.register,
+                           jobs.claim, jobs.renew, jobs.finish, limits.hit, limits.probe, limits.purge, spend.reserve,
+                           spend.settle, alerts.take})
 #: One person's vectors of one embedder: an index range (message_vectors_user), so the count is an index-only scan.
 _PERSON = "FROM message_vectors WHERE user_id = ?1 AND embedder = ?2"
 #: The rows of the numpy hits, under lexical recall's rules (no message after `at`, no queued turn).
@@ -282,7 +283,9 @@ class SqliteStore(SqlStore):
         self._file_problem: str | None = None
 
     async def close(self) -> None:
-        """Release the connection and the worker thread. Safe to call twice."""
+        """Release the leases of turns that never ran, the connection and the worker thread. Safe to call twice."""
+        if self._executor is not None and self._leases:
+            await self._release_kept_leases()
         executor, self._executor = self._executor, None
         if executor is None:
             return
@@ -290,6 +293,18 @@ class SqliteStore(SqlStore):
             await asyncio.get_running_loop().run_in_executor(executor, self._close_sync)
         finally:
             executor.shutdown(wait=True)  # the worker is idle now: this returns at once
+
+    async def ingest(self, msg: InboundMessage, token_count: int) -> Ingested | None:
+        """SqlStore.ingest, taking the turn's lease in the same transaction (sql_turns.ingest_leased): turn_lock
+        then needs no transaction of its own while the lease is fresh."""
+        owner = turn_lease.new_owner()
+        stored = await self._tx("write", turns.ingest_leased, msg, token_count, owner, self.turn_lease_ttl)
+        if stored is None or isinstance(stored, Ingested):  # a redelivery (ingest's Rollback): as SqlStore.ingest
+            return stored
+        turn, taken = stored
+        if taken:
+            self._keep_lease(turn.message.id, turn.conversation_id, owner)
+        return turn
 
     async def migrate(self) -> list[str]:
         """Apply pending migrations (connecting first if needed); return the names applied."""

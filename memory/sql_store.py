@@ -74,8 +74,8 @@ class SqlStore:
         self.applied: list[str] = []
         #: None when the database keeps message vectors, else why not (a dialect sets it at open)
         self.vector_status: str | None = None
-        #: message id -> (conversation id, owner, time.monotonic()) of the turn lease its ingest took (_keep_lease)
-        self._leases: dict[int, tuple[int, str, float]] = {}
+        #: message id -> (conversation id, owner, the store's clock then): the turn lease its ingest took
+        self._leases: dict[int, tuple[int, str, datetime]] = {}
 
     async def _tx(self, mode: Mode, logic: Logic[T], *args: Any) -> T:
         raise NotImplementedError
@@ -125,15 +125,18 @@ class SqlStore:
         """The conversation's turn lease (memory/turn_lease.py): taking it and checking the message is one short
         transaction (SQLite: one hop; Postgres: each statement on its own, nothing in the server session)."""
         kept = self._leases.pop(message_id, None)
+        # its age by the store's clock, the one its expiry was written with
+        taken = None if kept is None else (kept[1], time.monotonic() - (self.clock() - kept[2]).total_seconds())
         return turn_lease.hold(self._tx, conversation_id, message_id, self.turn_lease_ttl, self.counters,
-                               adopt, grace, None if kept is None else (kept[1], kept[2]))
+                               adopt, grace, taken)
 
     def _keep_lease(self, message_id: int, conversation_id: int, owner: str) -> None:
         """The lease `ingest` took for this message's turn, for turn_lock (entries of turns that never ran, left
         by a drain, go once their lease lapsed, or are released by close)."""
-        now = time.monotonic()
+        now = self.clock()
         if len(self._leases) >= 64:
-            self._leases = {k: v for k, v in self._leases.items() if now - v[2] < self.turn_lease_ttl}
+            self._leases = {k: v for k, v in self._leases.items()
+                            if (now - v[2]).total_seconds() < self.turn_lease_ttl}
         self._leases[message_id] = (conversation_id, owner, now)
 
     async def _release_kept_leases(self) -> None:

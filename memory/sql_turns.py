@@ -18,7 +18,7 @@ from typing import Any
 
 from kernel.errors import NotFound
 from kernel.types import SINGLETON_SURFACES, InboundMessage, ModelCallRecord, Outgoing
-from memory import episodes, sql_memories, sql_outbox, sql_recall
+from memory import episodes, sql_memories, sql_outbox, sql_recall, turn_lease
 from memory.memory_match import cosines as cosines_of
 from memory.rows import (
     MEMORY_COLS,
@@ -112,6 +112,16 @@ async def ingest(db: Db, msg: InboundMessage, token_count: int) -> Ingested:
     )
     return Ingested(user_id=user_id, handle=handle, conversation_id=conversation_id, message=stored,
                     created_user=created)
+
+
+async def ingest_leased(db: Db, msg: InboundMessage, token_count: int, owner: str,
+                        ttl: float) -> tuple[Ingested, bool]:
+    """`ingest`, and the turn's lease taken for `owner` in the same transaction: (the turn, whether taken). On
+    SQLite a statement costs no round trip but every transaction is a hop to the worker thread and a commit: one
+    fewer (Postgres does the same in one statement, memory/pg_turn.py)."""
+    turn = await ingest(db, msg, token_count)
+    taken, answered = await turn_lease.take(db, turn.conversation_id, turn.message.id, owner, ttl)
+    return turn, taken and not answered
 
 
 async def _identity(db: Db, sql: str, surface: str, sender: str) -> Any:

@@ -60,6 +60,8 @@ async def test_a_turn_lease_expires_when_the_clock_passes_its_ttl(store: tuple[S
     turn = await s.ingest(InboundMessage(surface="cli", sender="ana", external_id="m1", text="hi",
                                          received_at=START, handle="ana"), 1)
     assert turn is not None
+    async with s.turn_lock(turn.conversation_id, turn.message.id):
+        pass  # the turn's lease (SQLite took it with the message) is released as the turn ends
     take = functools.partial(s._tx, "lease", turn_lease.take)  # type: ignore[attr-defined]
     assert (await take(turn.conversation_id, turn.message.id, "first", 30.0))[0]
     clock.now = START + timedelta(seconds=29)

@@ -16,11 +16,7 @@ from kernel.errors import ConfigError, HiloError
 from kernel.types import SURFACES
 
 if TYPE_CHECKING:  # the pipeline (and the store under it) loads only for the commands that use it
-    from collections.abc import AsyncIterator, Sequence
-
-    from bot.models.base import ChainResult, Reset
     from bot.pipeline import Pipeline
-    from kernel.types import ChatMessage
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -70,26 +66,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return asyncio.run(run())
 
 
-class _NoModel:
-    """The chain of a command that calls no model (`hilo context`): it builds no provider, so it needs no key."""
-
-    async def complete(self, messages: Sequence[ChatMessage]) -> ChainResult:
-        raise ConfigError("this command calls no model")
-
-    async def stream(self, messages: Sequence[ChatMessage]) -> AsyncIterator[str | Reset | ChainResult]:
-        raise ConfigError("this command calls no model")
-        yield ""  # an async generator, as the Chain protocol's stream is
-
-    async def aclose(self) -> None:
-        return None
-
-
-def _pipeline(settings: Settings, store: Any, *, with_model: bool) -> Pipeline:
-    from bot.pipeline import Pipeline
-
-    if not with_model:
-        return Pipeline(settings, store, _NoModel())
+def _pipeline(settings: Settings, store: Any) -> Pipeline:
     from bot.models.factory import build_chain
+    from bot.pipeline import Pipeline
 
     return Pipeline(settings, store, build_chain(settings))
 
@@ -101,7 +80,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     settings = _settings(args)
 
     async def run(store: Any) -> int:
-        pipeline = _pipeline(settings, store, with_model=True)
+        pipeline = _pipeline(settings, store)
         try:
             return await chat(pipeline, args.user, args.surface, " ".join(args.message) if args.message else None)
         finally:
@@ -117,24 +96,26 @@ def cmd_context(args: argparse.Namespace) -> int:
     at = _parse_at(args.at)
 
     async def run(store: Any) -> int:
+        # the turn's own assembly, without a pipeline: none of the turn's machinery loads (bot/assembly.py)
+        from bot.assembly import assemble_context
         from bot.embedders.factory import build_embedder
         from bot.embedding import active
 
-        pipeline = _pipeline(settings, store, with_model=False)
         user_id = await store.user_id(args.user)
         conversation_id = await store.find_conversation(user_id, args.surface) if user_id is not None else None
         embedder = build_embedder(settings)
+        query_embedder = None
         # the question is embedded only when the person has vectors of this embedder to compare it with
         if user_id is not None and active(embedder, store) and (
                 (await store.embedding_progress(embedder.name, user_id))[0]
                 or (await store.memory_embedding_progress(embedder.name, user_id))[0]):
             await embedder.start()  # the local model loads now, not inside the question's timeout
-            pipeline.embedder = embedder
+            query_embedder = embedder
 
         async def one(text: str) -> Any:
-            return await pipeline.assemble_context(
-                user_id=user_id, surface=args.surface, conversation_id=conversation_id,
-                current_message_id=None, text=text, at=at,
+            return await assemble_context(
+                settings, store, query_embedder, user_id=user_id, surface=args.surface,
+                conversation_id=conversation_id, current_message_id=None, text=text, at=at,
             )
 
         try:

@@ -58,11 +58,13 @@ def test_hilo_context_imports_no_sdk_and_no_full_tokenizer(tmp_path: Path) -> No
 
 #: What `hilo context` on SQLite must not load (docs/architecture.md, "Performance budget": its start-up): a
 #: turn's machinery (the pipeline, the outbox, commands, the model chain, retries), Postgres' dialect, the store's
-#: logic for other commands, and what only some settings need (a TOML price file, a generated secret key).
+#: logic for other commands, what only some settings need (a TOML price file, a generated secret key), and
+#: importlib.resources' machinery (the migrations are read as a directory).
 NOT_FOR_CONTEXT = ("bot.pipeline", "bot.outbox", "bot.commands", "bot.models.base", "bot.retry", "bot.alerts",
                    "bot.spend", "bot.embedders.local", "memory.dialect_pg", "memory.pg_context", "memory.jobs",
                    "memory.sql_spend", "memory.sql_export", "memory.sql_stats", "memory.sql_extract",
-                   "memory.sql_linking", "memory.sql_people", "memory.sql_admin", "tomllib", "secrets")
+                   "memory.sql_linking", "memory.sql_people", "memory.sql_admin", "tomllib", "secrets",
+                   "importlib.resources", "zipfile")
 
 
 def test_hilo_context_on_sqlite_loads_only_what_its_dry_run_runs(tmp_path: Path) -> None:

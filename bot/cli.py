@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -16,11 +16,7 @@ from kernel.errors import ConfigError, HiloError
 from kernel.types import SURFACES
 
 if TYPE_CHECKING:  # the pipeline (and the store under it) loads only for the commands that use it
-    from collections.abc import AsyncIterator, Sequence
-
-    from bot.models.base import ChainResult, Reset
     from bot.pipeline import Pipeline
-    from kernel.types import ChatMessage
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -70,26 +66,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return asyncio.run(run())
 
 
-class _NoModel:
-    """The chain of a command that calls no model (`hilo context`): it builds no provider, so it needs no key."""
-
-    async def complete(self, messages: Sequence[ChatMessage]) -> ChainResult:
-        raise ConfigError("this command calls no model")
-
-    async def stream(self, messages: Sequence[ChatMessage]) -> AsyncIterator[str | Reset | ChainResult]:
-        raise ConfigError("this command calls no model")
-        yield ""  # an async generator, as the Chain protocol's stream is
-
-    async def aclose(self) -> None:
-        return None
-
-
-def _pipeline(settings: Settings, store: Any, *, with_model: bool) -> Pipeline:
-    from bot.pipeline import Pipeline
-
-    if not with_model:
-        return Pipeline(settings, store, _NoModel())
+def _pipeline(settings: Settings, store: Any) -> Pipeline:
     from bot.models.factory import build_chain
+    from bot.pipeline import Pipeline
 
     return Pipeline(settings, store, build_chain(settings))
 
@@ -101,7 +80,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     settings = _settings(args)
 
     async def run(store: Any) -> int:
-        pipeline = _pipeline(settings, store, with_model=True)
+        pipeline = _pipeline(settings, store)
         try:
             return await chat(pipeline, args.user, args.surface, " ".join(args.message) if args.message else None)
         finally:
@@ -117,24 +96,26 @@ def cmd_context(args: argparse.Namespace) -> int:
     at = _parse_at(args.at)
 
     async def run(store: Any) -> int:
+        # the turn's own assembly, without a pipeline: none of the turn's machinery loads (bot/assembly.py)
+        from bot.assembly import assemble_context
         from bot.embedders.factory import build_embedder
         from bot.embedding import active
 
-        pipeline = _pipeline(settings, store, with_model=False)
         user_id = await store.user_id(args.user)
         conversation_id = await store.find_conversation(user_id, args.surface) if user_id is not None else None
         embedder = build_embedder(settings)
+        query_embedder = None
         # the question is embedded only when the person has vectors of this embedder to compare it with
         if user_id is not None and active(embedder, store) and (
                 (await store.embedding_progress(embedder.name, user_id))[0]
                 or (await store.memory_embedding_progress(embedder.name, user_id))[0]):
             await embedder.start()  # the local model loads now, not inside the question's timeout
-            pipeline.embedder = embedder
+            query_embedder = embedder
 
         async def one(text: str) -> Any:
-            return await pipeline.assemble_context(
-                user_id=user_id, surface=args.surface, conversation_id=conversation_id,
-                current_message_id=None, text=text, at=at,
+            return await assemble_context(
+                settings, store, query_embedder, user_id=user_id, surface=args.surface,
+                conversation_id=conversation_id, current_message_id=None, text=text, at=at,
             )
 
         try:
@@ -261,25 +242,26 @@ def cmd_unlink(args: argparse.Namespace) -> int:
     return asyncio.run(_with_store(settings, run))
 
 
-def parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--db", metavar="URL", help="database URL (overrides HILO_DATABASE_URL)")
-    p = argparse.ArgumentParser(prog="hilo", description="One assistant on every surface, one memory per person.")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def _add_serve(sub: Any, common: argparse.ArgumentParser) -> None:
     s = sub.add_parser("serve", parents=[common], help="run the daemon (web API, webhooks, background jobs)")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
     s.set_defaults(fn=cmd_serve)
 
+
+def _add_migrate(sub: Any, common: argparse.ArgumentParser) -> None:
     sub.add_parser("migrate", parents=[common], help="apply pending migrations").set_defaults(fn=cmd_migrate)
 
+
+def _add_chat(sub: Any, common: argparse.ArgumentParser) -> None:
     s = sub.add_parser("chat", parents=[common], help="one full turn, or a REPL without MESSAGE")
     s.add_argument("--user", required=True, metavar="U")
     s.add_argument("--surface", default="cli", choices=SURFACES)
     s.add_argument("message", nargs="*", metavar="MESSAGE")
     s.set_defaults(fn=cmd_chat)
 
+
+def _add_context(sub: Any, common: argparse.ArgumentParser) -> None:
     s = sub.add_parser("context", parents=[common], help="dry run of context assembly (no model, no writes)")
     s.add_argument("--user", required=True, metavar="U")
     s.add_argument("--surface", required=True, choices=SURFACES)
@@ -288,51 +270,109 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("message", nargs="+", metavar="MESSAGE|-")
     s.set_defaults(fn=cmd_context)
 
+
+def _add_import(sub: Any, common: argparse.ArgumentParser) -> None:
     s = sub.add_parser("import", parents=[common], help="import messages from a JSONL file (idempotent)")
     s.add_argument("file", metavar="FILE.jsonl")
     s.set_defaults(fn=cmd_import)
 
+
+def _add_embed(sub: Any, common: argparse.ArgumentParser) -> None:
     s = sub.add_parser("embed", parents=[common], help="give every message a vector of the configured embedder "
                        "(resumes where it stopped)")
     s.add_argument("--user", metavar="U", help="only this person's messages")
     s.add_argument("--batch", type=int, metavar="N", help="messages per embedding call (default HILO_EMBED_BATCH)")
     s.set_defaults(fn=cmd_embed)
 
+
+def _add_inspect(sub: Any, common: argparse.ArgumentParser) -> None:
     s = sub.add_parser("inspect", parents=[common], help="everything stored about a person")
     s.add_argument("--user", required=True, metavar="U")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_inspect)
 
+
+def _add_remember(sub: Any, common: argparse.ArgumentParser) -> None:
     s = sub.add_parser("remember", parents=[common], help="store an explicit fact about a person")
     s.add_argument("--user", required=True, metavar="U")
     s.add_argument("text", nargs="+", metavar="TEXT")
     s.set_defaults(fn=cmd_remember)
 
+
+def _add_memory(sub: Any, common: argparse.ArgumentParser) -> None:
     s = sub.add_parser("memory", parents=[common], help="what hilo remembers about a person, newest first")
     s.add_argument("--user", required=True, metavar="U")
     s.add_argument("--all", action="store_true", help="also the ended ones (superseded or expired)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_memory)
 
+
+def _add_link(sub: Any, common: argparse.ArgumentParser) -> None:
     s = sub.add_parser("link", parents=[common], help="join an identity (surface + sender id) to a person")
     s.add_argument("--user", required=True, metavar="U")
     s.add_argument("--surface", required=True, choices=SURFACES)
     s.add_argument("--sender", required=True, metavar="ID", help="the person's id on that surface")
     s.set_defaults(fn=cmd_link)
 
+
+def _add_unlink(sub: Any, common: argparse.ArgumentParser) -> None:
     s = sub.add_parser("unlink", parents=[common], help="separate an identity from its person")
     s.add_argument("--surface", required=True, choices=SURFACES)
     s.add_argument("--sender", required=True, metavar="ID")
     s.set_defaults(fn=cmd_unlink)
 
+
+def _add_forget(sub: Any, common: argparse.ArgumentParser) -> None:
     s = sub.add_parser("forget", parents=[common], help="delete everything about a person (or one memory)")
     s.add_argument("--user", required=True, metavar="U")
     s.add_argument("--memory", metavar="ID", help="forget only this memory (m12, as `hilo memory` lists it)")
     s.set_defaults(fn=cmd_forget)
 
+
+def _add_summaries(sub: Any, common: argparse.ArgumentParser) -> None:
     cli_summaries.add(sub, common, _run)
+
+
+def _add_export(sub: Any, common: argparse.ArgumentParser) -> None:
     cli_export.add(sub, common, _run)
+
+
+def _add_stats(sub: Any, common: argparse.ArgumentParser) -> None:
     cli_stats.add(sub, common, _run)
+
+
+#: Each command's subparser, added by its function, in the order `hilo --help` lists them.
+COMMANDS: dict[str, Callable[[Any, argparse.ArgumentParser], None]] = {
+    "serve": _add_serve,
+    "migrate": _add_migrate,
+    "chat": _add_chat,
+    "context": _add_context,
+    "import": _add_import,
+    "embed": _add_embed,
+    "inspect": _add_inspect,
+    "remember": _add_remember,
+    "memory": _add_memory,
+    "link": _add_link,
+    "unlink": _add_unlink,
+    "forget": _add_forget,
+    "summaries": _add_summaries,
+    "export": _add_export,
+    "stats": _add_stats,
+}
+
+
+def parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The `hilo` parser. When `argv` starts with a command, only that command's subparser is built: building all of
+    them was ~5 ms of every command's start (`hilo context`'s budget). Anything else (no command, `--help`, an
+    unknown one) gets them all, so what argparse prints there lists every command."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--db", metavar="URL", help="database URL (overrides HILO_DATABASE_URL)")
+    p = argparse.ArgumentParser(prog="hilo", description="One assistant on every surface, one memory per person.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    named = argv[0] if argv else None
+    for name, add in COMMANDS.items():
+        if named not in COMMANDS or name == named:
+            add(sub, common)
     return p
 
 
@@ -343,7 +383,8 @@ def _run(args: argparse.Namespace, fn: Callable[[Settings, Any], Awaitable[int]]
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser(argv).parse_args(argv)
     from kernel import log
 
     # Logs go to stderr; one-shot commands only say what went wrong (serve logs to stdout, as its settings say).

@@ -8,7 +8,6 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -456,6 +455,8 @@ def ensure_secret_key(settings: Settings, key_file: Path) -> Settings:
     if key_file.is_file():
         key = key_file.read_text().strip()
     else:
+        import secrets  # here: only the daemon's first run needs it, and every command reads the settings
+
         key = secrets.token_urlsafe(48)
         fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:

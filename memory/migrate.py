@@ -17,12 +17,14 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memory.store import StoreError
 
 if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
+
     import asyncpg
 
 #: A migration file name: four digits, an underscore, a snake_case name.
@@ -50,7 +52,7 @@ class Migration:
 
 def discover(dialect: str) -> list[Migration]:
     """The migrations shipped for a dialect ("sqlite", "postgres"), in order."""
-    folder = resources.files("migrations").joinpath(dialect)
+    folder = _folder(dialect)
     found: list[Migration] = []
     for entry in folder.iterdir():
         if entry.is_file() and NAME_RE.match(entry.name):
@@ -60,6 +62,20 @@ def discover(dialect: str) -> list[Migration]:
     if len(set(numbers)) != len(numbers):
         raise MigrationError(f"two {dialect} migrations share a number: {numbers}")
     return found
+
+
+def _folder(dialect: str) -> Traversable:
+    """The dialect's folder of the `migrations` package. On disk (a checkout, pip's install) it is read as a
+    directory: importlib.resources' machinery (its readers import zipfile) was ms of every command's start, as
+    every store opens by migrating; a package elsewhere (a zip) is read through importlib.resources."""
+    import migrations
+
+    here = Path(migrations.__file__).parent / dialect
+    if here.is_dir():
+        return here
+    from importlib import resources
+
+    return resources.files("migrations").joinpath(dialect)
 
 
 def plan(available: Sequence[Migration], applied: Iterable[str]) -> list[Migration]:

@@ -5,6 +5,10 @@ Each Store method is ONE call of `_tx(mode, logic, *args)`: one transaction runn
 synchronously on its worker thread (one executor hop per transaction); Postgres awaits it inside one pool
 checkout and one transaction. `counters` counts transactions, statements (BEGIN/COMMIT not included; a batched
 call counts once) and round_trips (store calls that reached the database: SQLite's hops, Postgres' checkouts).
+
+The logic modules of a turn and of context assembly are imported with this one; the others (jobs, people, linking,
+admin, export, forget, spend, stats, ...) by the methods that use them, so that a one-shot command loads only
+what it runs (`hilo context` starts in under 0.25 s: docs/architecture.md, "Performance budget").
 """
 
 from __future__ import annotations
@@ -13,29 +17,16 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import date, datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kernel.errors import StoreError
 from kernel.types import InboundMessage, ModelCallRecord, OutboxItem, Outgoing, utcnow
-from memory import jobs, turn_lease
-from memory import sql_admin as admin
-from memory import sql_alerts as alerts
-from memory import sql_export as exporting
-from memory import sql_extract as extract
-from memory import sql_forget as forgetting
-from memory import sql_inbound as inbound
-from memory import sql_limits as limits
-from memory import sql_linking as linking
 from memory import sql_memories as memories
 from memory import sql_memory_vectors as memory_vectors
 from memory import sql_outbox as outbox
-from memory import sql_people as people
-from memory import sql_retention as retention
-from memory import sql_spend as spend
-from memory import sql_stats as stats
-from memory import sql_summaries as summaries
 from memory import sql_turns as turns
 from memory import sql_vectors as vectors
+from memory import turn_lease
 from memory.rows import Db, Mode, as_dt
 from memory.store import (
     ContextQuery,
@@ -55,6 +46,12 @@ from memory.store import (
     Redemption,
     StoredMessage,
 )
+
+if TYPE_CHECKING:  # in the signatures only: at run time the methods import what they use (below)
+    from memory import jobs
+    from memory import sql_extract as extract
+    from memory import sql_spend as spend
+    from memory import sql_summaries as summaries
 
 T = TypeVar("T")
 Logic = Callable[..., Coroutine[Any, Any, T]]
@@ -90,29 +87,45 @@ class SqlStore:
     # -- background job leases (memory/jobs.py; bot/jobs.py schedules) ----------------------------------------
 
     async def register_job(self, name: str, scheduled: bool) -> None:
+        from memory import jobs
+
         await self._tx("write", jobs.register, name, scheduled)
 
     async def claim_job(self, name: str, owner: str, ttl: float, *, force: bool = False) -> jobs.JobClaim:
+        from memory import jobs
+
         return await self._tx("write", jobs.claim, name, owner, ttl, force)
 
     async def renew_job(self, name: str, owner: str, ttl: float) -> bool:
+        from memory import jobs
+
         return await self._tx("write", jobs.renew, name, owner, ttl)
 
     async def finish_job(self, name: str, owner: str, end: jobs.JobEnd) -> bool:
+        from memory import jobs
+
         return await self._tx("write", jobs.finish, name, owner, end)
 
     async def job_states(self) -> list[jobs.JobState]:
+        from memory import jobs
+
         return await self._tx("read", jobs.states)
 
     async def purge_link_codes(self) -> int:
+        from memory import jobs
+
         return await self._tx("write", jobs.purge_link_codes)
 
     # -- inbound-delivery records (memory/sql_inbound.py) ---------------------------------------------------
 
     async def record_inbound(self, surface: str, external_id: str, kind: str, sender: str | None = None) -> bool:
+        from memory import sql_inbound as inbound
+
         return await self._tx("write", inbound.record, surface, external_id, kind, sender)
 
     async def purge_inbound(self, older_than: timedelta) -> int:
+        from memory import sql_inbound as inbound
+
         return await self._tx("write", inbound.purge, older_than)
 
     # -- the turn ----------------------------------------------------------------------------------------
@@ -257,9 +270,13 @@ class SqlStore:
                                  updated_at=as_dt(r[4]), message_count=r[5]) for r in rows]
 
     async def messages(self, user_id: int, conversation_id: int, limit: int = 200) -> list[StoredMessage]:
+        from memory import sql_people as people
+
         return await self._tx("read", people.messages, user_id, conversation_id, limit)
 
     async def reply_of(self, user_id: int, message_id: int) -> StoredMessage | None:
+        from memory import sql_people as people
+
         return await self._tx("read", people.reply_of, user_id, message_id)
 
     async def remember(self, user_id: int, content: str, token_count: int) -> Memory:
@@ -293,69 +310,105 @@ class SqlStore:
     # -- automatic memory extraction (memory/sql_extract.py; bot/extract_job.py runs it) ------------------------
 
     async def extraction_due(self, every: int, limit: int) -> list[extract.ExtractionDue]:
+        from memory import sql_extract as extract
+
         return await self._tx("write", extract.due, every, limit)
 
     async def extraction_batch(self, user_id: int, after_id: int, limit: int,
                                remembered: int) -> tuple[list[StoredMessage], list[Memory]]:
+        from memory import sql_extract as extract
+
         return await self._tx("read", extract.batch, user_id, after_id, limit, remembered)
 
     async def keep_extraction(self, user_id: int, done_id: int, taken: int | None,
                               drafts: Sequence[MemoryDraft]) -> list[MemoryAdded]:
+        from memory import sql_extract as extract
+
         for draft in drafts:
             memories.check(draft)
         return await self._tx("write", extract.keep_memories, user_id, done_id, taken, drafts)
 
     async def fail_extraction(self, user_id: int, retry_at: datetime) -> None:
+        from memory import sql_extract as extract
+
         await self._tx("write", extract.fail, user_id, retry_at)
 
     async def extraction_marks(self) -> list[extract.ExtractionMark]:
+        from memory import sql_extract as extract
+
         return await self._tx("read", extract.marks)
 
     # -- episode summaries (memory/sql_summaries.py; bot/summary_job.py writes them) ---------------------------
 
     async def summaries_due(self, min_messages: int, limit: int) -> list[summaries.EpisodeDue]:
+        from memory import sql_summaries as summaries
+
         return await self._tx("read", summaries.due, min_messages, limit)
 
     async def episode_messages(self, episode_id: int, limit: int) -> list[StoredMessage]:
+        from memory import sql_summaries as summaries
+
         return await self._tx("read", summaries.messages, episode_id, limit)
 
     async def keep_summary(self, episode_id: int, summary: str | None, model: str) -> bool:
+        from memory import sql_summaries as summaries
+
         return await self._tx("write", summaries.keep, episode_id, summary, model)
 
     async def summaries(self, user_id: int) -> list[dict[str, Any]]:
+        from memory import sql_summaries as summaries
+
         return await self._tx("read", summaries.listed, user_id)
 
     async def drop_summaries(self, user_id: int) -> int:
+        from memory import sql_summaries as summaries
+
         return await self._tx("write", summaries.drop, user_id)
 
     async def model_calls(self, user_id: int) -> list[dict[str, Any]]:
+        from memory import sql_people as people
+
         return await self._tx("read", people.calls_json, user_id)
 
     async def record_model_calls(self, user_id: int, purpose: str, calls: Sequence[ModelCallRecord]) -> None:
+        from memory import sql_people as people
+
         if calls:
             await self._tx("write", people.record_calls, user_id, purpose, list(calls))
 
     async def inspect(self, handle: str) -> Inspection | None:
+        from memory import sql_people as people
+
         return await self._tx("read", people.inspect_json, handle)
 
     async def forget(self, handle: str) -> bool:
         return await self.erase(handle) is not None
 
     async def purge_messages(self, surface: str, days: int, batch: int) -> tuple[int, int, int]:
+        from memory import sql_retention as retention
+
         return await self._tx("write", retention.purge, surface, days, batch)
 
     async def retention_runs(self, limit: int = 100) -> list[dict[str, Any]]:
+        from memory import sql_retention as retention
+
         return await self._tx("read", retention.runs, limit)
 
     async def stats(self, start: date, days: int, surfaces: Sequence[str], surface: str | None = None,
                     ) -> dict[str, Any]:
+        from memory import sql_stats as stats
+
         return await self._tx("read", stats.report, start, days, list(surfaces), surface)
 
     async def export(self, handle: str) -> dict[str, Any] | None:
+        from memory import sql_export as exporting
+
         return await self._tx("read", exporting.export_json, handle)
 
     async def erase(self, handle: str) -> dict[str, int] | None:
         # every table with a user_id column, from the catalogue, and the tables keyed by identity (sql_forget)
+        from memory import sql_forget as forgetting
+
         return await self._tx("write", forgetting.erase, handle)
 
     # -- identities, linking, deliveries ------------------------------------------------------------------
@@ -375,6 +428,8 @@ class SqlStore:
         ))
 
     async def set_opt_out(self, surface: str, external_user_id: str, opted_out: bool) -> int:
+        from memory import sql_people as people
+
         return await self._tx("write", people.set_opt_out, surface, external_user_id, opted_out)
 
     async def is_opted_out(self, surface: str, external_user_id: str) -> bool:
@@ -387,6 +442,8 @@ class SqlStore:
         self, surface: str, external_user_id: str, code_hash: str, expires_at: datetime, *,
         owner_name: str | None = None, language: str | None = None, conversation_ref: str | None = None,
     ) -> int:
+        from memory import sql_linking as linking
+
         return await self._tx("write", linking.issue_code, surface, external_user_id, code_hash, expires_at,
                               (owner_name, language, conversation_ref))
 
@@ -394,6 +451,8 @@ class SqlStore:
         self, surface: str, external_user_id: str, code_hash: str, policy: LinkPolicy,
         also: tuple[str, str] | None = None, *, confirm: bool = False,
     ) -> Redemption:
+        from memory import sql_linking as linking
+
         return await self._tx("write", linking.redeem_code, surface, external_user_id, code_hash, policy, also,
                               confirm)
 
@@ -401,69 +460,109 @@ class SqlStore:
         self, user_id: int, surface: str, conversation_ref: str | None, text: str, token_count: int,
         outgoing: Outgoing | None = None,
     ) -> StoredMessage:
+        from memory import sql_linking as linking
+
         return await self._tx("write", linking.post_notice, user_id, surface, conversation_ref, text, token_count,
                               outgoing)
 
     async def link_identity(self, handle: str, surface: str, external_user_id: str, actor: str) -> int | None:
+        from memory import sql_linking as linking
+
         return await self._tx("write", linking.link_identity, handle, surface, external_user_id, actor)
 
     async def unlink_identity(self, surface: str, external_user_id: str, actor: str) -> tuple[str, int | None]:
+        from memory import sql_linking as linking
+
         return await self._tx("write", linking.unlink_identity, surface, external_user_id, actor)
 
     async def record_delivery(self, delivery: Delivery) -> int:
+        from memory import sql_people as people
+
         return await self._tx("write", people.record_delivery, delivery)
 
     async def update_delivery(self, surface: str, provider_ref: str, status: str, error: str | None = None) -> bool:
+        from memory import sql_people as people
+
         return await self._tx("write", people.update_delivery, surface, provider_ref, status, error)
 
     async def deliveries(self, user_id: int) -> list[dict[str, Any]]:
+        from memory import sql_people as people
+
         return await self._tx("read", people.deliveries_json, user_id)
 
     # -- issue 12, faults: shared counters and the readiness probe (memory/sql_limits.py) ----------------------
 
     async def hit_rate(self, key: str, limit: int, window_s: int) -> float:
+        from memory import sql_limits as limits
+
         return await self._tx("write", limits.hit, key, limit, window_s)
 
     async def hit_rates(self, hits: Sequence[tuple[str, int, int]]) -> float:
+        from memory import sql_limits as limits
+
         return await self._tx("write", limits.hit_each, list(hits))
 
     async def purge_counters(self, older_than_s: int) -> int:
+        from memory import sql_limits as limits
+
         return await self._tx("write", limits.purge, older_than_s)
 
     async def probe(self) -> None:
+        from memory import sql_limits as limits
+
         await self._tx("write", limits.probe)
 
     # -- issue 13, costs: the caps' reservations and the alerts' marks (memory/sql_spend.py, sql_alerts.py) -----
 
     async def reserve_spend(self, windows: Sequence[spend.Window], amount: float) -> spend.Refused | None:
+        from memory import sql_spend as spend
+
         return await self._tx("write", spend.reserve, list(windows), amount)
 
     async def settle_spend(self, windows: Sequence[spend.Window], delta: float) -> None:
+        from memory import sql_spend as spend
+
         await self._tx("write", spend.settle, list(windows), delta)
 
     async def spent(self, window: spend.Window) -> float:
+        from memory import sql_spend as spend
+
         return await self._tx("read", spend.spent, window)
 
     async def take_alert(self, kind: str, interval: timedelta) -> bool:
+        from memory import sql_alerts as alerts
+
         return await self._tx("write", alerts.take, kind, interval)
 
     async def purge_spend(self, older_than: timedelta) -> int:
+        from memory import sql_spend as spend
+
         return await self._tx("write", spend.purge, (self.clock() - older_than).strftime("%Y-%m-%d"))
 
     # -- issue 13, admin: the admin page's read-outs (memory/sql_admin.py) ---------------------------------------
 
     async def admin_people(self, offset: int, limit: int) -> tuple[int, list[dict[str, Any]]]:
+        from memory import sql_admin as admin
+
         return await self._tx("read", admin.people, offset, limit)
 
     async def admin_person(self, user_id: int) -> dict[str, Any] | None:
+        from memory import sql_admin as admin
+
         return await self._tx("read", admin.person, user_id)
 
     async def admin_messages(self, user_id: int, conversation_id: int, before: int | None,
                              limit: int) -> list[StoredMessage]:
+        from memory import sql_admin as admin
+
         return await self._tx("read", admin.messages_page, user_id, conversation_id, before, limit)
 
     async def admin_costs(self, user_id: int | None, day: datetime, month: datetime) -> dict[str, Any]:
+        from memory import sql_admin as admin
+
         return await self._tx("read", admin.costs, user_id, day, month)
 
     async def admin_top_spenders(self, offset: int, limit: int) -> list[dict[str, Any]]:
+        from memory import sql_admin as admin
+
         return await self._tx("read", admin.top_spenders, offset, limit)

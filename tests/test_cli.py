@@ -209,3 +209,24 @@ async def test_chat_on_a_full_disk_says_store_unavailable_and_the_repl_goes_on(
     monkeypatch.setattr("sys.stdin", io.StringIO("and now?\n"))
     assert await cli_surface.repl(pipeline, "alice", "cli") == 0
     assert "and now?" in capsys.readouterr().out
+
+
+def test_a_command_parsed_alone_is_parsed_and_explained_as_among_all_of_them() -> None:
+    # bot/cli.py builds only the subparser of the command on the line (start-up time): it must be the same one
+    import argparse
+
+    from bot import cli
+
+    def subparsers(p: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+        [action] = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+        return dict(action.choices)
+
+    every = subparsers(cli.parser())
+    assert list(every) == list(cli.COMMANDS)
+    for name, full in every.items():
+        alone = subparsers(cli.parser([name, "--user", "ana"]))
+        assert list(alone) == [name]
+        assert alone[name].format_help() == full.format_help(), name
+        assert alone[name].get_default("fn") is not None
+    assert list(subparsers(cli.parser(["--help", "context"]))) == list(cli.COMMANDS)
+    assert list(subparsers(cli.parser(["contex"]))) == list(cli.COMMANDS)  # argparse names the choices

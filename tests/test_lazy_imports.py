@@ -20,11 +20,13 @@ _SCRUB = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "TELEGRAM_BOT_TOKEN", "TWILIO_A
           "HILO_METRICS_PORT", "HILO_METRICS_TOKEN", "HILO_MODEL", "HILO_FALLBACK_MODELS", "DATABASE_URL")
 
 
-def _loaded(code: str, tmp: Path, **env: str) -> list[str]:
+def _loaded(code: str, tmp: Path, names: tuple[str, ...] = HEAVY, **env: str) -> list[str]:
+    """Which of `names` (packages or modules) the code has imported when it ends."""
     full = {k: v for k, v in os.environ.items() if k not in _SCRUB}
     full.update(HILO_DATABASE_URL=f"sqlite:///{tmp / 'hilo.db'}", HILO_EMBEDDER="none", XDG_CACHE_HOME=str(tmp),
                 PYTHONPATH=str(ROOT), **env)
-    tail = f"\nimport sys, json\nprint(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r})))"
+    tail = ("\nimport sys, json\nprint(json.dumps(sorted(({m.split('.')[0] for m in sys.modules} | set(sys.modules)) & "
+            f"{set(names)!r})))")
     out = subprocess.run([sys.executable, "-c", code + tail], env=full, cwd=tmp, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -43,12 +45,31 @@ def _seed(tmp: Path) -> None:
                    check=True, capture_output=True, timeout=120)
 
 
-def test_hilo_context_imports_no_sdk_and_no_full_tokenizer(tmp_path: Path) -> None:
-    _seed(tmp_path)
-    code = ("import contextlib, io\nfrom bot.cli import main\nwith contextlib.redirect_stdout(io.StringIO()) as out:\n"
+#: `hilo context` on the seeded database, in process
+_CONTEXT = ("import contextlib, io\nfrom bot.cli import main\nwith contextlib.redirect_stdout(io.StringIO()) as out:\n"
             "    assert main(['context', '--user', 'ana', '--surface', 'telegram', 'when does my sister fly?']) == 0\n"
             "assert 'Lisbon' in out.getvalue()")
-    assert _loaded(code, tmp_path) == []
+
+
+def test_hilo_context_imports_no_sdk_and_no_full_tokenizer(tmp_path: Path) -> None:
+    _seed(tmp_path)
+    assert _loaded(_CONTEXT, tmp_path) == []
+
+
+#: What `hilo context` on SQLite must not load (docs/architecture.md, "Performance budget": its start-up): a
+#: turn's machinery (the pipeline, the outbox, commands, the model chain, retries), Postgres' dialect, the store's
+#: logic for other commands, what only some settings need (a TOML price file, a generated secret key), and
+#: importlib.resources' machinery (the migrations are read as a directory).
+NOT_FOR_CONTEXT = ("bot.pipeline", "bot.outbox", "bot.commands", "bot.models.base", "bot.retry", "bot.alerts",
+                   "bot.spend", "bot.embedders.local", "memory.dialect_pg", "memory.pg_context", "memory.jobs",
+                   "memory.sql_spend", "memory.sql_export", "memory.sql_stats", "memory.sql_extract",
+                   "memory.sql_linking", "memory.sql_people", "memory.sql_admin", "tomllib", "secrets",
+                   "importlib.resources", "zipfile")
+
+
+def test_hilo_context_on_sqlite_loads_only_what_its_dry_run_runs(tmp_path: Path) -> None:
+    _seed(tmp_path)
+    assert _loaded(_CONTEXT, tmp_path, NOT_FOR_CONTEXT) == []
 
 
 _IDLE = """

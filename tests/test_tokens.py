@@ -284,3 +284,13 @@ def test_a_daemon_moves_to_tiktoken_in_the_background_once_it_counts_much(monkey
     assert loader is not None and loader.name == "hilo-tokens-tiktoken"
     loader.join(30)
     assert tokens._loaded is not None and tokens.count(long) == reference(long)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.characters(max_codepoint=0x7F), max_size=120))
+def test_ascii_text_is_split_by_the_ascii_pattern_as_by_the_whole_one(text: str) -> None:
+    # the short path splits ASCII text with a pattern of ASCII classes (cheap to compile: `hilo context`'s start)
+    from kernel.tokens_index import safe_pattern
+
+    every = f"{text} a{text}'s\n{text}  \t{text}1234 {text}?!\r\n"
+    assert safe_pattern(ascii_only=True).findall(every) == safe_pattern().findall(every)

@@ -167,3 +167,17 @@ async def test_the_dialects_give_the_candidates_cosines_alike(store: Store) -> N
     got = await store._tx("read", lambda db: db.cosines(vq, ids))  # type: ignore[attr-defined]
     assert sorted(got) == ids[:2], "bob's vector is not ana's"
     assert all(abs(got[t.message.id] - math.cos(0.4 * i)) < 0.01 for i, t in enumerate(ana) if i), got
+
+
+def test_the_writes_that_keep_the_sqlite_vector_cache_name_real_functions() -> None:
+    """memory/dialect_sqlite.py's KEEPS_VECTORS holds names (their modules load only when used): each is a function
+    of its module, named as the store names the logic it runs; anything else counts as a write that may change
+    vectors."""
+    import importlib
+
+    from memory.dialect_sqlite import KEEPS_VECTORS, logic_name
+
+    for name in KEEPS_VECTORS:
+        module, _, function = name.rpartition(".")
+        assert logic_name(getattr(importlib.import_module(module), function)) == name
+    assert logic_name(lambda db: None) not in KEEPS_VECTORS

@@ -8,13 +8,16 @@ error: asked for explicitly, it must not be dropped silently.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from bot.config import Settings
-from bot.embedders import local
 from bot.embedders.base import Embedder
 from bot.embedders.none import NoEmbedder
-from bot.retry import RetryPolicy
 from kernel import log
 from kernel.errors import ConfigError
+
+if TYPE_CHECKING:
+    from bot.retry import RetryPolicy
 
 logger = log.get(__name__)
 
@@ -23,6 +26,10 @@ def build_embedder(settings: Settings, *, policy: RetryPolicy | None = None) -> 
     """The embedder `settings` ask for (not started: the caller's lifespan starts and closes it)."""
     choice = settings.embedder
     model = settings.embedding_model
+    if choice == "none":  # before the other modules load: `hilo context` with no embedder needs none of them
+        return NoEmbedder()
+    from bot.embedders import local
+
     if choice == "auto":
         choice = "local" if local.installed(model or local.DEFAULT_MODEL) else "none"
     if choice == "none":
@@ -38,6 +45,7 @@ def build_embedder(settings: Settings, *, policy: RetryPolicy | None = None) -> 
                               "HILO_EMBEDDER=none for lexical-only retrieval")
         return local.LocalEmbedder(model)
     from bot.embedders.openai_compat import DEFAULT_MODEL, OpenAIEmbedder
+    from bot.retry import RetryPolicy
 
     return OpenAIEmbedder(model=model or DEFAULT_MODEL, api_key=settings.embedding_api_key,
                           base_url=settings.embedding_url, timeout=settings.model_timeout,
@@ -53,6 +61,8 @@ def announce(settings: Settings, embedder: Embedder, vector_status: str | None =
     if embedder.name != "none":
         logger.info("embedder.ready", embedder=embedder.name, dim=embedder.dim)
         return
+    from bot.embedders import local
+
     spec = local.MODELS.get(settings.embedding_model or local.DEFAULT_MODEL)
     if settings.embedder == "none":
         reason = "HILO_EMBEDDER=none"

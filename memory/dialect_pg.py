@@ -33,7 +33,7 @@ from kernel import log
 from kernel.errors import ConfigError
 from kernel.types import InboundMessage, ModelCallRecord, Outgoing, StoredMessage, utcnow
 from memory import migrate as migrations
-from memory import pg_context, pg_terms, pg_turn, reindex, turn_lease
+from memory import pg_context, pg_import, pg_terms, pg_turn, reindex, sql_import, turn_lease
 from memory.rows import INSERT_COLS, Db, Mode, Rollback, aware, columns_by_table
 from memory.sql_store import Logic, SqlStore
 from memory.sql_vectors import VectorQuery
@@ -116,7 +116,7 @@ class PgDb(Db):
 
     async def insert_messages(self, rows: list[tuple[Any, ...]]) -> int:
         self.counters["statements"] += 1
-        return rowcount(await self.conn.execute(BULK_INSERT, *(list(column) for column in zip(*rows, strict=True))))
+        return rowcount(await self.conn.execute(BULK_INSERT, *pg_import.columns(rows)))
 
     async def put_vectors(self, embedder: str, dim: int, rows: list[tuple[int, Sequence[float]]]) -> int:
         await self._index(embedder, dim)
@@ -371,9 +371,10 @@ class PostgresStore(SqlStore):
                               outgoing)
 
     async def import_rows(self, rows: Sequence[ImportRow]) -> ImportResult:
-        """SqlStore.import_rows, then ANALYZE of the tables it filled when pg_terms.stale says so: recall's term
-        statistics come from pg_stats, and autovacuum may not have run yet on a fresh database."""
-        result = await super().import_rows(rows)
+        """SqlStore.import_rows with set-based writes (memory/pg_import.py: a batch is about ten statements, not
+        one per conversation and episode), then ANALYZE of the tables it filled when pg_terms.stale says so:
+        recall's term statistics come from pg_stats, and autovacuum may not have run yet on a fresh database."""
+        result = await self._tx("write", sql_import.import_rows, rows, pg_import.WRITES)
         self._imported += result.inserted
         if result.inserted and await self._tx("lease", pg_terms.stale, self._imported):
             self._imported = 0

@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from kernel import log
-from memory import jobs, reindex, sqlite_terms
+from memory import jobs, reindex, sql_import, sqlite_terms
 from memory import migrate as migrations
 from memory import sql_alerts as alerts
 from memory import sql_limits as limits
@@ -103,8 +103,8 @@ PUT_VECTOR = (
     "dim = excluded.dim, vector = excluded.vector"
 )
 #: Write transactions that never change message_vectors: they leave the vector cache as it was checked.
-KEEPS_VECTORS = frozenset({turns.ingest, turns.finish_turn, turns.import_rows, jobs.register, jobs.claim, jobs.renew,
-                           jobs.finish, limits.hit, limits.probe, limits.purge, spend.reserve, spend.settle,
+KEEPS_VECTORS = frozenset({turns.ingest, turns.finish_turn, sql_import.import_rows, jobs.register, jobs.claim,
+                           jobs.renew, jobs.finish, limits.hit, limits.probe, limits.purge, spend.reserve, spend.settle,
                            alerts.take})
 #: One person's vectors of one embedder: an index range (message_vectors_user), so the count is an index-only scan.
 _PERSON = "FROM message_vectors WHERE user_id = ?1 AND embedder = ?2"

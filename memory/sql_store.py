@@ -1,8 +1,8 @@
 """`SqlStore`: the `Store` contract written once, over a dialect's `_tx` (memory/dialect_sqlite.py, dialect_pg.py).
 
 Each Store method is ONE call of `_tx(mode, logic, *args)`: one transaction running one coroutine of the logic
-(memory/sql_turns.py, sql_linking.py, sql_people.py) against the dialect's `Db`. SQLite steps the coroutine
-synchronously on its worker thread (one executor hop per transaction); Postgres awaits it inside one pool
+(memory/sql_turns.py, sql_import.py, sql_linking.py, sql_people.py) against the dialect's `Db`. SQLite steps
+the coroutine synchronously on its worker thread (one executor hop per transaction); Postgres awaits it inside one pool
 checkout and one transaction. `counters` counts transactions, statements (BEGIN/COMMIT not included; a batched
 call counts once) and round_trips (store calls that reached the database: SQLite's hops, Postgres' checkouts).
 """
@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from kernel.errors import StoreError
 from kernel.types import InboundMessage, ModelCallRecord, OutboxItem, Outgoing, utcnow
-from memory import jobs, turn_lease
+from memory import jobs, sql_import, turn_lease
 from memory import sql_admin as admin
 from memory import sql_alerts as alerts
 from memory import sql_export as exporting
@@ -192,7 +192,7 @@ class SqlStore:
         return await self._tx("read", outbox.unanswered, grace, window, limit)
 
     async def import_rows(self, rows: Sequence[ImportRow]) -> ImportResult:
-        return await self._tx("write", turns.import_rows, rows)
+        return await self._tx("write", sql_import.import_rows, rows)
 
     # -- message vectors (memory/sql_vectors.py) ---------------------------------------------------------------
 

@@ -118,6 +118,9 @@ class ImportRow:
     token_count: int
     external_id: str | None = None
     conversation: str | None = None
+    #: its index terms (memory/stems.py), when the reader computed them (`hilo import` does, on its reading
+    #: thread, beside the store's work); None: the store computes them
+    terms: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

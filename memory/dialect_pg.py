@@ -35,6 +35,7 @@ from kernel.types import InboundMessage, ModelCallRecord, Outgoing, StoredMessag
 from memory import migrate as migrations
 from memory import pg_context, pg_import, pg_terms, pg_turn, reindex, sql_import, turn_lease
 from memory.rows import INSERT_COLS, Db, Mode, Rollback, aware, columns_by_table
+from memory.sql_import import ImportWrites
 from memory.sql_store import Logic, SqlStore
 from memory.sql_vectors import VectorQuery
 from memory.store import ContextQuery, ContextRows, ImportResult, ImportRow, Ingested, StoreError, StoreUnavailable
@@ -266,6 +267,10 @@ async def keep_session(conn: Any) -> None:
 class PostgresStore(SqlStore):
     """The Store on a Postgres database."""
 
+    #: how import_rows writes a batch's people, conversations and episodes (set-based; the same rows as
+    #: sql_import.ONE_BY_ONE, which tests/test_import_pg.py compares)
+    import_writes: ImportWrites = pg_import.WRITES
+
     def __init__(self, url: str, *, statement_cache_size: int | None = None, command_timeout: float = 30.0,
                  clock: Callable[[], datetime] | None = None) -> None:
         super().__init__(clock)
@@ -374,7 +379,7 @@ class PostgresStore(SqlStore):
         """SqlStore.import_rows with set-based writes (memory/pg_import.py: a batch is about ten statements, not
         one per conversation and episode), then ANALYZE of the tables it filled when pg_terms.stale says so:
         recall's term statistics come from pg_stats, and autovacuum may not have run yet on a fresh database."""
-        result = await self._tx("write", sql_import.import_rows, rows, pg_import.WRITES)
+        result = await self._tx("write", sql_import.import_rows, rows, self.import_writes)
         self._imported += result.inserted
         if result.inserted and await self._tx("lease", pg_terms.stale, self._imported):
             self._imported = 0

@@ -57,7 +57,7 @@ def columns(rows: Iterable[Sequence[Any]]) -> list[list[Any]]:
 
 async def users(db: Db, first: dict[str, Any]) -> dict[str, int]:
     ids = {str(handle): int(uid) for handle, uid in await db.all(_USERS, list(first))}
-    new = sorted(handle for handle in first if handle not in ids)
+    new = [handle for handle in first if handle not in ids]  # in the order first seen, as users_each makes them
     if new:
         ids.update((str(h), int(uid)) for h, uid in await db.all(_NEW_USERS, new, [first[h] for h in new]))
         if len(ids) < len(first):  # another transaction created some meanwhile (READ COMMITTED: a new statement sees)

@@ -7,7 +7,7 @@ issue, each figure beside its baseline measured in the same script run (the seed
 full history and a 24-hour window, another checkout of hilo). Nothing here asserts a time: a missed goal is printed
 as missed.
 
-    bench/run                     # the full run (~25 min on 2 cores): 1,000 x 1,000, 300k, 1,000,000 lines
+    bench/run                     # the full run (~30 min on 2 cores): 1,000 x 1,000, 300k, 1,000,000 lines
     bench/run --quick             # the same sections at small sizes (~3 min): checks the harness, not the goals
     bench/run --baseline 40a736f  # also that commit's hilo in b, d and f, side by side (git archive, tmp folder)
     bench/run --only a,e          # some sections (a-g, recall)

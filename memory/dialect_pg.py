@@ -3,7 +3,8 @@
 Each Store method is one pool checkout and one transaction: READ COMMITTED for writes, REPEATABLE READ READ ONLY
 for reads; the turn lease's statements and the turn's context reads (bounded by the turn's moment) commit on their
 own, and a known person's ingest and finish_turn are one statement each (memory/pg_turn.py), and so is the
-context read without a query vector (memory/pg_context.py): a turn in 4 round trips on the wire. The shared
+context read without a query vector (memory/pg_context.py): a turn in 4 round trips on the wire; an import
+batch writes its people, conversations and episodes one statement per kind (memory/pg_import.py). The shared
 logic's SQL is Postgres' own spelling, so it runs as written. What differs from SQLite lives here: the pool and
 its plumbing, the error mapping, transaction-scoped advisory locks (`db.lock`), recall over the tsvector with
 term statistics from the planner (`pg_stats.most_common_elems`), the bulk insert (INSERT ... unnest), and vectors:
@@ -270,6 +271,8 @@ class PostgresStore(SqlStore):
     #: how import_rows writes a batch's people, conversations and episodes (set-based; the same rows as
     #: sql_import.ONE_BY_ONE, which tests/test_import_pg.py compares)
     import_writes: ImportWrites = pg_import.WRITES
+    #: Store.import_terms_ahead: on the event loop they were 20% of a batch's time, the server idle meanwhile
+    import_terms_ahead = True
 
     def __init__(self, url: str, *, statement_cache_size: int | None = None, command_timeout: float = 30.0,
                  clock: Callable[[], datetime] | None = None) -> None:

@@ -5,10 +5,11 @@ The file is read and stored BATCH lines at a time, one transaction each: memory 
 size. A line without "external_id" gets one derived from what it says (`line:` + a hash of user, surface, role,
 created_at and content), so every line has a key: a second run, or a run after an import was stopped (Ctrl-C,
 SIGKILL, a full disk), skips the lines already stored with one indexed look-up per batch and stores the rest.
-The next batch is read (parsed, validated, its tokens counted and its index terms found) on one thread while the
-store writes the last one on its own: SQLite and Postgres work without the GIL (SQLite's C code releases it;
-Postgres is another process), so on two cores the two overlap. The terms are found here, not in the store's
-transaction, for that reason: on Postgres the store's Python work runs while the server waits for it.
+The next batch is read (parsed, validated, its tokens counted and, for Postgres, its index terms found) on one
+thread while the store writes the last one on its own: SQLite and Postgres work without the GIL (SQLite's C code
+releases it; Postgres is another process), so on two cores the two overlap. On Postgres the terms are found here,
+not in the store's transaction, because the store's Python work runs while the server waits for it
+(Store.import_terms_ahead).
 A bad line stops the import there, naming the line: the lines before it are stored (and said so), nothing after;
 fix the line and run the import again: it goes on from there. Token counts are computed here, like for live
 messages.
@@ -134,9 +135,10 @@ async def import_file(store: Store, path: str | Path,
     try:
         total = await asyncio.to_thread(count_lines, path) if on_batch is not None else 0
         bad: list[ImportFileError] = []
-        # Terms are found as lines are read while batches bring new rows; while they are all stored already (a
-        # re-run, the start of a resumed import) the reader skips them: the store never uses a skipped row's terms.
-        storing = True
+        # Terms are found as lines are read when the store wants them so (Store.import_terms_ahead) and batches bring
+        # new rows; while they are all stored already (a re-run, the start of a resumed import) the reader skips
+        # them: the store never uses a skipped row's terms.
+        storing = store.import_terms_ahead
         lines = batches(path, bad, lambda: storing)
         inserted = skipped = 0
         ahead = asyncio.ensure_future(asyncio.to_thread(next, lines, None))
@@ -149,7 +151,7 @@ async def import_file(store: Store, path: str | Path,
                 raise
             inserted += result.inserted
             skipped += result.skipped
-            storing = result.inserted > 0
+            storing = store.import_terms_ahead and result.inserted > 0
             if on_batch is not None:
                 on_batch(len(batch), total)
     except OSError as exc:

@@ -63,6 +63,10 @@ Logic = Callable[..., Coroutine[Any, Any, T]]
 class SqlStore:
     """What both dialects share: the Store's methods. A dialect provides `_tx` and the lifecycle."""
 
+    #: Store.import_terms_ahead (SQLite: a 1,000,000-line import ran 14,700 lines/s with the terms found on the
+    #: reading thread, 16,200 with them found in the store's transaction)
+    import_terms_ahead = False
+
     def __init__(self, clock: Callable[[], datetime] | None) -> None:
         #: "now" for everything the store stamps or compares (aware UTC): injectable for tests
         self.clock: Callable[[], datetime] = clock or utcnow

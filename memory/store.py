@@ -255,8 +255,8 @@ class Store(Protocol):
         """Store many messages in one transaction, skipping (surface, external_id) already stored."""
 
     #: Whether `hilo import` finds each line's index terms on its reading thread (ImportRow.terms): True where
-    #: the store's own Python work leaves the database idle (Postgres, a server process); False where the store
-    #: finds them faster itself (SQLite: its thread does while the reading thread parses the next lines).
+    #: the store's own Python work leaves the database idle (Postgres, a server process); False where that gains
+    #: nothing (SQLite: its thread finds them while the reading thread parses the next lines).
     import_terms_ahead: bool
 
     # -- message vectors (memory/vectors.py): the embed job and `hilo embed` write, load_context searches ------

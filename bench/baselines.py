@@ -6,7 +6,8 @@ one round trip and nothing is reset between them). Every query is one awaited ca
 
   fts   the earlier baseline: dedup check, user, identity, conversation, insert, update, recent history,
         cross-surface, facts, and a full-text query matched over everyone's messages, then filtered by owner
-        (stops before the model: no reply written)
+        (SQLite: its index holds each person's words apart), ranked by the engine's BM25 (stops before the
+        model: no reply written)
   seed  the seed pattern (the design's "Performance budget"): the person's conversations, their messages of the
         last 24 h, get-or-create the channel conversation, insert the user message; after the model: insert
         the reply, update the conversation
@@ -99,13 +100,14 @@ def _singleton(conn: Conn) -> str:
     return "1" if conn.dialect == "sqlite" else "true"
 
 
-def _search_sql(conn: Conn, words: list[str]) -> tuple[str, str]:
-    """The full-text query of the fts baseline: matched over every message, the owner filtered after."""
+def _search_sql(conn: Conn, words: list[str], user_id: int) -> tuple[str, str]:
+    """The full-text query of the fts baseline: matched over every message, the owner filtered after (SQLite's
+    index holds each person's words apart since migration 0033: there the match is already the person's), ranked
+    by the engine's own BM25."""
     if conn.dialect == "sqlite":
-        terms = " OR ".join(f'"{w}"' for w in words)
+        terms = " OR ".join(f'"u{int(user_id)}x{w}"' for w in words)
         return ("SELECT m.id, m.content FROM messages_fts f JOIN messages m ON m.id = f.rowid "
-                "WHERE messages_fts MATCH $1 AND m.user_id = $2 ORDER BY bm25(messages_fts) LIMIT 20",
-                f"content : ({terms})")
+                "WHERE messages_fts MATCH $1 AND m.user_id = $2 ORDER BY bm25(messages_fts) LIMIT 20", terms)
     return ("SELECT m.id, m.content FROM messages m, to_tsquery('simple', $1) AS tq "
             "WHERE m.search @@ tq AND m.user_id = $2 ORDER BY ts_rank(m.search, tq) DESC LIMIT 20",
             " | ".join(f"'{w}'" for w in words))
@@ -148,7 +150,7 @@ async def run_fts(conn: Conn, turns: int, next_turn: NextTurn, cross_hours: int)
         await conn.q("SELECT id, content, token_count FROM messages WHERE user_id = $1 AND surface <> 'telegram' "
                      "AND created_at >= $2 ORDER BY created_at DESC LIMIT 20", uid, since)
         await conn.q("SELECT content FROM memories WHERE user_id = $1", uid)
-        sql, match = _search_sql(conn, re.findall(r"\w+", text.lower())[:8])
+        sql, match = _search_sql(conn, re.findall(r"\w+", text.lower())[:8], uid)
         await conn.q(sql, match, uid)
         t2 = time.perf_counter()
         return (t2 - t1) * 1000, (t2 - t0) * 1000

@@ -3,7 +3,8 @@
 Each Store method is one pool checkout and one transaction: READ COMMITTED for writes, REPEATABLE READ READ ONLY
 for reads; the turn lease's statements and the turn's context reads (bounded by the turn's moment) commit on their
 own, and a known person's ingest and finish_turn are one statement each (memory/pg_turn.py), and so is the
-context read without a query vector (memory/pg_context.py): a turn in 4 round trips on the wire. The shared
+context read without a query vector (memory/pg_context.py): a turn in 4 round trips on the wire; an import
+batch writes its people, conversations and episodes one statement per kind (memory/pg_import.py). The shared
 logic's SQL is Postgres' own spelling, so it runs as written. What differs from SQLite lives here: the pool and
 its plumbing, the error mapping, transaction-scoped advisory locks (`db.lock`), recall over the tsvector with
 term statistics from the planner (`pg_stats.most_common_elems`), the bulk insert (INSERT ... unnest), and vectors:
@@ -33,8 +34,9 @@ from kernel import log
 from kernel.errors import ConfigError
 from kernel.types import InboundMessage, ModelCallRecord, Outgoing, StoredMessage, utcnow
 from memory import migrate as migrations
-from memory import pg_context, pg_terms, pg_turn, reindex, turn_lease
+from memory import pg_context, pg_import, pg_terms, pg_turn, reindex, sql_import, turn_lease
 from memory.rows import INSERT_COLS, Db, Mode, Rollback, aware, columns_by_table
+from memory.sql_import import ImportWrites
 from memory.sql_store import Logic, SqlStore
 from memory.sql_vectors import VectorQuery
 from memory.store import ContextQuery, ContextRows, ImportResult, ImportRow, Ingested, StoreError, StoreUnavailable
@@ -116,7 +118,7 @@ class PgDb(Db):
 
     async def insert_messages(self, rows: list[tuple[Any, ...]]) -> int:
         self.counters["statements"] += 1
-        return rowcount(await self.conn.execute(BULK_INSERT, *(list(column) for column in zip(*rows, strict=True))))
+        return rowcount(await self.conn.execute(BULK_INSERT, *pg_import.columns(rows)))
 
     async def put_vectors(self, embedder: str, dim: int, rows: list[tuple[int, Sequence[float]]]) -> int:
         await self._index(embedder, dim)
@@ -266,6 +268,12 @@ async def keep_session(conn: Any) -> None:
 class PostgresStore(SqlStore):
     """The Store on a Postgres database."""
 
+    #: how import_rows writes a batch's people, conversations and episodes (set-based; the same rows as
+    #: sql_import.ONE_BY_ONE, which tests/test_import_pg.py compares)
+    import_writes: ImportWrites = pg_import.WRITES
+    #: Store.import_terms_ahead: on the event loop they were 20% of a batch's time, the server idle meanwhile
+    import_terms_ahead = True
+
     def __init__(self, url: str, *, statement_cache_size: int | None = None, command_timeout: float = 30.0,
                  clock: Callable[[], datetime] | None = None) -> None:
         super().__init__(clock)
@@ -371,9 +379,10 @@ class PostgresStore(SqlStore):
                               outgoing)
 
     async def import_rows(self, rows: Sequence[ImportRow]) -> ImportResult:
-        """SqlStore.import_rows, then ANALYZE of the tables it filled when pg_terms.stale says so: recall's term
-        statistics come from pg_stats, and autovacuum may not have run yet on a fresh database."""
-        result = await super().import_rows(rows)
+        """SqlStore.import_rows with set-based writes (memory/pg_import.py: a batch is about ten statements, not
+        one per conversation and episode), then ANALYZE of the tables it filled when pg_terms.stale says so:
+        recall's term statistics come from pg_stats, and autovacuum may not have run yet on a fresh database."""
+        result = await self._tx("write", sql_import.import_rows, rows, self.import_writes)
         self._imported += result.inserted
         if result.inserted and await self._tx("lease", pg_terms.stale, self._imported):
             self._imported = 0

@@ -105,7 +105,7 @@ PUT_VECTOR = (
 #: starts without them).
 KEEPS_VECTORS = frozenset({
     "memory.sql_turns.ingest", "memory.sql_turns.ingest_leased", "memory.sql_turns.finish_turn",
-    "memory.sql_turns.import_rows",
+    "memory.sql_import.import_rows",
     "memory.jobs.register", "memory.jobs.claim", "memory.jobs.renew", "memory.jobs.finish",
     "memory.sql_limits.hit", "memory.sql_limits.probe", "memory.sql_limits.purge",
     "memory.sql_spend.reserve", "memory.sql_spend.settle", "memory.sql_alerts.take",

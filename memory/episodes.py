@@ -6,13 +6,14 @@ its episode when it is stored, in the same transaction:
 - a live message or reply (`join`): one statement, an upsert on the conversation's latest episode if it ended
   at most GAP before, else a new one;
 - a bulk import or the reindex of old rows (`assign`): runs found in Python, each inserted whole as a new
-  episode or added to the conversation's latest one; when an import skipped rows already stored, `refresh`
-  recomputes the touched episodes from their messages (so those rows count once).
+  episode or added to the conversation's latest one (`write_each`: a statement a run; Postgres' import writes
+  all the runs of a batch in two statements, memory/pg_import.py); when an import skipped rows already stored,
+  `refresh` recomputes the touched episodes from their messages (so those rows count once).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -51,10 +52,13 @@ _LATEST = ("SELECT e.conversation_id, e.id, e.ended_at, e.message_count FROM epi
            "GROUP BY x.conversation_id)")
 _NEW = ("INSERT INTO episodes(user_id, conversation_id, surface, started_at, ended_at, message_count, token_count, "
         "terms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id")
+#: A run added to an existing episode: the SET list, over {first}, {last}, {count}, {tokens} and {terms}.
+ADDED = ("started_at = least(started_at, {first}), ended_at = greatest(ended_at, {last}), "
+         "message_count = message_count + {count}, token_count = token_count + {tokens}, "
+         "terms = CASE WHEN {terms} = '' THEN terms WHEN terms = '' THEN {terms} ELSE terms || ' ' || {terms} END")
 #: $1 episode, $2 first, $3 last, $4 messages, $5 tokens, $6 terms: a run added to an existing episode.
-_ADD = ("UPDATE episodes SET started_at = least(started_at, $2), ended_at = greatest(ended_at, $3), "
-        "message_count = message_count + $4, token_count = token_count + $5, "
-        "terms = CASE WHEN $6 = '' THEN terms WHEN terms = '' THEN $6 ELSE terms || ' ' || $6 END WHERE id = $1")
+_ADD = (f"UPDATE episodes SET {ADDED.format(first='$2', last='$3', count='$4', tokens='$5', terms='$6')} "
+        "WHERE id = $1")
 _REFRESH = (
     "UPDATE episodes SET message_count = s.n, token_count = s.tokens, started_at = s.first, ended_at = s.last, "
     "terms = s.terms FROM (SELECT m.episode_id, count(*) AS n, sum(m.token_count) AS tokens, "
@@ -85,23 +89,49 @@ class Placed:
 
 
 @dataclass(slots=True)
-class _Run:
+class Run:
+    """Messages of one conversation that go into one episode: an existing one it continues, or a new one."""
+
     episode_id: int | None  # an existing episode this run continues, else None (a new one)
     items: list[Placed]
     room: int = MAX_MESSAGES  # how many messages it may take
 
+    def summary(self) -> tuple[datetime, datetime, int, int, str]:
+        """(first, last, messages, tokens, terms) of the run: what its episode gets."""
+        return (min(i.at for i in self.items), max(i.at for i in self.items), len(self.items),
+                sum(i.tokens for i in self.items), " ".join(i.terms for i in self.items if i.terms))
 
-async def assign(db: Db, items: Sequence[Placed]) -> tuple[list[int], set[int]]:
+
+#: Writes a batch's runs (new ones inserted, the others added to their episode): the episode of each run, in order.
+RunWriter = Callable[[Db, list[Run]], Awaitable[list[int]]]
+
+
+async def write_each(db: Db, runs: list[Run]) -> list[int]:
+    """RunWriter, one statement a run (any dialect; Postgres' import writes them all in two: memory/pg_import.py)."""
+    ids: list[int] = []
+    for run in runs:
+        first, last, count, tokens, terms = run.summary()
+        if run.episode_id is None:
+            head = run.items[0]
+            ids.append(int(await db.value(_NEW, head.user_id, head.conversation_id, head.surface, db.ts(first),
+                                          db.ts(last), count, tokens, terms)))
+        else:
+            await db.run(_ADD, run.episode_id, db.ts(first), db.ts(last), count, tokens, terms)
+            ids.append(run.episode_id)
+    return ids
+
+
+async def assign(db: Db, items: Sequence[Placed], write: RunWriter = write_each) -> tuple[list[int], set[int]]:
     """(the episode of each item, in order; every episode touched). A run continuing a conversation's latest
-    episode is added to it; every other run is a new episode, inserted whole. Counts assume every item is
-    stored: when some are not (an import's rows already stored), call `refresh` on the touched episodes."""
+    episode is added to it; every other run is a new episode, inserted whole (by `write`). Counts assume every
+    item is stored: when some are not (an import's rows already stored), call `refresh` on the touched episodes."""
     conversations = sorted({i.conversation_id for i in items})
     latest: dict[int, tuple[int, datetime, int]] = {}
     if conversations:
         for conv, eid, ended, count in await db.all(_LATEST, db.ids(conversations)):
             latest[int(conv)] = (int(eid), as_dt(ended), int(count))
     order = sorted(range(len(items)), key=lambda k: (items[k].conversation_id, items[k].at, k))
-    runs: list[_Run] = []
+    runs: list[Run] = []
     run_of: list[int] = [0] * len(items)
     current: dict[int, tuple[int, datetime]] = {}  # conversation -> (its run's index, the run's end)
     for k in order:
@@ -115,25 +145,15 @@ async def assign(db: Db, items: Sequence[Placed]) -> tuple[list[int], set[int]]:
             joins = (prior is not None and prior[1] - GAP <= item.at <= prior[1] + GAP
                      and prior[2] < MAX_MESSAGES)
             if joins and prior is not None:
-                runs.append(_Run(prior[0], [], MAX_MESSAGES - prior[2]))
+                runs.append(Run(prior[0], [], MAX_MESSAGES - prior[2]))
             else:
-                runs.append(_Run(None, []))
+                runs.append(Run(None, []))
             index = len(runs) - 1
         runs[index].items.append(item)
         run_of[k] = index
         end = max(open_run[1], item.at) if open_run is not None and open_run[0] == index else item.at
         current[item.conversation_id] = (index, end)
-    ids: list[int] = []
-    for run in runs:
-        first, last = min(i.at for i in run.items), max(i.at for i in run.items)
-        tokens, terms = sum(i.tokens for i in run.items), " ".join(i.terms for i in run.items if i.terms)
-        if run.episode_id is None:
-            head = run.items[0]
-            ids.append(int(await db.value(_NEW, head.user_id, head.conversation_id, head.surface, db.ts(first),
-                                          db.ts(last), len(run.items), tokens, terms)))
-        else:
-            await db.run(_ADD, run.episode_id, db.ts(first), db.ts(last), len(run.items), tokens, terms)
-            ids.append(run.episode_id)
+    ids = await write(db, runs)
     return [ids[run_of[k]] for k in range(len(items))], set(ids)
 
 

@@ -5,8 +5,11 @@ The file is read and stored BATCH lines at a time, one transaction each: memory 
 size. A line without "external_id" gets one derived from what it says (`line:` + a hash of user, surface, role,
 created_at and content), so every line has a key: a second run, or a run after an import was stopped (Ctrl-C,
 SIGKILL, a full disk), skips the lines already stored with one indexed look-up per batch and stores the rest.
-The next batch is read (parsed, validated, its tokens counted) on one thread while the store writes the last one
-on its own: SQLite and the driver release the GIL while they work, so on two cores the two overlap.
+The next batch is read (parsed, validated, its tokens counted and, for Postgres, its index terms found) on one
+thread while the store writes the last one on its own: SQLite and Postgres work without the GIL (SQLite's C code
+releases it; Postgres is another process), so on two cores the two overlap. On Postgres the terms are found here,
+not in the store's transaction, because the store's Python work runs while the server waits for it
+(Store.import_terms_ahead).
 A bad line stops the import there, naming the line: the lines before it are stored (and said so), nothing after;
 fix the line and run the import again: it goes on from there. Token counts are computed here, like for live
 messages.
@@ -24,6 +27,7 @@ from typing import Any
 from kernel import tokens
 from kernel.errors import HiloError
 from kernel.types import SURFACES
+from memory.stems import index_terms
 from memory.store import ImportResult, ImportRow, Store
 
 BATCH = 10_000
@@ -34,8 +38,9 @@ class ImportFileError(HiloError):
     """A line of the import file is not valid; the message names the line and the fix."""
 
 
-def _row(lineno: int, raw: str) -> ImportRow:
-    """A valid line as a row, its tokens counted (here, on the reading thread: it overlaps the store's work)."""
+def _row(lineno: int, raw: str, terms: bool = True) -> ImportRow:
+    """A valid line as a row, its tokens counted and (with `terms`) its index terms found: here, on the reading
+    thread, it overlaps the store's work."""
     def bad(why: str) -> ImportFileError:
         return ImportFileError(f"line {lineno}: {why}")
 
@@ -67,7 +72,7 @@ def _row(lineno: int, raw: str) -> ImportRow:
         user=user, surface=data["surface"], role=data["role"], content=data["content"], created_at=created,
         token_count=tokens.count(data["content"]),
         external_id=str(ext) if ext is not None else derived_key(user, data, created),
-        conversation=str(conv) if conv is not None else None,
+        conversation=str(conv) if conv is not None else None, terms=index_terms(data["content"]) if terms else None,
     )
 
 
@@ -89,21 +94,24 @@ def count_lines(path: str | Path) -> int:
     return total
 
 
-def batches(path: str | Path, bad_line: list[ImportFileError]) -> Iterator[list[ImportRow]]:
-    """The file's valid rows, BATCH at a time; at a bad line, the rows before it, then `bad_line` holds its error."""
+def batches(path: str | Path, bad_line: list[ImportFileError],
+            terms: Callable[[], bool] = lambda: True) -> Iterator[list[ImportRow]]:
+    """The file's valid rows, BATCH at a time; at a bad line, the rows before it, then `bad_line` holds its error.
+    A batch's rows carry their index terms when `terms()` says so as it begins."""
     batch: list[ImportRow] = []
+    with_terms = terms()
     with open(path, encoding="utf-8") as fh:
         for n, line in enumerate(fh, 1):
             if not line.strip():
                 continue
             try:
-                batch.append(_row(n, line))
+                batch.append(_row(n, line, with_terms))
             except ImportFileError as exc:
                 bad_line.append(exc)
                 break
             if len(batch) >= BATCH:
                 yield batch
-                batch = []
+                batch, with_terms = [], terms()
     if batch:
         yield batch
 
@@ -127,7 +135,11 @@ async def import_file(store: Store, path: str | Path,
     try:
         total = await asyncio.to_thread(count_lines, path) if on_batch is not None else 0
         bad: list[ImportFileError] = []
-        lines = batches(path, bad)
+        # Terms are found as lines are read when the store wants them so (Store.import_terms_ahead) and batches bring
+        # new rows; while they are all stored already (a re-run, the start of a resumed import) the reader skips
+        # them: the store never uses a skipped row's terms.
+        storing = store.import_terms_ahead
+        lines = batches(path, bad, lambda: storing)
         inserted = skipped = 0
         ahead = asyncio.ensure_future(asyncio.to_thread(next, lines, None))
         while (batch := await ahead) is not None:
@@ -139,6 +151,7 @@ async def import_file(store: Store, path: str | Path,
                 raise
             inserted += result.inserted
             skipped += result.skipped
+            storing = store.import_terms_ahead and result.inserted > 0
             if on_batch is not None:
                 on_batch(len(batch), total)
     except OSError as exc:

@@ -1,4 +1,4 @@
-"""The turn's statements, written once: ingest, load_context, finish_turn, and the bulk import.
+"""The turn's statements, written once: ingest, load_context and finish_turn (the bulk import: memory/sql_import.py).
 
 Each coroutine runs inside ONE transaction the store opened (SQLite: BEGIN IMMEDIATE for writes, BEGIN for reads,
 stepped synchronously on its worker thread; Postgres: READ COMMITTED writes; the context's reads each on their own)
@@ -32,24 +32,23 @@ from memory.rows import (
     unanswered_sql,
 )
 from memory.stems import index_terms
-from memory.store import ContextQuery, ContextRows, ImportResult, ImportRow, Ingested, StoredMessage
+from memory.store import ContextQuery, ContextRows, Ingested, StoredMessage
 
 #: A redelivered message whose turn never ran is answered if it arrived this recently; older ones (imported
 #: history, a redelivery days later) are only dropped.
 RESUME_WINDOW = timedelta(hours=1)
 
 INSERT_USER = "INSERT INTO users(handle, created_at) VALUES ($1, $2) ON CONFLICT (handle) DO NOTHING RETURNING id"
-UPSERT_SINGLETON = (
-    "INSERT INTO conversations(user_id, surface, singleton, created_at, updated_at) VALUES ($1, $2, true, $3, $4) "
-    "ON CONFLICT (user_id, surface) WHERE singleton "
-    "DO UPDATE SET updated_at = greatest(conversations.updated_at, excluded.updated_at) RETURNING id"
-)
-UPSERT_BY_REF = (
-    "INSERT INTO conversations(user_id, surface, singleton, title, external_ref, created_at, updated_at) "
-    "VALUES ($1, $2, false, $3, $4, $5, $6) "
-    "ON CONFLICT (user_id, surface, external_ref) WHERE external_ref IS NOT NULL "
-    "DO UPDATE SET updated_at = greatest(conversations.updated_at, excluded.updated_at) RETURNING id"
-)
+#: An upsert of a person's singleton conversation on a surface, and of their conversation of a key (external_ref):
+#: the row's updated_at moves forward only (memory/pg_import.py upserts many of each in one statement).
+ON_SINGLETON = ("ON CONFLICT (user_id, surface) WHERE singleton "
+                "DO UPDATE SET updated_at = greatest(conversations.updated_at, excluded.updated_at)")
+ON_REF = ("ON CONFLICT (user_id, surface, external_ref) WHERE external_ref IS NOT NULL "
+          "DO UPDATE SET updated_at = greatest(conversations.updated_at, excluded.updated_at)")
+UPSERT_SINGLETON = ("INSERT INTO conversations(user_id, surface, singleton, created_at, updated_at) "
+                    f"VALUES ($1, $2, true, $3, $4) {ON_SINGLETON} RETURNING id")
+UPSERT_BY_REF = ("INSERT INTO conversations(user_id, surface, singleton, title, external_ref, created_at, updated_at) "
+                 f"VALUES ($1, $2, false, $3, $4, $5, $6) {ON_REF} RETURNING id")
 #: $11 the index terms (memory/stems.py), $12 the episode (memory/episodes.py).
 INSERT_MESSAGE = (
     "INSERT INTO messages(conversation_id, user_id, surface, role, content, token_count, external_id, "
@@ -296,67 +295,3 @@ async def finish_turn(
         await sql_outbox.enqueue(db, turn.user_id, stored.id if stored is not None else msg.id, outgoing)
     return stored
 
-
-async def import_rows(db: Db, rows: Sequence[ImportRow]) -> ImportResult:
-    """Many messages at once: a few statements per (user, conversation), one bulk insert for the rows."""
-    if not rows:
-        return ImportResult(inserted=0, skipped=0)
-    given = len(rows)
-    rows = await _not_stored(db, rows)
-    if not rows:
-        return ImportResult(inserted=0, skipped=given)
-    stamps = [db.ts(r.created_at) for r in rows]
-    keys = [(r.user, r.surface, _import_ref(r)) for r in rows]
-    users: dict[str, int] = {}
-    span: dict[tuple[str, str, str | None], tuple[Any, Any]] = {}  # conversation key -> (first, last)
-    for row, key, at in zip(rows, keys, stamps, strict=True):
-        if row.user not in users:
-            uid, _ = await user_by_handle(db, row.user, at)
-            assert uid is not None
-            users[row.user] = uid
-        first, last = span.get(key, (at, at))
-        span[key] = (min(first, at), max(last, at))
-    conversations: dict[tuple[str, str, str | None], int] = {}
-    for key, (first, last) in span.items():
-        handle, surface, ref = key
-        if ref is None:
-            found = await db.value(UPSERT_SINGLETON, users[handle], surface, first, last)
-        else:
-            found = await db.value(UPSERT_BY_REF, users[handle], surface, ref, ref, first, last)
-        conversations[key] = int(found)
-    terms = [index_terms(r.content) for r in rows]
-    placed, touched = await episodes.assign(db, [
-        episodes.Placed(conversations[k], users[r.user], r.surface, r.created_at, r.token_count, t)
-        for r, k, t in zip(rows, keys, terms, strict=True)
-    ])
-    inserted = await db.insert_messages([
-        (conversations[k], users[r.user], r.surface, r.role, r.content, r.token_count, r.external_id, at, t,
-         episode)
-        for r, k, at, t, episode in zip(rows, keys, stamps, terms, placed, strict=True)
-    ])
-    if inserted < len(rows):  # some were stored already: count each message once
-        await episodes.refresh(db, touched)
-    return ImportResult(inserted=inserted, skipped=given - inserted)
-
-
-_STORED = "SELECT external_id FROM messages WHERE surface = $1 AND external_id = ANY($2::text[])"
-
-
-async def _not_stored(db: Db, rows: Sequence[ImportRow]) -> Sequence[ImportRow]:
-    """The rows whose (surface, external_id) is not stored yet, one indexed look-up per surface: a re-run or a
-    resumed import skips what is stored before any other work (episodes, index terms, the insert)."""
-    keyed: dict[str, list[str]] = {}
-    for r in rows:
-        if r.external_id is not None:
-            keyed.setdefault(r.surface, []).append(r.external_id)
-    stored: set[tuple[str, str]] = set()
-    for surface, ids in keyed.items():
-        stored.update((surface, row[0]) for row in await db.all(_STORED, surface, db.ids(ids)))
-    if not stored:
-        return rows
-    return [r for r in rows if (r.surface, r.external_id) not in stored]
-
-
-def _import_ref(row: ImportRow) -> str | None:
-    """None for a singleton surface; else the conversation key of the line ("imported" when absent)."""
-    return None if row.surface in SINGLETON_SURFACES else (row.conversation or "imported")

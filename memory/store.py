@@ -118,6 +118,9 @@ class ImportRow:
     token_count: int
     external_id: str | None = None
     conversation: str | None = None
+    #: its index terms (memory/stems.py), when the reader computed them (`hilo import` does, on its reading
+    #: thread, beside the store's work); None: the store computes them
+    terms: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +253,11 @@ class Store(Protocol):
 
     async def import_rows(self, rows: Sequence[ImportRow]) -> ImportResult:
         """Store many messages in one transaction, skipping (surface, external_id) already stored."""
+
+    #: Whether `hilo import` finds each line's index terms on its reading thread (ImportRow.terms): True where
+    #: the store's own Python work leaves the database idle (Postgres, a server process); False where that gains
+    #: nothing (SQLite: its thread finds them while the reading thread parses the next lines).
+    import_terms_ahead: bool
 
     # -- message vectors (memory/vectors.py): the embed job and `hilo embed` write, load_context searches ------
 

@@ -379,7 +379,11 @@ class SqliteStore(SqlStore):
         conn, self._conn = self._conn, None
         if conn is not None:
             try:
-                conn.execute("PRAGMA optimize")  # refresh planner statistics where they went stale
+                # refresh planner statistics where they went stale, from a sample (SQLite's advice for optimize):
+                # unbounded, it re-analyzed all of messages at every close (~500 ms at 1,000,000 messages: a
+                # partial index that is empty gets no statistics, so the table always looked stale); 0.7 ms so
+                conn.execute("PRAGMA analysis_limit = 1000")
+                conn.execute("PRAGMA optimize")
             except sqlite3.Error:
                 pass  # best effort: another process may hold the lock
             finally:

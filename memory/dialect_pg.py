@@ -359,10 +359,7 @@ class PostgresStore(SqlStore):
         fast = await self._tx("lease", pg_turn.ingest, msg, token_count, owner, self.turn_lease_ttl)
         if fast is None:
             return await super().ingest(msg, token_count)
-        turn, taken = fast
-        if taken:
-            self._keep_lease(turn.message.id, turn.conversation_id, owner)
-        return turn
+        return self._leased(fast, owner)
 
     async def load_context(self, query: ContextQuery) -> ContextRows:
         """One statement without a query vector (memory/pg_context.py); with one, SqlStore.load_context."""

@@ -311,10 +311,7 @@ class SqliteStore(SqlStore):
         stored = await self._tx("write", turns.ingest_leased, msg, token_count, owner, self.turn_lease_ttl)
         if stored is None or isinstance(stored, Ingested):  # a redelivery (ingest's Rollback): as SqlStore.ingest
             return stored
-        turn, taken = stored
-        if taken:
-            self._keep_lease(turn.message.id, turn.conversation_id, owner)
-        return turn
+        return self._leased(stored, owner)
 
     async def migrate(self) -> list[str]:
         """Apply pending migrations (connecting first if needed); return the names applied."""

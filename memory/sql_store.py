@@ -13,7 +13,6 @@ what it runs (`hilo context` starts in under 0.25 s: docs/architecture.md, "Perf
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import date, datetime, timedelta
@@ -142,19 +141,21 @@ class SqlStore:
         """The conversation's turn lease (memory/turn_lease.py): taking it and checking the message is one short
         transaction (SQLite: one hop; Postgres: each statement on its own, nothing in the server session)."""
         kept = self._leases.pop(message_id, None)
-        # its age by the store's clock, the one its expiry was written with
-        taken = None if kept is None else (kept[1], time.monotonic() - (self.clock() - kept[2]).total_seconds())
+        taken = None if kept is None else (kept[1], (self.clock() - kept[2]).total_seconds())
         return turn_lease.hold(self._tx, conversation_id, message_id, self.turn_lease_ttl, self.counters,
                                adopt, grace, taken)
 
-    def _keep_lease(self, message_id: int, conversation_id: int, owner: str) -> None:
-        """The lease `ingest` took for this message's turn, for turn_lock (entries of turns that never ran, left
-        by a drain, go once their lease lapsed, or are released by close)."""
-        now = self.clock()
-        if len(self._leases) >= 64:
-            self._leases = {k: v for k, v in self._leases.items()
-                            if (now - v[2]).total_seconds() < self.turn_lease_ttl}
-        self._leases[message_id] = (conversation_id, owner, now)
+    def _leased(self, stored: tuple[Ingested, bool], owner: str) -> Ingested:
+        """The turn an ingest stored, keeping the lease it took for `owner` (when taken) for turn_lock (entries of
+        turns that never ran, left by a drain, go once their lease lapsed, or are released by close)."""
+        turn, taken = stored
+        if taken:
+            now = self.clock()
+            if len(self._leases) >= 64:
+                self._leases = {k: v for k, v in self._leases.items()
+                                if (now - v[2]).total_seconds() < self.turn_lease_ttl}
+            self._leases[turn.message.id] = (turn.conversation_id, owner, now)
+        return turn
 
     async def _release_kept_leases(self) -> None:
         """Release the leases ingest took for turns that never ran (the daemon stopped first), so that another

@@ -23,7 +23,6 @@ import contextlib
 import itertools
 import os
 import socket
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import Any
@@ -123,7 +122,8 @@ Tx = Callable[..., Awaitable[Any]]
 Adopt = Callable[[int], Awaitable[None]]
 
 
-#: A lease its turn's message took when it was stored (memory/pg_turn.py): (owner, time.monotonic() then).
+#: A lease its turn's message took when it was stored (SqlStore.ingest, memory/pg_turn.py): (owner, its age in
+#: seconds as the turn starts, by the store's clock: the one its expiry was written with).
 Taken = tuple[str, float]
 
 
@@ -142,7 +142,7 @@ async def hold(tx: Tx, conversation_id: int, message_id: int, ttl: float, counte
     ("turn_lease_adopted")."""
     owner = new_owner() if taken is None else taken[0]
     wait = FIRST_WAIT
-    held, answered = taken is not None and time.monotonic() - taken[1] < ttl / 3, False
+    held, answered = taken is not None and taken[1] < ttl / 3, False
     while not held:
         held, answered = await tx("lease", take, conversation_id, message_id, owner, ttl)
         if held or answered:

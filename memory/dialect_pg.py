@@ -88,6 +88,8 @@ BULK_INSERT = (
 class PgDb(Db):
     """An asyncpg connection (inside the store's transaction) as the logic sees it (rows.Db)."""
 
+    probes = False  # every statement is a round trip: recall searches at once
+
     def __init__(self, conn: Any, counters: dict[str, int], df_cache: dict[Any, tuple[float, float]],
                  clock: Callable[[], datetime] = utcnow, indexed: set[tuple[str, int]] | None = None) -> None:
         self.conn, self.counters, self.clock = conn, counters, clock

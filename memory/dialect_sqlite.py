@@ -127,6 +127,7 @@ class SqliteDb(Db):
     read before COMMIT) and counted; an executemany counts once (one prepared statement)."""
 
     vectors = True  # numpy is a dependency: blobs searched in process
+    probes = True  # in process: a statement costs microseconds, not a round trip
 
     def __init__(self, conn: sqlite3.Connection, counters: dict[str, int], clock: Callable[[], datetime],
                  matrices: MatrixCache | None = None,

@@ -49,6 +49,8 @@ class Db(Protocol):
 
     clock: Callable[[], datetime]
     vectors: bool
+    #: a statement costs no round trip (SQLite, in process): a probe that may spare a search is worth asking
+    probes: bool
 
     async def all(self, sql: str, *args: Any) -> list[Any]: ...
 

@@ -1,7 +1,7 @@
 """Recall over the person's whole history, written once: gather candidates, score them (memory/retrieval.py).
 
 Inside load_context's reads, two statements whatever the history's size (three on SQLite, where a statement costs
-no round trip):
+no round trip, after a probe that skips the search when nothing of the person's lies outside the window):
 1. lexical hits: the best LEXICAL_HITS messages by BM25 over their index terms, and episode hits: the best
    EPISODE_HITS episodes by BM25 over their whole text (the dialect's `hits`: its `lexical` and `episodes`,
    one statement on Postgres);
@@ -54,6 +54,11 @@ _ROWS = (
     "AND ($5::bigint IS NULL OR NOT (m.conversation_id IS NOT DISTINCT FROM $6::bigint AND m.role = 'user' "
     "AND m.id > $5))"
 )
+#: Is anything of the person's left to recall: a message at or before $2 outside the window ($3, the excluded
+#: ids). One seek of (user_id, created_at) when there is (their oldest message is not in the window), a walk of
+#: the window's few rows when there is not.
+OUTSIDE = ("SELECT EXISTS (SELECT 1 FROM messages m WHERE m.user_id = $1 AND m.created_at <= $2 "
+           "AND m.id <> ALL($3::bigint[]))")
 #: Each row also carries its cosine with the question when the dialect computes it there ($9: sql_vectors.row_cosine).
 ROWS = _ROWS.format(cosine="NULL", join="")
 
@@ -63,8 +68,12 @@ async def recall(db: Db, q: ContextQuery,
     """The recalled messages, best first (at most q.search_limit), and each one's score components."""
     if q.search_limit <= 0:
         return [], {}
-    terms = query_terms(q.search_text)
     at = db.ts(q.at)
+    # where a statement costs no round trip (SQLite), a person whose whole history is in the window already (a
+    # web visitor's first hundred turns) is not searched: OUTSIDE says so instead of the search's five statements
+    if db.probes and not await db.value(OUTSIDE, q.user_id, at, db.ids(excluded)):
+        return [], {}
+    terms = query_terms(q.search_text)
     lexical, found = await db.hits(q, terms, excluded, LEXICAL_HITS, EPISODE_HITS) if terms else ([], [])
     hits, episode_scores = dict(lexical), dict(found)
     near = await vectors.recall(db, q, excluded)

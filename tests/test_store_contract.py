@@ -16,6 +16,7 @@ import pytest
 
 from kernel.errors import NotFound
 from kernel.types import InboundMessage, ModelCallRecord
+from memory.dialect_sqlite import SqliteStore
 from memory.store import ContextQuery, ImportRow, Ingested, Store, StoreError
 from tests.backends import TABLES, Backend
 
@@ -182,6 +183,24 @@ async def test_recall_ranks_by_relevance_and_skips_what_is_already_there(store: 
     assert recalled[0] == "w1"
     assert set(recalled) == {"w1", "w2", "w4"}, "not the cross-surface one, not the current one, not unrelated"
     assert recent.message.id not in {m.id for m in rows.recalled}
+
+
+async def test_a_person_whose_whole_history_is_in_the_window_is_not_searched(store: Store) -> None:
+    # every earlier message is in the conversation's window already: recall has nothing left to find, and on
+    # SQLite (where a statement costs no round trip) one probe says so instead of the search's five statements
+    for i, text in enumerate(["banana bread recipe", "walnuts in the banana bread", "bake it at 180"]):
+        await put(store, msg("cli", "ana", f"w{i}", text, T0 + timedelta(minutes=i), handle="ana"))
+    current = await put(store, msg("cli", "ana", "w9", "banana bread again?", T0 + timedelta(minutes=9), handle="ana"))
+    before = dict(store.counters) if isinstance(store, SqliteStore) else {}
+    rows = await store.load_context(query(current, search_text="banana bread again?"))
+    assert [m.external_id for m in rows.conversation] == ["w0", "w1", "w2"]
+    assert rows.recalled == []
+    if isinstance(store, SqliteStore):  # facts, recent and cross-surface (one statement), the probe
+        assert store.counters["statements"] - before["statements"] == 3
+    # the same question with a window of one message: the older ones are found by recall
+    rows = await store.load_context(query(current, search_text="banana bread again?", recent_limit=1))
+    assert [m.external_id for m in rows.conversation] == ["w2"]
+    assert {m.external_id for m in rows.recalled} == {"w0", "w1"}
 
 
 async def test_recall_is_safe_for_any_text(store: Store) -> None:
@@ -367,8 +386,9 @@ async def test_a_turn_is_three_transactions(store: Store) -> None:
     await store.finish_turn(turn, "hello", 1, [call()])
     assert counters["transactions"] - before["transactions"] == 3
     assert counters["round_trips"] - before["round_trips"] == 3
-    # ingest and finish_turn each place their message in its episode (one statement: memory/episodes.py JOIN)
-    assert counters["statements"] - before["statements"] <= 12
+    # ingest and finish_turn each place their message in its episode (one statement: memory/episodes.py JOIN);
+    # on SQLite recall's probe comes first (memory/sql_recall.py OUTSIDE: "warm up" is in another conversation)
+    assert counters["statements"] - before["statements"] <= 13
 
 
 async def test_deliveries_are_recorded_updated_and_forgotten(store: Any) -> None:

@@ -374,8 +374,8 @@ class PostgresStore(SqlStore):
         metadata: dict[str, Any] | None = None, *, memory_ids: Sequence[int] = (), outgoing: Outgoing | None = None,
     ) -> StoredMessage | None:
         """SqlStore.finish_turn in one statement (memory/pg_turn.py)."""
-        return await self._tx("lease", pg_turn.finish_turn, turn, reply, reply_tokens, calls, metadata, memory_ids,
-                              outgoing)
+        return await self._finishing("lease", turn, pg_turn.finish_turn, reply, reply_tokens, calls, metadata,
+                                     memory_ids, outgoing)
 
     async def import_rows(self, rows: Sequence[ImportRow]) -> ImportResult:
         """SqlStore.import_rows with set-based writes (memory/pg_import.py: a batch is about ten statements, not

@@ -151,10 +151,11 @@ async def ingest(db: Db, msg: InboundMessage, token_count: int, owner: str,
 #: $1 conversation, $2 user, $3 the reply's moment, $4 surface, $5 reply (NULL: none), $6 its tokens, $7 its
 #: metadata, $8 the message it answers, $9 its index terms, $10 $3 minus the episode gap; the model calls as
 #: arrays $11..$19; $20 the memories used; the parts to send: $21 surface, $22 recipient, $23 the parts, $24 the
-#: platform message the first part answers, $25 now. Returns (the reply's id, whether the conversation is there).
+#: platform message the first part answers, $25 now; $26 the owner of the turn lease the touch releases (NULL: none).
+#: Returns (the reply's id, whether the conversation is there).
 FINISH = (
-    "WITH conv AS (UPDATE conversations SET updated_at = greatest(updated_at, $3) WHERE id = $1 AND user_id = $2 "
-    "RETURNING id), "
+    "WITH conv AS (UPDATE conversations SET updated_at = greatest(updated_at, $3), "
+    f"{turn_lease.RELEASING.format(owner='$26::text')} WHERE id = $1 AND user_id = $2 RETURNING id), "
     f"ep AS (SELECT coalesce({episodes.LATEST_OPEN.format(conversation='$1', since='$10')}, {episodes.NEXT_ID}) "
     "AS id FROM conv WHERE $5::text IS NOT NULL), "
     "reply AS (INSERT INTO messages(conversation_id, user_id, surface, role, content, token_count, external_id, "
@@ -180,8 +181,9 @@ FINISH = (
 async def finish_turn(
     db: Db, turn: Ingested, reply: str | None, reply_tokens: int, calls: Sequence[ModelCallRecord],
     metadata: dict[str, Any] | None, memory_ids: Sequence[int] = (), outgoing: Outgoing | None = None,
+    lease_owner: str | None = None,
 ) -> StoredMessage | None:
-    """sql_turns.finish_turn in one statement (see FINISH)."""
+    """sql_turns.finish_turn in one statement (see FINISH), releasing `lease_owner`'s lease with the touch."""
     moment = max(db.clock(), turn.message.created_at)  # a reply never sorts before what it answers
     msg = turn.message
     meta = dump_metadata(metadata)
@@ -195,7 +197,7 @@ async def finish_turn(
         [c.fallback_from for c in calls], [c.error for c in calls], [c.cost_usd for c in calls],
         db.ids(list(memory_ids)), outgoing.surface if outgoing is not None else None,
         outgoing.recipient if outgoing is not None else None, parts,
-        outgoing.reply_to if outgoing is not None else None, db.ts(db.clock()),
+        outgoing.reply_to if outgoing is not None else None, db.ts(db.clock()), lease_owner,
     )
     if row is None or row[0] is None:
         return None

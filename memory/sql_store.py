@@ -13,8 +13,8 @@ what it runs (`hilo context` starts in under 0.25 s: docs/architecture.md, "Perf
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -76,6 +76,8 @@ class SqlStore:
         self.vector_status: str | None = None
         #: message id -> (conversation id, owner, the store's clock then): the turn lease its ingest took
         self._leases: dict[int, tuple[int, str, datetime]] = {}
+        #: message id -> the lease its turn holds now (turn_lock): finish_turn releases it as it stores the reply
+        self._held: dict[int, turn_lease.Held] = {}
 
     async def _tx(self, mode: Mode, logic: Logic[T], *args: Any) -> T:
         raise NotImplementedError
@@ -142,8 +144,18 @@ class SqlStore:
         transaction (SQLite: one hop; Postgres: each statement on its own, nothing in the server session)."""
         kept = self._leases.pop(message_id, None)
         taken = None if kept is None else (kept[1], (self.clock() - kept[2]).total_seconds())
-        return turn_lease.hold(self._tx, conversation_id, message_id, self.turn_lease_ttl, self.counters,
-                               adopt, grace, taken)
+        return self._holding(conversation_id, message_id, adopt, grace, taken)
+
+    @asynccontextmanager
+    async def _holding(self, conversation_id: int, message_id: int, adopt: turn_lease.Adopt | None, grace: float,
+                       taken: turn_lease.Taken | None) -> AsyncIterator[bool]:
+        held = self._held[message_id] = turn_lease.Held()
+        try:
+            async with turn_lease.hold(self._tx, conversation_id, message_id, self.turn_lease_ttl, self.counters,
+                                       adopt, grace, taken, held) as answered:
+                yield answered
+        finally:
+            self._held.pop(message_id, None)
 
     def _leased(self, stored: tuple[Ingested, bool], owner: str) -> Ingested:
         """The turn an ingest stored, keeping the lease it took for `owner` (when taken) for turn_lock (entries of
@@ -176,8 +188,24 @@ class SqlStore:
         self, turn: Ingested, reply: str | None, reply_tokens: int, calls: Sequence[ModelCallRecord],
         metadata: dict[str, Any] | None = None, *, memory_ids: Sequence[int] = (), outgoing: Outgoing | None = None,
     ) -> StoredMessage | None:
-        return await self._tx("write", turns.finish_turn, turn, reply, reply_tokens, calls, metadata, memory_ids,
-                              outgoing)
+        return await self._finishing("write", turn, turns.finish_turn, reply, reply_tokens, calls, metadata, memory_ids,
+                                     outgoing)
+
+    async def _finishing(self, mode: Mode, turn: Ingested, logic: Logic[StoredMessage | None],
+                         *args: Any) -> StoredMessage | None:
+        """The turn's last write, `logic(db, turn, *args, owner)`: inside turn_lock it releases the lease it holds
+        in the same transaction (owner None outside: nothing to release)."""
+        held = self._held.get(turn.message.id)
+        owner = held.owner if held is not None else None
+        if held is None or owner is None:
+            return await self._tx(mode, logic, turn, *args, None)
+        held.ending = True
+        try:
+            stored = await self._tx(mode, logic, turn, *args, owner)
+        finally:
+            held.ending = False
+        held.released = True  # or the conversation is gone, and its lease with it
+        return stored
 
     # -- the outbox (memory/sql_outbox.py) -------------------------------------------------------------------
 

@@ -66,6 +66,9 @@ SELECT_IDENTITY = (
     "WHERE i.surface = $1 AND i.external_user_id = $2"
 )
 TOUCH = "UPDATE conversations SET updated_at = greatest(updated_at, $1) WHERE id = $2"
+#: The reply's touch of its conversation, which also releases the turn's lease ($4 its owner; NULL: none).
+FINISH_TOUCH = ("UPDATE conversations SET updated_at = greatest(updated_at, $1), "
+                f"{turn_lease.RELEASING.format(owner='$4')} WHERE id = $2 AND user_id = $3")
 
 
 async def user_by_handle(db: Db, handle: str, created_at: Any, create: bool = True) -> tuple[int | None, bool]:
@@ -262,16 +265,18 @@ async def load_context(db: Db, q: ContextQuery) -> ContextRows:
 async def finish_turn(
     db: Db, turn: Ingested, reply: str | None, reply_tokens: int, calls: Sequence[ModelCallRecord],
     metadata: dict[str, Any] | None, memory_ids: Sequence[int] = (), outgoing: Outgoing | None = None,
+    lease_owner: str | None = None,
 ) -> StoredMessage | None:
     """The reply, the usage rows, the conversation's updated_at, the uses of the memories and the parts to send
     (`outgoing`, queued in the outbox: memory/sql_outbox.py; for the reply, or the person's message when there
-    is no reply), together. None, and nothing written, when the conversation is gone (forgotten meanwhile)."""
+    is no reply), together, releasing the turn's lease (`lease_owner`'s) in the same statement as the touch.
+    None, and nothing written, when the conversation is gone (forgotten meanwhile)."""
     moment = max(db.clock(), turn.message.created_at)  # a reply never sorts before what it answers
     at, msg = db.ts(moment), turn.message
     stored: StoredMessage | None = None
     # The conversation row first, then its episode, as ingest and post_notice lock them: the other order
     # deadlocked on Postgres against the same person's next message (tests/test_scale_serve.py).
-    if not await db.run(TOUCH + " AND user_id = $3", at, turn.conversation_id, turn.user_id):
+    if not await db.run(FINISH_TOUCH, at, turn.conversation_id, turn.user_id, lease_owner):
         return None  # the conversation is gone (forgotten while the turn ran): nothing to keep
     if reply is not None:
         meta = dump_metadata(metadata)

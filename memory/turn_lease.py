@@ -3,7 +3,9 @@
 A lease is two columns of the conversation row (migration 0010): `turn_owner` (who holds it) and
 `turn_expires_at` (when it lapses unless renewed). It is taken with ONE conditional UPDATE in its own short
 transaction (free, expired, or already ours), renewed every ttl/3 by a tracked background task while the turn
-runs, and released at the end; a process that died leaves a lease that the next turn takes over once it expired.
+runs, and released by the statement that stores the reply (RELEASING, in its touch of the conversation row: see
+Held), or on its own when the turn ends without one; a process that died leaves a lease that the next turn takes
+over once it expired.
 Nothing lives in a server session, so it works behind a transaction pooler (pgbouncer, Supabase's port 6543),
 where session advisory locks land on whatever server session the pooler hands out.
 
@@ -24,6 +26,7 @@ import itertools
 import os
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -68,6 +71,10 @@ ORPHAN = (
 )
 RENEW = "UPDATE conversations SET turn_expires_at = $3 WHERE id = $1 AND turn_owner = $2"
 RELEASE = "UPDATE conversations SET turn_owner = NULL, turn_expires_at = NULL WHERE id = $1 AND turn_owner = $2"
+#: The SET of a conversation update that also releases the lease of owner {owner} (NULL: of nobody): the turn's
+#: reply touches its conversation row anyway (memory/sql_turns.py FINISH_TOUCH, memory/pg_turn.py FINISH).
+RELEASING = ("turn_owner = CASE WHEN turn_owner = {owner} THEN NULL ELSE turn_owner END, "
+             "turn_expires_at = CASE WHEN turn_owner = {owner} THEN NULL ELSE turn_expires_at END")
 #: The turn of message $1 already ran (a reply, or a recorded model call: a turn whose models all failed), or the
 #: message is gone (forgotten): nothing to answer.
 ANSWERED = (
@@ -122,6 +129,16 @@ Tx = Callable[..., Awaitable[Any]]
 Adopt = Callable[[int], Awaitable[None]]
 
 
+@dataclass
+class Held:
+    """A lease as its turn holds it: `owner` once held; `ending` while the turn's last write runs, which releases
+    it in its own transaction (no renewal then); `released` once it did (nothing left to release)."""
+
+    owner: str | None = None
+    ending: bool = False
+    released: bool = False
+
+
 #: A lease its turn's message took when it was stored (SqlStore.ingest, memory/pg_turn.py): (owner, its age in
 #: seconds as the turn starts, by the store's clock: the one its expiry was written with).
 Taken = tuple[str, float]
@@ -129,7 +146,8 @@ Taken = tuple[str, float]
 
 @contextlib.asynccontextmanager
 async def hold(tx: Tx, conversation_id: int, message_id: int, ttl: float, counters: dict[str, int],
-               adopt: Adopt | None = None, grace: float = 0.0, taken: Taken | None = None) -> AsyncIterator[bool]:
+               adopt: Adopt | None = None, grace: float = 0.0, taken: Taken | None = None,
+               held_as: Held | None = None) -> AsyncIterator[bool]:
     """Hold the conversation's lease while the body runs; yields True when message `message_id` was answered
     already (the caller returns a duplicate without calling the model). A waiter retries with backoff, and stops
     waiting as soon as it sees the message answered. While it waits at the longest backoff, it looks for an
@@ -138,6 +156,7 @@ async def hold(tx: Tx, conversation_id: int, message_id: int, ttl: float, counte
     `taken`: the lease the statement that stored the message took (no statement here while it is fresh, well
     within its ttl: nobody else can hold it, and nobody can have answered a message whose lease was taken as it
     was stored); an older one is taken again under the same owner, as any other.
+    `held_as`: the lease as the body sees it, for a last write that releases it (the turn's reply: see Held).
     `counters` counts failed attempts ("turn_lease_waits"), renewals ("turn_lease_renewals") and adoptions
     ("turn_lease_adopted")."""
     owner = new_owner() if taken is None else taken[0]
@@ -160,27 +179,32 @@ async def hold(tx: Tx, conversation_id: int, message_id: int, ttl: float, counte
     if not held:
         yield True
         return
-    renewer = asyncio.create_task(_renew_until_cancelled(tx, conversation_id, owner, ttl, counters))
+    lease = held_as if held_as is not None else Held()
+    lease.owner = owner
+    renewer = asyncio.create_task(_renew_until_cancelled(tx, conversation_id, lease, ttl, counters))
     try:
         yield answered
     finally:
         renewer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await renewer
-        try:
-            await tx("lease", release, conversation_id, owner)
-        except Exception as exc:  # the lease lapses after ttl: the next turn takes it over then
-            logger.warning("turn.lease_not_released", conversation_id=conversation_id, error=type(exc).__name__)
+        if not lease.released:  # unless the reply's write released it (Held)
+            try:
+                await tx("lease", release, conversation_id, owner)
+            except Exception as exc:  # the lease lapses after ttl: the next turn takes it over then
+                logger.warning("turn.lease_not_released", conversation_id=conversation_id, error=type(exc).__name__)
 
 
-async def _renew_until_cancelled(tx: Tx, conversation_id: int, owner: str, ttl: float, counters: dict[str, int],
+async def _renew_until_cancelled(tx: Tx, conversation_id: int, lease: Held, ttl: float, counters: dict[str, int],
                                  ) -> None:
     while True:
         await asyncio.sleep(ttl / 3)
+        if lease.ending or lease.released:  # the last write releases it: renewing now could only race it
+            continue
         try:
-            renewed = await tx("lease", renew, conversation_id, owner, ttl)
+            renewed = await tx("lease", renew, conversation_id, lease.owner, ttl)
             counters["turn_lease_renewals"] = counters.get("turn_lease_renewals", 0) + 1
-            if not renewed:
+            if not renewed and not lease.released:
                 # Another process took it over (this one stalled past the ttl): this turn still ends, but the
                 # conversation is no longer serialized; say so loudly.
                 logger.warning("turn.lease_lost", conversation_id=conversation_id)

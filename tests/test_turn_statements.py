@@ -143,3 +143,25 @@ async def test_a_lease_kept_for_a_turn_that_never_ran_is_released_at_close(backe
             assert await other.finish_turn(turn, "answered", 1, []) is not None
     finally:
         await other.close()
+
+
+async def test_the_reply_releases_the_lease_in_its_own_transaction(store: Store, backend: Backend) -> None:
+    known = await store.ingest(_msg("f0"), 6)  # a first contact; then a known person's turn
+    assert known is not None
+    async with store.turn_lock(known.conversation_id, known.message.id):
+        await store.finish_turn(known, "ok", 1, [])
+    turn = await store.ingest(_msg("f1", "Kiwi again"), 2)
+    assert turn is not None
+    counters = store.counters  # type: ignore[attr-defined]
+    async with store.turn_lock(turn.conversation_id, turn.message.id) as answered:
+        assert not answered
+        before = counters["transactions"]
+        await store.finish_turn(turn, "ok again", 2, [])
+        # the lease is free as soon as the reply is stored: the next turn of the conversation need not wait
+        assert backend.select(f"SELECT turn_owner, turn_expires_at FROM conversations "
+                              f"WHERE id = {turn.conversation_id}") == [(None, None)]
+    assert counters["transactions"] - before == 1, "no transaction of its own to release the lease"
+    # the next message's turn takes it at once (its ingest, with the message)
+    later = await store.ingest(_msg("f2", "and mango"), 2)
+    assert later is not None
+    assert backend.select(f"SELECT turn_owner FROM conversations WHERE id = {later.conversation_id}")[0][0] is not None

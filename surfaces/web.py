@@ -97,16 +97,17 @@ class WebSurface:
         return None
 
     def routes(self) -> list[BaseRoute]:
-        def api(path: str, endpoint: Endpoint, method: str) -> Route:
-            return Route(path, self.guard(endpoint), methods=[method, "OPTIONS"])
+        def api(path: str, endpoint: Endpoint, method: str, *, counts_itself: bool = False) -> Route:
+            return Route(path, self.guard(endpoint, counts_itself=counts_itself), methods=[method, "OPTIONS"])
 
         return [
             Route("/", self.files.demo_page, methods=["GET"]),
             Route("/widget.js", self.files.widget_js, methods=["GET"]),
             api("/api", self.index, "GET"),
             api("/api/session", self.new_session, "POST"),
-            api("/api/messages", self.post_message, "POST"),
-            api("/api/messages/stream", self.post_message_stream, "POST"),
+            # a message's request counts in its IP's request limit with its message limits (one transaction)
+            api("/api/messages", self.post_message, "POST", counts_itself=True),
+            api("/api/messages/stream", self.post_message_stream, "POST", counts_itself=True),
             api("/api/conversations", self.list_conversations, "GET"),
             api("/api/conversations/{conversation_id}/messages", self.list_messages, "GET"),
             api("/api/memories", self.memory_view.list, "GET"),
@@ -130,7 +131,8 @@ class WebSurface:
         try:
             caller = await self.auth.caller(request, issue=True)
         except AuthFailed as exc:
-            return error(request, 401, exc.key)
+            wait = await self.guard.request_limit(request)
+            return too_many(request, wait) if wait else error(request, 401, exc.key)
         assert caller is not None
         wait = await self.guard.message_limits(request, caller.sender)
         if wait:

@@ -121,7 +121,10 @@ class ApiGuard:
         self.ip_messages = RateLimiter("ip-messages", settings.rate_limit_ip, counters)
         self.visitor_messages = RateLimiter("visitor", settings.rate_limit_visitor, counters)
 
-    def __call__(self, endpoint: Endpoint) -> Endpoint:
+    def __call__(self, endpoint: Endpoint, *, counts_itself: bool = False) -> Endpoint:
+        """`endpoint` guarded. `counts_itself`: the endpoint counts the per-IP request itself, in the transaction
+        of its message limits (message_limits), or with request_limit when it refuses before knowing the sender."""
+
         async def guarded(request: Request) -> Response:
             origin = request.headers.get("origin")
             own = f"{request.url.scheme}://{request.url.netloc}"
@@ -134,7 +137,7 @@ class ApiGuard:
                     "access-control-max-age": "600",
                 })
             else:
-                wait = await self.ip_requests.hit(client_ip(request))
+                wait = 0.0 if counts_itself else await self.ip_requests.hit(client_ip(request))
                 response = too_many(request, wait) if wait else await _answer(endpoint, request)
             if origin is not None:
                 response.headers["access-control-allow-origin"] = origin
@@ -147,8 +150,15 @@ class ApiGuard:
         return guarded
 
     async def message_limits(self, request: Request, sender: str) -> float:
-        """Seconds to wait before this sender (and their IP) may send another message; 0.0 to go ahead."""
-        return await self.ip_messages.hit(client_ip(request), (self.visitor_messages, sender))  # one transaction
+        """Seconds to wait before this sender (and their IP) may send another message; 0.0 to go ahead. The
+        request counts in the IP's request limit too, in the same transaction (an endpoint that `counts_itself`)."""
+        ip = client_ip(request)
+        return await self.ip_requests.hit(ip, (self.ip_messages, ip), (self.visitor_messages, sender))
+
+    async def request_limit(self, request: Request) -> float:
+        """The per-IP request limit alone, for an endpoint that `counts_itself` and refuses before it knows who
+        sends (a bad session token): every request counts, refused or not."""
+        return await self.ip_requests.hit(client_ip(request))
 
 
 async def _answer(endpoint: Endpoint, request: Request) -> Response:

@@ -352,6 +352,22 @@ async def test_per_ip_rate_limit_holds_back_new_visitors_too(tmp_path: Path) -> 
         assert statuses == [200, 200, 200, 429]
 
 
+async def test_message_posts_and_refused_ones_count_in_the_ip_request_limit(tmp_path: Path) -> None:
+    # a message's request counts in its IP's request limit in the transaction of its message limits, a post
+    # refused before its sender is known (a bad token) on its own: both count, as every other request does
+    async with daemon(tmp_path, rate_limit_ip=2, rate_limit_visitor=1000) as client:  # 2 messages, 10 requests
+        token = (await client.post("/api/session")).json()["session"]  # request 1
+        for _ in range(2):  # requests 2, 3: the two messages the IP may send
+            assert (await client.post("/api/messages", json={"text": "hi"}, headers=bearer(token))).status_code == 200
+        bad = [(await client.post("/api/messages", json={"text": "hi"}, headers=bearer("forged"))).status_code
+               for _ in range(7)]  # requests 4 to 10
+        assert bad == [401] * 7
+        r = await client.get("/api")  # request 11: over the IP's ten
+        assert r.status_code == 429 and r.json()["error"] == "rate_limited"
+        r = await client.post("/api/messages", json={"text": "hi"}, headers=bearer("forged"))
+        assert r.status_code == 429
+
+
 def test_allowed_origins_setting() -> None:
     s = Settings.from_mapping({"HILO_ALLOWED_ORIGINS": " https://Shop.example.com/ , https://*.example.org,http://localhost:3000"})
     assert s.allowed_origins == ("https://shop.example.com", "https://*.example.org", "http://localhost:3000")

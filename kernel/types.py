@@ -92,11 +92,13 @@ class OutboundMessage:
 
 @dataclass(frozen=True, slots=True)
 class ChatMessage:
-    """One message of the model's input. `block` names the context block it came from (providers ignore it)."""
+    """One message of the model's input. `block` names the context block it came from (providers ignore it);
+    `tokens`, the content's tokens when the assembler knows them already (a stored message's count), else None."""
 
     role: Role
     content: str
     block: str = ""
+    tokens: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

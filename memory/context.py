@@ -170,7 +170,7 @@ def assemble(
     new_cost = new_tokens + MESSAGE_OVERHEAD
     new = _Block([ContextItem("new_message", "new_message", new_cost, surface=surface, created_at=now,
                               preview=new_text)],
-                 [ChatMessage("user", new_text, block="new_message")], new_cost)
+                 [ChatMessage("user", new_text, block="new_message", tokens=new_tokens)], new_cost)
     avail = budget - system.tokens - new.tokens
     if avail < 0:
         return _build(budget, system, _Block(), _Block(), _Block(), new, over_budget=True)
@@ -289,7 +289,8 @@ def _conversation(older: list[StoredMessage], kept: list[StoredMessage], pool: P
     messages = [*older, *kept]
     items = [_message_item("conversation", "message", m, m.token_count + MESSAGE_OVERHEAD, scores.get(m.id))
              for m in messages]
-    chat = [ChatMessage(_ROLES.get(m.role, "user"), m.content, block="conversation") for m in messages]
+    chat = [ChatMessage(_ROLES.get(m.role, "user"), m.content, block="conversation", tokens=m.token_count)
+            for m in messages]
     return _Block(items, chat, sum(i.tokens for i in items))
 
 

@@ -386,6 +386,16 @@ async def test_echo_lists_recalled_lines() -> None:
     assert await EchoProvider().complete("echo", MESSAGES, timeout=1) == result.completion
 
 
+async def test_echo_takes_the_token_counts_the_assembler_knew() -> None:
+    # a stored message's count comes with it (ChatMessage.tokens): the echo counts only what has none
+    from kernel.tokens import count
+    known = [ChatMessage("system", "be brief", block="system"),
+             ChatMessage("user", "hello there", block="conversation", tokens=41)]
+    completion = await EchoProvider().complete("echo", known, timeout=1)
+    assert completion.tokens_in == count("be brief") + 41
+    assert f"Context: 2 messages, {count('be brief') + 41} tokens" in completion.text
+
+
 def test_status_table() -> None:  # Retry-After parsing: tests/test_retry.py
     assert [type(error_for_status("x", s)).__name__ for s in (429, 529, 500, 503, 400, 401, 404)] == \
         ["RateLimited", "RateLimited", "ServerError", "ServerError", "PermanentError", "PermanentError",

@@ -33,6 +33,7 @@ from memory import sql_turns as turns
 from memory.rows import INSERT_COLS, Db, Mode, Rollback, columns_by_table, to_ts
 from memory.sql_store import Logic, SqlStore
 from memory.sql_vectors import VectorQuery
+from memory.sqlite_checkpoint import SAFETY_PAGES, Checkpointer
 from memory.sqlite_file import FILE_FIX, TRANSIENT, FileIdentity, file_identity, file_problem
 from memory.store import ContextQuery, Ingested, StoreError, StoreUnavailable
 from memory.vectors import DEFAULT_CACHE_FLOATS, Matrix, MatrixCache, extend, matrix_cosines, matrix_of, pack, top
@@ -286,6 +287,8 @@ class SqliteStore(SqlStore):
         self._df_cache: dict[tuple[str, str], tuple[float, float]] = {}
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
+        #: WAL checkpoints on a thread of their own (memory/sqlite_checkpoint.py); None in memory
+        self.checkpointer: Checkpointer | None = None
         #: (st_dev, st_ino) of the file the connection opened and of its -wal (None: in memory, or not yet seen):
         #: memory/sqlite_file.py
         self._identity: FileIdentity | None = None
@@ -335,12 +338,16 @@ class SqliteStore(SqlStore):
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
             conn.execute("PRAGMA foreign_keys = ON")
             conn.execute("PRAGMA synchronous = NORMAL")  # durable across process crashes; WAL keeps it consistent
+            identity = file_identity(self.path)
+            if identity is not None:  # a file: its checkpoints leave the turns' commits (sqlite_checkpoint.py)
+                conn.execute(f"PRAGMA wal_autocheckpoint = {SAFETY_PAGES}")
+                self.checkpointer = Checkpointer(self.path)
         except sqlite3.OperationalError as exc:
             if conn is not None:
                 conn.close()
             raise StoreUnavailable(self._cannot_open(exc)) from exc
         self._conn = conn
-        self._identity = file_identity(self.path)
+        self._identity = identity
 
     def _cannot_open(self, exc: sqlite3.Error) -> str:
         """What to tell the operator when the file cannot be opened or written."""
@@ -374,6 +381,9 @@ class SqliteStore(SqlStore):
                                    f"nothing is stored until it is back. {FILE_FIX}")
 
     def _close_sync(self) -> None:
+        checkpointer, self.checkpointer = self.checkpointer, None
+        if checkpointer is not None:  # stopped first: the store's connection, closed last, checkpoints the rest
+            checkpointer.close()
         conn, self._conn = self._conn, None
         if conn is not None:
             try:
@@ -429,6 +439,8 @@ class SqliteStore(SqlStore):
                 raise
             if conn.in_transaction:
                 conn.execute("COMMIT")
+                if mode in ("write", "lease") and self.checkpointer is not None:
+                    self.checkpointer.nudge()
             return result
         except Rollback as rollback:
             return rollback.value  # type: ignore[no-any-return]

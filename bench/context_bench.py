@@ -53,7 +53,7 @@ from bench.web_turn import bare_endpoint, hilo_web, pg_insert, sqlite_insert
 from bench.wire import counting_proxy
 from bot.config import Settings
 from bot.pipeline import Pipeline
-from kernel import log, tokens
+from kernel import heap, log, tokens
 from kernel.types import InboundMessage
 from memory.open import open_store
 
@@ -299,6 +299,7 @@ async def main() -> None:
                 runners += await runners_for(backend, store, dsns[backend], settings, rng, groups, embedder, stack)
             for _, _, run in runners:  # warm-up
                 await run(20)
+            heap.settle()  # as `hilo serve` does once its components started (kernel/heap.py)
             block = max(1, args.turns // 10)
             for _ in range(10):  # interleaved: every row runs a block in turn
                 for backend, name, run in runners:

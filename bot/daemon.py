@@ -32,7 +32,7 @@ import uvicorn
 from bot import __version__
 from bot.config import Settings
 from bot.shutdown import GRACEFUL_SECONDS, StopBudget
-from kernel import log
+from kernel import heap, log
 from kernel.errors import ConfigError, HiloError
 
 logger = log.get("hilo.daemon")
@@ -141,6 +141,7 @@ async def _run(app: Any, settings: Settings, sock: socket.socket, host: str, sto
                     surfaces=app.state.hilo["surfaces"])
 
     async with app.router.lifespan_context(app):  # the components start here (or raise: nothing runs)
+        heap.settle()  # what start built stays out of the collections that would pause a turn (kernel/heap.py)
         if not stop.requested:
             await _Server(config, started, budget).serve(sockets=[sock])
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kernel.types import InboundMessage, utcnow
+import migrations
+from kernel.types import InboundMessage, Ingested, utcnow
 from memory import pg_context, pg_terms
 from memory.open import open_store
 from memory.stems import query_terms
@@ -104,7 +106,8 @@ async def test_the_read_handed_the_weights_returns_what_the_read_computing_them_
         terms = query_terms(q.search_text)
         cached = await store._tx("reads", pg_context.weights, terms)
         assert (cached == handed_none) is (not analyze)
-        args = (terms, q.user_id, at, [], q.current_message_id, q.conversation_id, 100, 20, None, None)
+        # the mean row lengths given: the function takes handed weights only with them (as the store hands both)
+        args = (terms, q.user_id, at, [], q.current_message_id, q.conversation_id, 100, 20, 9.0, 120.0)
         handed = await store._tx("reads", lambda db, a=args, w=cached: db.all(pg_context.HITS, *a, *w))
         computed = await store._tx("reads", lambda db, a=args: db.all(pg_context.HITS, *a, *handed_none))
         assert [tuple(r) for r in handed] == [tuple(r) for r in computed]
@@ -131,3 +134,53 @@ async def test_the_statistics_cost_one_statement_per_ttl_not_one_per_question(st
     before = store.counters["statements"]
     await store.load_context(q)
     assert store.counters["statements"] - before == 2
+
+
+def migration_0032_queries() -> list[str]:
+    """The lexical and episode queries hilo_recall_hits ran until migration 0034, as 0032 wrote them."""
+    text = (Path(migrations.__file__).parent / "postgres" / "0032_one_statement_read.sql").read_text()
+    return [q.split("'\n        USING")[0].replace("''", "'") for q in text.split("RETURN QUERY EXECUTE '")[1:]]
+
+
+async def old_hits(db: Any, table: str, query: str, terms: list[str], turn: Ingested,
+                   at: datetime) -> tuple[list[tuple[Any, ...]], float]:
+    """0032's query of `table` with hilo_term_weights' weights and mean row length (read from the rows)."""
+    idfs, rare, mean = (await db.all("SELECT idfs, rare, mean FROM hilo_term_weights($1, $2::text[], NULL)",
+                                     table, terms))[0]
+    common = "SELECT hilo_tsquery_text($1::text[], $2::boolean[], $3)"
+    tsq = [(await db.all(common, terms, rare, which))[0][0] for which in (True, False)]
+    if table == "messages":
+        rows = await db.all(query, terms, idfs, mean, tsq[0], turn.user_id, at, [], turn.message.id,
+                            turn.conversation_id, 100, tsq[1], 1000)
+    else:
+        rows = await db.all(query, terms, idfs, mean, tsq[0], turn.user_id, at, 20, tsq[1], 200)
+    return [(r[1], r[2]) for r in rows], mean
+
+
+async def new_hits(db: Any, terms: list[str], turn: Ingested, at: datetime, means: tuple[float, float],
+                   weights: list[Any]) -> list[Any]:
+    return await db.all(pg_context.HITS, terms, turn.user_id, at, [], turn.message.id,  # type: ignore[no-any-return]
+                        turn.conversation_id, 100, 20, *means, *weights)
+
+
+async def test_the_hits_are_migration_0032s_to_the_last_bit(store: Any) -> None:
+    """0034 parses the terms once per query instead of once per candidate, and takes handed weights: the same
+    ids in the same order with the same scores as 0032's queries given hilo_term_weights' weights."""
+    vocab, rng = await seeded(store, analyze=True)
+    lexical, episodes = migration_0032_queries()
+    compared = 0
+    for k in range(12):
+        person = PEOPLE[k % len(PEOPLE)]
+        turn = await store.ingest(InboundMessage(surface="telegram", sender=person, external_id=f"o-{k}",
+                                                 text=sentence(rng, vocab), handle=person), 10)
+        terms = query_terms(turn.message.content)
+        at = utcnow() + timedelta(seconds=1)
+        want_m, mean_m = await store._tx("reads", old_hits, "messages", lexical, terms, turn, at)
+        want_e, mean_e = await store._tx("reads", old_hits, "episodes", episodes, terms, turn, at)
+        weights = await store._tx("reads", pg_context.weights, terms)
+        assert None not in weights  # handed: the function computes none of them
+        got = await store._tx("reads", new_hits, terms, turn, at, (mean_m, mean_e), weights)
+        assert [(r[1], r[2]) for r in got if r[0] == 0] == want_m
+        assert [(r[1], r[2]) for r in got if r[0] == 1] == want_e
+        compared += len(want_m) + len(want_e)
+    assert compared > 100

@@ -52,9 +52,8 @@ from bench.corpus import import_all, language_of, seed_rows, sentence
 from bench.web_turn import bare_endpoint, hilo_web, pg_insert, sqlite_insert
 from bench.wire import counting_proxy
 from bot.config import Settings
-from bot.daemon import settle_heap
 from bot.pipeline import Pipeline
-from kernel import log, tokens
+from kernel import heap, log, tokens
 from kernel.types import InboundMessage
 from memory.open import open_store
 
@@ -300,9 +299,7 @@ async def main() -> None:
                 runners += await runners_for(backend, store, dsns[backend], settings, rng, groups, embedder, stack)
             for _, _, run in runners:  # warm-up
                 await run(20)
-            # the process as `hilo serve` has it once it serves: start-up's objects out of the collector's walks
-            # (a full collection walked the bench's and hilo's 40,000 of them, 15-20 ms, in one turn of ~30)
-            settle_heap()
+            heap.settle()  # as `hilo serve` does once its components started (kernel/heap.py)
             # and the seed's gigabyte on disk: the kernel flushing it during the timed turns is no daemon's day
             os.sync()
             block = max(1, args.turns // 10)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import gc
 import os
 import signal
 import socket
@@ -33,7 +32,7 @@ import uvicorn
 from bot import __version__
 from bot.config import Settings
 from bot.shutdown import GRACEFUL_SECONDS, StopBudget
-from kernel import log
+from kernel import heap, log
 from kernel.errors import ConfigError, HiloError
 
 logger = log.get("hilo.daemon")
@@ -126,16 +125,6 @@ class _Stop:
         self.requested = True
 
 
-def settle_heap() -> None:
-    """Take what start-up made (modules, classes, the components' long-lived objects: about 80,000 objects in
-    `hilo serve`) out of the garbage collector's walks, once the daemon serves: they live as long as the process,
-    yet every full collection walked them all, 35 ms on this machine, on whichever thread allocated (the event
-    loop or the store's worker): the cause of most of the slowest turns (bench/context_bench.py's pre-model p99).
-    Collections still run for everything made afterwards."""
-    gc.collect()
-    gc.freeze()
-
-
 async def _run(app: Any, settings: Settings, sock: socket.socket, host: str, stop: _Stop,
                budget: StopBudget) -> None:
     port = sock.getsockname()[1]
@@ -148,11 +137,11 @@ async def _run(app: Any, settings: Settings, sock: socket.socket, host: str, sto
     )
 
     def started() -> None:
-        settle_heap()
         logger.info("daemon.started", url=url, version=__version__, models=[m.label for m in settings.models],
                     surfaces=app.state.hilo["surfaces"])
 
     async with app.router.lifespan_context(app):  # the components start here (or raise: nothing runs)
+        heap.settle()  # what start built stays out of the collections that would pause a turn (kernel/heap.py)
         if not stop.requested:
             await _Server(config, started, budget).serve(sockets=[sock])
 

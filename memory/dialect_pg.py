@@ -91,10 +91,13 @@ class PgDb(Db):
     probes = False  # every statement is a round trip: recall searches at once
 
     def __init__(self, conn: Any, counters: dict[str, int], df_cache: dict[Any, tuple[float, float]],
-                 clock: Callable[[], datetime] = utcnow, indexed: set[tuple[str, int]] | None = None) -> None:
+                 clock: Callable[[], datetime] = utcnow, indexed: set[tuple[str, int]] | None = None,
+                 term_stats: dict[str, tuple[pg_terms.TermStats | None, float]] | None = None) -> None:
         self.conn, self.counters, self.clock = conn, counters, clock
-        #: (table, term) -> (idf, monotonic expiry); (table, "") -> the mean row length: see pg_terms
+        #: (table, "") -> (the mean row length, monotonic expiry): see pg_context.cached_avgdl
         self.df_cache = df_cache
+        #: table -> (its term statistics, monotonic expiry): pg_terms.cached
+        self.term_stats = term_stats if term_stats is not None else {}
         #: (embedder, dim) whose HNSW index this process made sure of; None: the database keeps no vectors
         self.indexed = indexed
         self.vectors = indexed is not None
@@ -177,7 +180,8 @@ class PgDb(Db):
         found: tuple[list[Any], list[Any]] = ([], [])
         for kind, hit_id, score in await self.all(pg_context.HITS, terms, q.user_id, aware(q.at), excluded,
                                                   q.current_message_id, q.conversation_id, limit, episode_limit,
-                                                  *pg_context.cached_avgdl(self)):
+                                                  *pg_context.cached_avgdl(self),
+                                                  *await pg_context.weights(self, terms)):
             if kind < 2:
                 found[kind].append((hit_id, score))
             else:
@@ -285,6 +289,7 @@ class PostgresStore(SqlStore):
         self.options = options
         self.command_timeout = command_timeout
         self._df_cache: dict[Any, tuple[float, float]] = {}
+        self._term_stats: dict[str, tuple[pg_terms.TermStats | None, float]] = {}
         #: (embedder, dim) whose HNSW index exists; None until open() found a halfvec column (memory/vectors.py)
         self._indexed: set[tuple[str, int]] | None = None
         self._begin_read = BEGIN_READ
@@ -336,7 +341,7 @@ class PostgresStore(SqlStore):
         self.counters["round_trips"] += 1
         try:
             async with self._pool.acquire() as conn:
-                db = PgDb(conn, self.counters, self._df_cache, self.clock, self._indexed)
+                db = PgDb(conn, self.counters, self._df_cache, self.clock, self._indexed, self._term_stats)
                 self.counters["transactions"] += 1
                 try:
                     if mode in ("lease", "reads"):

@@ -7,9 +7,11 @@ each one or two round trips. Here they are the sub-statements of one SELECT (one
 
 - `facts`: the person's current memories, newest first (as sql_turns.load_context);
 - `turns`: the conversation's tail and the other surfaces' turns (sql_turns.RECENT_AND_CROSS);
-- `hits`: hilo_recall_hits (migrations/postgres/0032): the lexical and episode hits with their term statistics,
-  planned with the real values; it is handed the ids of `turns` (and the current message) to leave out;
-- `recalled`: sql_recall's rows of those hits (the hits, their neighbours, the best episodes' members).
+- `hits`: hilo_recall_hits (migrations/postgres/0032, 0034): the lexical and episode hits, planned with the real
+  values; it is handed the ids of `turns` (and the current message) to leave out, and the terms' weights from
+  the term statistics this process caches (`weights`; one statement of their own every ten minutes);
+- `recalled`: sql_recall's rows of those hits (the hits, their neighbours, the best episodes' members), each
+  neighbour sought once (`ROWS`).
 Then memory/retrieval.py scores the candidates as sql_recall.recall does. With a query vector (the embedder is
 on: the question was embedded before the read) the store runs sql_turns.load_context, whose vector search needs
 the HNSW settings of its transaction.
@@ -44,10 +46,37 @@ def _row(kind: int, message: list[str] | None = None, extra: list[str] | None = 
     return f"SELECT {kind}, " + ", ".join(cols)
 
 
+_PREV, _NEXT = sql_recall.PREV, sql_recall.NEXT
+#: sql_recall.ROWS with each neighbour sought once (same parameters, same rows). ROWS seeks a hit's previous and
+#: next message to gather the rows, then both again for every row it returns (1.4 ms of the read's p50, 2.4 of
+#: its p90 at 1,000 people x 1,000 messages: some 500 index seeks). Here a hit keeps the two it was sought for;
+#: the message before a hit has that hit as its next (nothing lies between them in the conversation), the one
+#: after it has it as its previous; only what is still unknown (the other side of a neighbour, a member of an
+#: episode) is sought for the row, in the CASE's ELSE.
+ROWS = (
+    f"WITH hit AS (SELECT m.id, {_PREV.format(x='m')} AS prev_id, {_NEXT.format(x='m')} AS next_id "
+    "FROM messages m WHERE m.id = ANY($1::bigint[])), "
+    "member AS (SELECT m.id FROM messages m WHERE m.episode_id IN (SELECT e.id FROM episodes e "
+    "WHERE e.id = ANY($7::bigint[]) AND e.message_count <= $8)), "
+    "known(id, prev_known, prev_id, next_known, next_id) AS (SELECT id, true, prev_id, true, next_id FROM hit "
+    "UNION ALL SELECT prev_id, false, NULL::bigint, true, id FROM hit WHERE prev_id IS NOT NULL "
+    "UNION ALL SELECT next_id, true, id, false, NULL::bigint FROM hit WHERE next_id IS NOT NULL "
+    "UNION ALL SELECT id, false, NULL::bigint, false, NULL::bigint FROM member), "
+    "wanted AS (SELECT id, bool_or(prev_known) AS prev_known, max(prev_id) AS prev_id, "
+    "bool_or(next_known) AS next_known, max(next_id) AS next_id FROM known GROUP BY id) "
+    f"SELECT {MSG_COLS}, m.episode_id, CASE WHEN w.prev_known THEN w.prev_id ELSE {_PREV.format(x='m')} END, "
+    f"CASE WHEN w.next_known THEN w.next_id ELSE {_NEXT.format(x='m')} END, NULL "
+    "FROM wanted w JOIN messages m ON m.id = w.id WHERE m.user_id = $2 AND m.created_at <= $3 "
+    "AND m.id <> ALL($4::bigint[]) "
+    "AND ($5::bigint IS NULL OR NOT (m.conversation_id IS NOT DISTINCT FROM $6::bigint AND m.role = 'user' "
+    "AND m.id > $5))"
+)
+
 #: $1 user, $2 at, $3 memories, $4 conversation, $5 current message, $6 recent limit, $7 cross-surface since,
 #: $8 surface, $9 cross-surface limit, $10 the question's terms (empty: no recall), $11 $12 the mean row length of
 #: messages and episodes (NULL: read), $13 lexical hits, $14 episode hits, $15 episodes whose messages all come,
-#: $16 the longest such episode.
+#: $16 the longest such episode, $17 $18 the idfs and rare flags of the terms in messages, $19 $20 in episodes (NULL:
+#: hilo_recall_hits reads them: `weights`).
 READ = (
     f"WITH facts AS (SELECT {MEMORY_COLS} FROM memories WHERE user_id = $1 AND ended_at IS NULL "
     "AND created_at <= $2 AND (expires_at IS NULL OR expires_at > $2) ORDER BY id DESC LIMIT $3), "
@@ -56,9 +85,9 @@ READ = (
     + "), excluded AS (SELECT ARRAY(SELECT id FROM turns UNION ALL SELECT $5::bigint WHERE $5::bigint IS NOT NULL) "
     "AS ids), "
     "hits AS MATERIALIZED (SELECT h.* FROM excluded, hilo_recall_hits($10::text[], $1, $2, excluded.ids, $5, $4, "
-    "$13, $14, $11::float8, $12::float8) AS h), "
+    "$13, $14, $11::float8, $12::float8, $17::float8[], $18::boolean[], $19::float8[], $20::boolean[]) AS h), "
     "recalled AS ("
-    + renumbered(sql_recall.ROWS, {
+    + renumbered(ROWS, {
         1: "ARRAY(SELECT hit_id FROM hits WHERE hit_kind = 0)", 2: "$1", 3: "$2",
         4: "(SELECT ids FROM excluded)", 5: "$5", 6: "$4",
         7: "ARRAY(SELECT hit_id FROM hits WHERE hit_kind = 1 ORDER BY hit_score DESC, hit_id DESC LIMIT $15)",
@@ -75,10 +104,10 @@ READ = (
 
 #: recall's hits alone, by the same function (the read with a query vector: memory/sql_recall.py through PgDb.hits):
 #: $1 terms, $2 user, $3 at, $4 excluded ids, $5 current message, $6 its conversation, $7 lexical hits, $8 episode
-#: hits, $9 $10 the mean row length of messages and episodes (NULL: read). Rows (kind, id, score), kinds as the
-#: function's: 0 lexical, 1 episode, 2 and 3 the mean row lengths.
+#: hits, $9 $10 the mean row length of messages and episodes (NULL: read), $11 to $14 `weights`. Rows (kind, id,
+#: score), kinds as the function's: 0 lexical, 1 episode, 2 and 3 the mean row lengths.
 HITS = ("SELECT hit_kind, hit_id, hit_score FROM hilo_recall_hits($1::text[], $2, $3, $4::bigint[], $5, $6, $7, $8, "
-        "$9::float8, $10::float8)")
+        "$9::float8, $10::float8, $11::float8[], $12::boolean[], $13::float8[], $14::boolean[])")
 _TABLES = ("messages", "episodes")
 
 
@@ -87,6 +116,17 @@ def cached_avgdl(db: Db) -> list[float | None]:
     cache: dict[Any, tuple[float, float]] = db.df_cache  # type: ignore[attr-defined]
     now = time.monotonic()
     return [hit[0] if (hit := cache.get((table, ""))) is not None and hit[1] > now else None for table in _TABLES]
+
+
+async def weights(db: Db, terms: list[str]) -> list[Any]:
+    """The terms' idfs and rare flags in messages, then in episodes, from the process's cached term statistics
+    (pg_terms.cached: migration 0034); NULLs for a table with none yet (the function reads them) and for no terms."""
+    if not terms:
+        return [None] * 4
+    out: list[Any] = []
+    for stats in (await pg_terms.cached(db)).values():
+        out += stats.weights(terms) if stats is not None else (None, None)
+    return out
 
 
 def keep_avgdl(db: Db, which: int, value: float) -> None:
@@ -102,7 +142,7 @@ async def load_context(db: Db, q: ContextQuery) -> ContextRows:
     rows = await db.all(
         READ, q.user_id, db.ts(q.at), max(q.facts_limit, 0), q.conversation_id, q.current_message_id, recent,
         db.ts(q.cross_since), q.surface, max(q.cross_limit, 0), terms, *avgdl, sql_recall.LEXICAL_HITS,
-        sql_recall.EPISODE_HITS, sql_recall.EPISODE_MEMBERS, sql_recall.MEMBERS_CAP,
+        sql_recall.EPISODE_HITS, sql_recall.EPISODE_MEMBERS, sql_recall.MEMBERS_CAP, *await weights(db, terms),
     )
     facts: list[Memory] = []
     conversation: list[StoredMessage] = []

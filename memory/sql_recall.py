@@ -37,17 +37,17 @@ MEMBERS_CAP = 40
 #: messages all come, $8 the longest such episode. Each row: MSG_COLS, episode id, the previous and next message's id.
 #: The message before / after message `x` of its conversation: ORDER BY ... LIMIT 1 is one seek of
 #: (conversation_id, id) in both dialects (SQLite's max() with a range would walk the conversation).
-_PREV = ("(SELECT p.id FROM messages p WHERE p.conversation_id = {x}.conversation_id AND p.id < {x}.id "
-         "ORDER BY p.id DESC LIMIT 1)")
-_NEXT = ("(SELECT n.id FROM messages n WHERE n.conversation_id = {x}.conversation_id AND n.id > {x}.id "
-         "ORDER BY n.id LIMIT 1)")
+PREV = ("(SELECT p.id FROM messages p WHERE p.conversation_id = {x}.conversation_id AND p.id < {x}.id "
+        "ORDER BY p.id DESC LIMIT 1)")
+NEXT = ("(SELECT n.id FROM messages n WHERE n.conversation_id = {x}.conversation_id AND n.id > {x}.id "
+        "ORDER BY n.id LIMIT 1)")
 _ROWS = (
     "WITH hit AS (SELECT m.id, m.conversation_id FROM messages m WHERE m.id = ANY($1::bigint[])), "
     "member AS (SELECT m.id FROM messages m WHERE m.episode_id IN (SELECT e.id FROM episodes e "
     "WHERE e.id = ANY($7::bigint[]) AND e.message_count <= $8)), "
-    f"wanted AS (SELECT id FROM hit UNION SELECT {_PREV.format(x='h')} FROM hit h "
-    f"UNION SELECT {_NEXT.format(x='h')} FROM hit h UNION SELECT id FROM member) "
-    f"SELECT {MSG_COLS}, m.episode_id, {_PREV.format(x='m')}, {_NEXT.format(x='m')}, {{cosine}} "
+    f"wanted AS (SELECT id FROM hit UNION SELECT {PREV.format(x='h')} FROM hit h "
+    f"UNION SELECT {NEXT.format(x='h')} FROM hit h UNION SELECT id FROM member) "
+    f"SELECT {MSG_COLS}, m.episode_id, {PREV.format(x='m')}, {NEXT.format(x='m')}, {{cosine}} "
     # by key: a join here lets SQLite build a Bloom filter over every message
     "FROM messages m {join} WHERE m.id IN (SELECT id FROM wanted) AND m.user_id = $2 AND m.created_at <= $3 "
     "AND m.id <> ALL($4::bigint[]) "

@@ -30,8 +30,9 @@ def test_settle_freezes_what_lives_and_collects_what_does_not(thawed: None) -> N
     del garbage
     frozen = heap.settle()
     assert gone() is None  # collected before the freeze, not kept forever in the permanent generation
-    # at least what settle froze: a daemon another test runs in a thread of this process may freeze more meanwhile
-    assert frozen >= 1 and gc.get_freeze_count() >= frozen
+    # (not compared with gc.get_freeze_count() later: the suite's other threads free and freeze objects meanwhile,
+    # the count moved both ways between two reads in CI)
+    assert frozen >= 1
     # gc.get_objects() lists the three generations, not the permanent one
     assert not any(o is kept for o in gc.get_objects())
     after = Node()

@@ -13,21 +13,16 @@ import pytest
 
 from kernel.types import InboundMessage, Ingested, utcnow
 from memory import pg_context, sql_recall, sql_turns
-from memory.open import open_store
 from memory.store import ContextQuery, ContextRows
-from tests.fakes.postgres import SERVER, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
+from tests.fakes.postgres import SERVER, fresh_store, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
 
 WORDS = ("parrot", "garden", "violin", "lisbon", "kiwi", "tomato", "bicycle", "sister", "rain", "museum")
 
 
 @pytest.fixture
 async def store() -> AsyncIterator[Any]:
-    s = open_store(SERVER.create_database())
-    await s.open()
-    try:
+    async with fresh_store() as s:
         yield s
-    finally:
-        await s.close()
 
 
 async def say(store: Any, person: str, surface: str, k: int, text: str) -> Ingested:

@@ -17,10 +17,9 @@ import pytest
 import migrations
 from kernel.types import InboundMessage, Ingested, utcnow
 from memory import pg_context, pg_terms
-from memory.open import open_store
 from memory.stems import query_terms
 from memory.store import ContextQuery, ImportRow
-from tests.fakes.postgres import SERVER, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
+from tests.fakes.postgres import SERVER, fresh_store, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
 
 PEOPLE = ("ana", "bo", "cy")
 
@@ -40,12 +39,8 @@ def sentence(rng: random.Random, vocab: list[str]) -> str:
 
 @pytest.fixture
 async def store() -> AsyncIterator[Any]:
-    s = open_store(SERVER.create_database())
-    await s.open()
-    try:
+    async with fresh_store() as s:
         yield s
-    finally:
-        await s.close()
 
 
 async def seeded(store: Any, analyze: bool) -> tuple[list[str], random.Random]:

@@ -14,13 +14,14 @@ test adapters can look underneath a store while the test's event loop is running
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import shutil
 import tempfile
 import threading
 import warnings
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -188,3 +189,16 @@ class StoppablePostgres:
     def remove(self) -> None:
         self.stop()
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+@contextlib.asynccontextmanager
+async def fresh_store() -> AsyncIterator[Any]:
+    """A PostgresStore, open, on a database of its own on the session's server; closed at the end."""
+    from memory.open import open_store
+
+    store = open_store(SERVER.create_database())
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()

@@ -93,14 +93,14 @@ class Meter:
         self.alerts = alerts
         self.clock = clock
 
-    def cost(self, spec: ModelSpec, tokens_in: int, tokens_out: int) -> float:
-        return self.prices.cost(spec.provider, spec.model, tokens_in, tokens_out)
+    def cost(self, spec: ModelSpec, tokens_in: int, tokens_out: int, tokens_cached: int = 0) -> float:
+        return self.prices.cost(spec.provider, spec.model, tokens_in, tokens_out, tokens_cached)
 
     def priced(self, spec: ModelSpec, record: ModelCallRecord) -> ModelCallRecord:
         """The record with its cost (0 for a call that failed: no usage came back)."""
         if not (record.tokens_in or record.tokens_out):
             return record
-        usd = self.cost(spec, record.tokens_in, record.tokens_out)
+        usd = self.cost(spec, record.tokens_in, record.tokens_out, record.tokens_cached)
         metrics.observe_cost(spec.provider, spec.model, usd)
         return replace(record, cost_usd=usd)
 

@@ -93,12 +93,15 @@ class OutboundMessage:
 @dataclass(frozen=True, slots=True)
 class ChatMessage:
     """One message of the model's input. `block` names the context block it came from (providers ignore it);
-    `tokens`, the content's tokens when the assembler knows them already (a stored message's count), else None."""
+    `tokens`, the content's tokens when the assembler knows them already (a stored message's count), else None.
+    `cache_break`: the context's stable prefix (the system prompt, the person's facts) ends with this message:
+    a provider that caches prompts on request marks it there (Anthropic's cache_control)."""
 
     role: Role
     content: str
     block: str = ""
     tokens: int | None = field(default=None, compare=False)
+    cache_break: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +119,8 @@ class ModelCallRecord:
     error: str | None = None
     #: what the call cost in USD (bot/prices.py's table; 0 for a failed or skipped call, an unpriced model)
     cost_usd: float = 0.0
+    #: of tokens_in, those the provider read from its prompt cache (billed at its cached-input price)
+    tokens_cached: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,8 @@ re-tokenized (their cached `token_count` is used; only fixed header and label te
 Blocks, in the order the model reads them:
 1. system         the system prompt, always;
 2. memory         memories (ranked by memory/memory_score.py), then recalled messages as episodes (data,
-                  not instructions), one system message;
+                  not instructions): the facts one system message, the recalled messages another (without
+                  the block's header, which the first one carries);
 3. cross_surface  the person's latest messages on other surfaces, oldest first, one system message;
 4. conversation   the current conversation: the last 2 exchanges always, then older exchanges the pool chose;
 5. new_message    the message being answered, always, last.
@@ -23,6 +24,9 @@ Budget, in the order it is spent:
   only behind a complete reservation, whole and contiguous. No fixed share: the pool spends the whole rest
   while a candidate that fits remains.
 So tokens["total"] == sum of item tokens + block and episode headers <= budget, unless over_budget.
+Prompt caching: the system prompt and the facts change seldom, everything after them with every question; the
+message that ends that stable prefix carries `cache_break` (the facts' message, else the system prompt's), where
+the Anthropic provider puts its cache_control; OpenAI caches a repeated prefix by itself.
 Rendering (memory/context_render.py): one header line per episode (date, how long ago, surface), then
 `- me: "..."` / `- you: "..."` per turn, every content quoted on its own line.
 """
@@ -30,7 +34,7 @@ Rendering (memory/context_render.py): one header line per episode (date, how lon
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -198,7 +202,10 @@ def assemble(
                                  rows.memory_cosines)
     pool = context_pool.fill(rows.facts, recalled, older, rest, now, fact_scores, rows.recall_scores)
     conversation = _conversation([m for exchange, _ in pool.older for m in exchange], kept, pool)
-    return _build(budget, system, _memory(pool, rows.recall_scores), cross, conversation, new, over_budget=False)
+    memory = _memory(pool, rows.recall_scores)
+    if not pool.facts:  # the stable prefix is the system prompt alone
+        system.messages = [replace(system.messages[0], cache_break=True)]
+    return _build(budget, system, memory, cross, conversation, new, over_budget=False)
 
 
 def _exchanges(messages: Sequence[StoredMessage]) -> list[list[StoredMessage]]:
@@ -247,14 +254,21 @@ def _memory(pool: Pool, recall_scores: Mapping[int, Mapping[str, float]]) -> _Bl
         items.append(ContextItem("memory", "fact", p.cost, created_at=f.created_at,
                                  source_external_ids=f.source_external_ids, preview=f.content,
                                  scores={"pool": p.score, **(p.parts or {})}, memory_id=f.id))
-    lines = [p.line for p in pool.facts]
+    facts = [p.line for p in pool.facts]
+    lines: list[str] = []
     for header, p in pool.recalled.rendered():
         assert p.message is not None
         lines += [header, p.line] if header else [p.line]
         items.append(_message_item("memory", "recalled_message", p.message, p.cost, p.score,
                                    recall_scores.get(p.message.id, {})))
-    return _Block(items, [ChatMessage("system", render_block(MEMORY_HEADER, lines), block="memory")],
-                  pool.memory_tokens)
+    # The facts first, in a message of their own that ends the stable prefix (cache_break): they change seldom,
+    # the recalled messages with every question (context_pool: the second message's overhead is paid)
+    messages = [ChatMessage("system", render_block(MEMORY_HEADER, facts), block="memory", cache_break=True)]
+    if facts and lines:
+        messages.append(ChatMessage("system", "\n".join(lines), block="memory"))
+    elif lines:
+        messages = [ChatMessage("system", render_block(MEMORY_HEADER, lines), block="memory")]
+    return _Block(items, messages, pool.memory_tokens)
 
 
 def _cross_surface(messages: Sequence[StoredMessage], exclude: set[int], surface: str, cap: int,

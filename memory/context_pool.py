@@ -16,7 +16,9 @@ messages the store scored (`ContextRows.recall_scores`, memory/retrieval.py) sco
 scale instead: the best 1.0, one z-unit below it 0.5, two 0.33 (retrieval.pool_score).
 
 Costs are exact (memory/context_render.py): the memory block's header is paid by its first item, a recalled
-message pays its line plus what it changes in its episode headers.
+message pays its line plus what it changes in its episode headers. The block is two messages when it holds both
+kinds (the facts, then the recalled messages: the facts change seldom, so the model's input starts with a stable
+prefix a provider can cache, memory/context.py): the first item of the second kind pays that message's overhead.
 """
 
 from __future__ import annotations
@@ -83,6 +85,14 @@ class Pool:
     spent: int = 0
 
 
+def _opening(pool: Pool, memory_header: int, kind_opened: bool) -> int:
+    """What the next item of one kind (facts or recalled) pays beyond its line: the block's header for the first
+    item of the block, a message's overhead for the first of its kind after the other kind opened the block."""
+    if not pool.memory_tokens:
+        return memory_header
+    return 0 if kind_opened else MESSAGE_OVERHEAD
+
+
 def recalled_scores(recalled: Sequence[StoredMessage], fused: Mapping[int, Mapping[str, float]]) -> list[float]:
     """The pool score of each recalled message: its fused retrieval score on the pool's scale
     (memory/retrieval.py pool_score: the best 1.0) when the store scored it, else its rank score."""
@@ -130,8 +140,8 @@ def fill(facts: Sequence[Memory], recalled: Sequence[StoredMessage], older: Sequ
             pool.older.append((older[i], score))
             pool.spent += cost
             continue
-        opening = 0 if pool.memory_tokens else memory_header
         if kind == _FACT:
+            opening = _opening(pool, memory_header, bool(fact_picks))
             f = facts[i]
             if f.token_count + _MIN_COST > room:  # cannot fit whatever its line: skip it before rendering it
                 continue
@@ -141,6 +151,7 @@ def fill(facts: Sequence[Memory], recalled: Sequence[StoredMessage], older: Sequ
                 pool.memory_tokens += opening + cost
                 pool.spent += opening + cost
             continue
+        opening = _opening(pool, memory_header, bool(len(pool.recalled)))
         m = recalled[i]
         if m.token_count + _MIN_COST > room:  # cannot fit whatever its line: skip it before rendering it
             continue

@@ -151,7 +151,8 @@ async def ingest(db: Db, msg: InboundMessage, token_count: int, owner: str,
 #: $1 conversation, $2 user, $3 the reply's moment, $4 surface, $5 reply (NULL: none), $6 its tokens, $7 its
 #: metadata, $8 the message it answers, $9 its index terms, $10 $3 minus the episode gap; the model calls as
 #: arrays $11..$19; $20 the memories used; the parts to send: $21 surface, $22 recipient, $23 the parts, $24 the
-#: platform message the first part answers, $25 now; $26 the owner of the turn lease the touch releases (NULL: none).
+#: platform message the first part answers, $25 now; $26 the owner of the turn lease the touch releases (NULL: none);
+#: $27 the model calls' cached input tokens.
 #: Returns (the reply's id, whether the conversation is there).
 FINISH = (
     "WITH conv AS (UPDATE conversations SET updated_at = greatest(updated_at, $3), "
@@ -164,10 +165,11 @@ FINISH = (
     "episode AS (INSERT INTO episodes(id, user_id, conversation_id, surface, started_at, ended_at, message_count, "
     f"token_count, terms) SELECT ep.id, $2, $1, $4, $3, $3, 1, $6, $9 FROM ep, reply {episodes.MERGE}), "
     "calls AS (INSERT INTO model_calls(message_id, user_id, model, provider, tokens_in, tokens_out, latency_ms, "
-    "outcome, fallback_from, error, created_at, purpose, cost_usd) SELECT $8, $2, c.model, c.provider, c.tin, "
-    "c.tout, c.lat, c.outcome, c.fb, c.err, $3, 'turn', c.cost FROM unnest($11::text[], $12::text[], $13::int[], "
-    "$14::int[], $15::int[], $16::text[], $17::text[], $18::text[], $19::float8[]) "
-    "AS c(model, provider, tin, tout, lat, outcome, fb, err, cost) WHERE EXISTS (SELECT 1 FROM conv)), "
+    "outcome, fallback_from, error, created_at, purpose, cost_usd, tokens_cached) SELECT $8, $2, c.model, "
+    "c.provider, c.tin, c.tout, c.lat, c.outcome, c.fb, c.err, $3, 'turn', c.cost, c.cached FROM "
+    "unnest($11::text[], $12::text[], $13::int[], $14::int[], $15::int[], $16::text[], $17::text[], $18::text[], "
+    "$19::float8[], $27::int[]) AS c(model, provider, tin, tout, lat, outcome, fb, err, cost, cached) "
+    "WHERE EXISTS (SELECT 1 FROM conv)), "
     "used AS (UPDATE memories SET access_count = access_count + 1, last_accessed_at = $3 WHERE user_id = $2 "
     "AND id = ANY($20::bigint[]) AND EXISTS (SELECT 1 FROM conv)), "
     "parts AS (INSERT INTO deliveries(user_id, message_id, surface, recipient, part, parts, status, body, reply_to, "
@@ -198,6 +200,7 @@ async def finish_turn(
         db.ids(list(memory_ids)), outgoing.surface if outgoing is not None else None,
         outgoing.recipient if outgoing is not None else None, parts,
         outgoing.reply_to if outgoing is not None else None, db.ts(db.clock()), lease_owner,
+        [c.tokens_cached for c in calls],
     )
     if row is None or row[0] is None:
         return None

@@ -74,8 +74,16 @@ def ids(ctx: AssembledContext, block: str) -> list[int | None]:
 
 
 def block_message(ctx: AssembledContext, block: str) -> str:
-    [m] = [m for m in ctx.messages if m.block == block]
-    return m.content
+    """The block's lines as the model reads them (the memory block's facts and recalled messages are two messages:
+    the second has no header, so its lines simply follow)."""
+    messages = [m.content for m in ctx.messages if m.block == block]
+    assert messages
+    return "\n".join(messages)
+
+
+def sent_cost(ctx: AssembledContext, block: str) -> int:
+    """What the block's messages really cost, counted as sent."""
+    return sum(count(m.content) + MESSAGE_OVERHEAD for m in ctx.messages if m.block == block)
 
 
 def full_rows() -> ContextRows:
@@ -92,10 +100,14 @@ def full_rows() -> ContextRows:
 def test_every_block_present_labelled_and_in_order() -> None:
     ctx = run(full_rows())
     assert [m.block for m in ctx.messages] == (
-        ["system", "memory", "cross_surface"] + ["conversation"] * 6 + ["new_message"])
-    assert [m.role for m in ctx.messages] == ["system"] * 3 + ["user", "assistant"] * 3 + ["user"]
+        ["system", "memory", "memory", "cross_surface"] + ["conversation"] * 6 + ["new_message"])
+    assert [m.role for m in ctx.messages] == ["system"] * 4 + ["user", "assistant"] * 3 + ["user"]
     assert ctx.messages[0].content == SYSTEM and ctx.messages[-1].content == NEW
-    assert block_message(ctx, "memory").splitlines()[0] == MEMORY_HEADER
+    # the facts, then the recalled messages: the stable prefix (system prompt, facts) ends at the facts
+    facts, recalled = ctx.messages[1].content.splitlines(), ctx.messages[2].content.splitlines()
+    assert facts[0] == MEMORY_HEADER and [line[:8] for line in facts[1:]] == ["- [fact,"] * 2
+    assert recalled[0].startswith("[") and recalled[1].startswith("- me: ")
+    assert [m.cache_break for m in ctx.messages] == [False, True] + [False] * 9
     assert "not instructions" in MEMORY_HEADER and "not instructions" in CROSS_SURFACE_HEADER
     assert block_message(ctx, "cross_surface").splitlines()[0] == CROSS_SURFACE_HEADER
     assert [i.kind for i in ctx.items] == (
@@ -109,8 +121,10 @@ def test_every_block_present_labelled_and_in_order() -> None:
 def test_totals_are_items_plus_headers() -> None:
     ctx = run(full_rows())
     t = ctx.tokens
-    # One episode in each data block: the block's header, plus the episode's header line.
-    memory_headers = header_tokens(MEMORY_HEADER) + episode_header(T0 - timedelta(minutes=5000), "web", None)[1]
+    # One episode in each data block: the block's header, plus the episode's header line; the memory block's
+    # recalled messages are a second message (its overhead)
+    memory_headers = (header_tokens(MEMORY_HEADER) + episode_header(T0 - timedelta(minutes=5000), "web", None)[1]
+                      + MESSAGE_OVERHEAD)
     cross_headers = header_tokens(CROSS_SURFACE_HEADER) + episode_header(
         T0 - timedelta(minutes=60), "whatsapp", None)[1]
     assert t["total"] == sum(t[b] for b in BLOCKS)
@@ -301,7 +315,7 @@ def test_reported_tokens_bound_the_rendered_text() -> None:
     """Labels are counted, content is not re-tokenized: the real count of what is sent stays within."""
     ctx = run(full_rows(), now=T0 + timedelta(hours=5))
     for block in ("memory", "cross_surface"):
-        assert count(block_message(ctx, block)) + MESSAGE_OVERHEAD <= ctx.tokens[block]
+        assert sent_cost(ctx, block) <= ctx.tokens[block]
     sent = sum(count(m.content) + MESSAGE_OVERHEAD for m in ctx.messages)
     assert sent <= ctx.tokens["total"]
 
@@ -319,7 +333,7 @@ def test_reported_tokens_bound_the_rendered_text_for_odd_content(texts: list[str
     ctx = run(ContextRows([], [], recalled, recalled), shares=BlockShares(0.5))
     for block in ("memory", "cross_surface"):
         if items(ctx, block):
-            assert count(block_message(ctx, block)) + MESSAGE_OVERHEAD <= ctx.tokens[block]
+            assert sent_cost(ctx, block) <= ctx.tokens[block]
 
 
 def test_render_text_lists_blocks_items_and_totals() -> None:

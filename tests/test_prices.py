@@ -40,9 +40,25 @@ def test_hilo_prices_override_and_add_as_json_or_a_file(tmp_path: Path) -> None:
     assert Settings.from_mapping({"HILO_PRICES": str(js)}).prices.price_of("openai", "qwen") == Price(0.2, 0.4)
 
 
+def test_cached_input_is_priced_at_its_own_price_or_the_input_price() -> None:
+    table = PriceTable.parse('{"m": {"in": 2, "out": 8, "cached": 0.5}, "plain": {"in": 2, "out": 8}}')
+    assert table.price_of("openai", "m") == Price(2.0, 8.0, 0.5)
+    # 1M input tokens of which 400k were read from the cache, 100k out
+    assert table.cost("openai", "m", 1_000_000, 100_000, 400_000) == pytest.approx(0.6 * 2 + 0.4 * 0.5 + 0.1 * 8)
+    assert table.cost("openai", "plain", 1_000_000, 100_000, 400_000) == pytest.approx(2 + 0.8)
+    # a provider's count of cached tokens never exceeds the input's: capped, never negative
+    assert Price(2, 8, 0.5).cost(100, 0, 500) == pytest.approx(100 * 0.5 / 1e6)
+    assert DEFAULTS["claude-3-5-haiku"].cached == pytest.approx(DEFAULTS["claude-3-5-haiku"].input / 10)
+    record = ModelCallRecord("anthropic:claude-3-5-haiku-latest", "anthropic", 2000, 100, 5, "ok",
+                             tokens_cached=1500)
+    priced = Meter(PriceTable()).priced(ModelSpec("anthropic", "claude-3-5-haiku-latest"), record)
+    assert priced.cost_usd == pytest.approx((500 * 0.8 + 1500 * 0.08 + 100 * 4.0) / 1e6)
+
+
 @pytest.mark.parametrize("raw", [
     "{not json", '{"m": {"in": 1}}', '{"m": {"in": -1, "out": 1}}', '{"m": {"in": "1", "out": 1}}', "[]",
-    '{"m": 3}', "/no/such/prices.toml",
+    '{"m": 3}', "/no/such/prices.toml", '{"m": {"in": 1, "out": 1, "cached": -1}}',
+    '{"m": {"in": 1, "out": 1, "cache": 1}}',
 ])
 def test_a_malformed_price_table_names_the_setting(raw: str) -> None:
     with pytest.raises(ConfigError, match="HILO_PRICES"):

@@ -1,7 +1,12 @@
 """Anthropic's messages API as a ModelProvider.
 
 System messages (the prompt and the context blocks) are concatenated into the `system` parameter; consecutive
-messages of the same role are merged, and the conversation starts with a user turn, as the API requires.
+messages of the same role are merged, and the conversation starts with a user turn, as the API requires. Prompt
+caching: when the context marks where its stable prefix ends (`ChatMessage.cache_break`: the system prompt and the
+person's facts), `system` is two text blocks and the first carries `cache_control` (ephemeral): the next turns
+read that prefix from Anthropic's cache (a prefix shorter than the model's minimum, 1,024 or 2,048 tokens, is
+simply not cached). Usage: `input_tokens` is only what came after the last breakpoint; hilo records every input
+token (plus cache reads and writes) and, of them, the cache reads.
 The `anthropic` SDK is imported inside the constructor, never at module import. The client never retries
 (max_retries=0); `bot.models.retry` does. Messages and keys are never logged or put into error messages.
 
@@ -36,9 +41,18 @@ _OPENING = "(earlier conversation)"
 _CUT = frozenset({"max_tokens", "model_context_window_exceeded"})
 
 
-def to_anthropic(messages: Sequence[ChatMessage]) -> tuple[str, list[dict[str, str]]]:
-    """(system, messages) for the messages API."""
-    system = "\n\n".join(m.content for m in messages if m.role == "system")
+def to_anthropic(messages: Sequence[ChatMessage]) -> tuple[str | list[dict[str, Any]], list[dict[str, str]]]:
+    """(system, messages) for the messages API: `system` as text, or as two text blocks, the first (up to the
+    message marked `cache_break`) cached."""
+    system_messages = [m for m in messages if m.role == "system"]
+    marks = [i for i, m in enumerate(system_messages) if m.cache_break]
+    system: str | list[dict[str, Any]] = "\n\n".join(m.content for m in system_messages)
+    if marks:
+        cut = marks[-1] + 1
+        stable = "\n\n".join(m.content for m in system_messages[:cut])
+        rest = "\n\n".join(m.content for m in system_messages[cut:])
+        system = [{"type": "text", "text": stable, "cache_control": {"type": "ephemeral"}},
+                  *([{"type": "text", "text": rest}] if rest else [])]
     turns: list[dict[str, str]] = []
     for m in messages:
         if m.role == "system":
@@ -102,8 +116,8 @@ class AnthropicProvider:
         response = await self._message(f"anthropic:{model}", self._params(model, messages, timeout))
         text = "".join(getattr(block, "text", "") for block in response.content if block.type == "text")
         outcome = _outcome(text, response.stop_reason)
-        return Completion(text if outcome != "refused" else "", response.usage.input_tokens,
-                          response.usage.output_tokens, outcome)
+        return _completion(text if outcome != "refused" else "", response.usage, response.usage.output_tokens,
+                           outcome)
 
     async def _message(self, label: str, params: dict[str, Any]) -> Any:
         """One plain (not streamed) Message, checked: errors classified, an answer without content refused."""
@@ -132,15 +146,16 @@ class AnthropicProvider:
         text = json.dumps(inputs[0], ensure_ascii=False) if inputs else ""
         stop = None if response.stop_reason == "tool_use" else response.stop_reason  # the answer we asked for
         outcome = _outcome(text, stop)
-        return Completion(text if outcome != "refused" else "", response.usage.input_tokens,
-                          response.usage.output_tokens, outcome)
+        return _completion(text if outcome != "refused" else "", response.usage, response.usage.output_tokens,
+                           outcome)
 
     async def stream(
         self, model: str, messages: Sequence[ChatMessage], *, timeout: float,
     ) -> AsyncIterator[str | Completion]:
         label = f"anthropic:{model}"
         parts: list[str] = []
-        tokens_in = tokens_out = 0
+        usage_in: Any = None
+        tokens_out = 0
         stopped = False
         stop_reason: str | None = None
         try:
@@ -148,7 +163,7 @@ class AnthropicProvider:
             try:
                 async for event in stream:
                     if event.type == "message_start":
-                        tokens_in = event.message.usage.input_tokens or 0
+                        usage_in = event.message.usage
                         tokens_out = event.message.usage.output_tokens or 0
                     elif event.type == "content_block_delta" and event.delta.type == "text_delta":
                         parts.append(event.delta.text)
@@ -166,10 +181,20 @@ class AnthropicProvider:
             raise ConnectionFailed(f"{label}: stream ended before message_stop")
         text = "".join(parts)
         outcome = _outcome(text, stop_reason)
-        yield Completion(text if outcome != "refused" else "", tokens_in, tokens_out, outcome)
+        yield _completion(text if outcome != "refused" else "", usage_in, tokens_out, outcome)
 
     async def aclose(self) -> None:
         await self._client.close()
+
+
+def _completion(text: str, usage: Any, tokens_out: int, outcome: AnswerOutcome) -> Completion:
+    """The Completion of an answer whose input usage is `usage` (a Message's, or message_start's when streamed):
+    every input token (after the cache breakpoint, read from the cache, written to it) and the cache reads."""
+    if usage is None:
+        return Completion(text, 0, tokens_out, outcome)
+    read = getattr(usage, "cache_read_input_tokens", None) or 0
+    written = getattr(usage, "cache_creation_input_tokens", None) or 0
+    return Completion(text, (usage.input_tokens or 0) + read + written, tokens_out, outcome, tokens_cached=read)
 
 
 def _outcome(text: str, stop_reason: str | None) -> AnswerOutcome:

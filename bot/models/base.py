@@ -173,6 +173,8 @@ class Completion:
     tokens_in: int
     tokens_out: int
     outcome: AnswerOutcome = "ok"
+    #: of tokens_in (every input token, cached or not), those read from the provider's prompt cache
+    tokens_cached: int = 0
 
 
 def outcome_of(text: str, *, refused: bool = False, cut: bool = False, tool_calls: bool = False) -> AnswerOutcome:

@@ -186,4 +186,8 @@ def _answer_text(content: str, refusal: str, outcome: AnswerOutcome) -> str:
 def _completion(text: str, outcome: AnswerOutcome, usage: Any, messages: Sequence[ChatMessage]) -> Completion:
     if usage is None:  # some compatible servers omit usage: count offline
         return Completion(text, sum(tokens.count(m.content) for m in messages), tokens.count(text), outcome)
-    return Completion(text, usage.prompt_tokens, usage.completion_tokens, outcome)
+    # prompt caching is automatic for long prompts (hilo's stable prefix comes first): prompt_tokens counts the
+    # cached ones too; compatible servers that do not cache leave prompt_tokens_details out (or null)
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", None) or 0
+    return Completion(text, usage.prompt_tokens, usage.completion_tokens, outcome, tokens_cached=int(cached))

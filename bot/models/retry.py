@@ -71,7 +71,7 @@ def _record(
     latency_ms = int((time.perf_counter() - started) * 1000)
     if completion is not None:
         record = ModelCallRecord(spec.label, spec.provider, completion.tokens_in, completion.tokens_out, latency_ms,
-                                 completion.outcome, fallback_from)
+                                 completion.outcome, fallback_from, tokens_cached=completion.tokens_cached)
         return meter.priced(spec, record) if meter is not None else record
     assert error is not None
     logger.warning("model.call_failed", model=spec.label, outcome=error.outcome, error=describe(error),

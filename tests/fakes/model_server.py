@@ -56,6 +56,7 @@ from tests.fakes.model_behaviours import (
     slow,
     status,
 )
+from tests.fakes.prompt_cache import PromptCache, words
 from tests.fakes.recorded_shapes import anthropic_message_of
 
 __all__ = [
@@ -113,6 +114,8 @@ class FakeModelServer:
         self._scripts: dict[str, _Script] = {}
         self._by_text: list[tuple[str, Behaviour]] = []
         self.requests: list[RecordedRequest] = []
+        #: prompt caching as the providers report it (tests/fakes/prompt_cache.py); `reset()` empties it
+        self.cache = PromptCache()
         self.app = Starlette(routes=[
             Route("/v1/chat/completions", self._openai, methods=["POST"]),
             Route("/v1/messages", self._anthropic, methods=["POST"]),
@@ -154,6 +157,7 @@ class FakeModelServer:
             self._shared.clear()
             self._scripts.clear()
             self.requests = []
+        self.cache.reset()
 
     async def wait_requests(self, count: int, timeout: float = 10.0) -> list[RecordedRequest]:
         """The first `count` requests, once they have arrived (polled: they arrive on the server's thread)."""
@@ -214,9 +218,12 @@ class FakeModelServer:
             return replayed(b, record.stream, None)
         model, messages = record.model, record.body.get("messages", [])
         text = b.text if b.text is not None else f"fake reply to: {_last_user(messages)}"
-        usage = {"prompt_tokens": sum(len(str(m.get("content", "")).split()) for m in messages),
-                 "completion_tokens": len(text.split())}
+        usage: dict[str, Any] = {"prompt_tokens": sum(words(m.get("content", "")) for m in messages),
+                                 "completion_tokens": len(text.split())}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        cached = self.cache.openai(model, messages)
+        if cached:
+            usage["prompt_tokens_details"] = {"cached_tokens": cached, "audio_tokens": 0}
         if not record.stream:
             if b.kind == "cut":
                 return _truncated_json()
@@ -261,15 +268,17 @@ class FakeModelServer:
             return replayed(b, record.stream, anthropic_message_of)
         model, messages = record.model, record.body.get("messages", [])
         text = b.text if b.text is not None else f"fake reply to: {_last_user(messages)}"
-        tokens_in = len(str(record.body.get("system", "")).split()) + sum(
-            len(str(m.get("content", "")).split()) for m in messages)
+        system = record.body.get("system", "")
+        system_text = " ".join(b.get("text", "") for b in system) if isinstance(system, list) else system
+        tokens_in = words(system_text) + sum(words(m.get("content", "")) for m in messages)
+        inputs = self.cache.anthropic(model, record.body, tokens_in)
         tokens_out = len(text.split())
         message = {"id": "msg_fake", "type": "message", "role": "assistant", "model": model,
                    "stop_reason": None, "stop_sequence": None}
         if not record.stream:
             if b.kind == "cut":
                 return _truncated_json()
-            usage = {"input_tokens": tokens_in, "output_tokens": tokens_out}
+            usage = {**inputs, "output_tokens": tokens_out}
             tool = _forced_tool(record.body, text)
             if tool is not None:  # structured output: the forced tool's call, as ANTHROPIC_TOOL_ONLY_JSON shows it
                 return JSONResponse({**message, "content": [tool], "stop_reason": "tool_use", "usage": usage})
@@ -278,7 +287,7 @@ class FakeModelServer:
 
         async def events() -> AsyncIterator[bytes]:
             yield _sse({"type": "message_start", "message": {
-                **message, "content": [], "usage": {"input_tokens": tokens_in, "output_tokens": 1}}},
+                **message, "content": [], "usage": {**inputs, "output_tokens": 1}}},
                 "message_start")
             yield _sse({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
                        "content_block_start")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from bot import retention
 from bot.config_costs import costs_from
+from bot.config_routes import Route, routes_from
 from bot.prices import PriceTable
 from kernel.errors import ConfigError
 from memory.memory_score import MemoryWeights
@@ -160,6 +161,8 @@ class Settings:
     database_url: str = DEFAULT_DB
     model: ModelSpec = field(default_factory=lambda: ModelSpec("echo", "echo"))
     fallback_models: tuple[ModelSpec, ...] = ()
+    #: HILO_MODEL_ROUTES: a model per request by rules on the message (bot/config_routes.py); none: HILO_MODEL
+    model_routes: tuple[Route, ...] = ()
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     context_budget: int = 8000
     cross_surface_hours: int = 24
@@ -300,6 +303,11 @@ class Settings:
         """The chain: HILO_MODEL first, then HILO_FALLBACK_MODELS in order."""
         return (self.model, *self.fallback_models)
 
+    @property
+    def every_model(self) -> tuple[ModelSpec, ...]:
+        """The default chain's models and the routes', each once, in order of appearance."""
+        return tuple(dict.fromkeys([*self.models, *(m for r in self.model_routes for m in r.models)]))
+
     def with_(self, **changes: object) -> Settings:
         return replace(self, **changes)  # type: ignore[arg-type]
 
@@ -324,7 +332,8 @@ class Settings:
             for part in env.get("HILO_FALLBACK_MODELS", "").split(",")
             if part.strip()
         )
-        for spec in (model, *fallbacks):
+        routes = routes_from(env, ModelSpec.parse, fallbacks)
+        for spec in dict.fromkeys([model, *fallbacks, *(m for r in routes for m in r.models)]):
             if spec.provider == "openai" and not (openai_key or openai_base):
                 raise ConfigError(
                     f"{spec.label} needs OPENAI_API_KEY (or OPENAI_BASE_URL for a local OpenAI-compatible "
@@ -357,6 +366,7 @@ class Settings:
             database_url=database_url,
             model=model,
             fallback_models=fallbacks,
+            model_routes=routes,
             system_prompt=env.get("HILO_SYSTEM_PROMPT", "").strip() or DEFAULT_SYSTEM_PROMPT,
             context_budget=_int(env, "HILO_CONTEXT_BUDGET", 8000, minimum=256),
             cross_surface_hours=_int(env, "HILO_CROSS_SURFACE_HOURS", 24),

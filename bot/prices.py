@@ -20,9 +20,9 @@ import math
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from bot import config_file
 from kernel import log
 from kernel.errors import ConfigError
 
@@ -63,6 +63,7 @@ DEFAULTS: dict[str, Price] = {
     "echo": Price(0.0, 0.0),
 }
 FREE = Price(0.0, 0.0)
+EXAMPLE = '{"gpt-4o-mini": {"in": 0.15, "out": 0.6}}'
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ class PriceTable:
         raw = raw.strip()
         if not raw:
             return cls()
-        return cls({**DEFAULTS, **_entries(_load(raw))})
+        return cls({**DEFAULTS, **_entries(config_file.load(raw, "HILO_PRICES", EXAMPLE))})
 
     def price_of(self, provider: str, model: str) -> Price | None:
         """The model's price: its `provider:model` label, its name, then its name's longest listed prefix."""
@@ -107,28 +108,6 @@ class PriceTable:
             self._unpriced.add(label)
         logger.warning("cost.unpriced", model=label,
                        fix='add it to HILO_PRICES, e.g. {"' + model + '": {"in": 0.15, "out": 0.6}}')
-
-
-def _load(raw: str) -> Any:
-    if raw.startswith("{"):
-        try:
-            return json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"HILO_PRICES is not valid JSON ({exc.msg} at {exc.pos}); write e.g. "
-                              '{"gpt-4o-mini": {"in": 0.15, "out": 0.6}} or the path of a JSON or TOML file') from None
-    path = Path(raw)
-    if not path.is_file():
-        raise ConfigError(f"HILO_PRICES={raw!r}: no such file; give a JSON object or the path of a .json / .toml file")
-    try:
-        text = path.read_text(encoding="utf-8")
-        if path.suffix.lower() == ".toml":
-            import tomllib  # here, not at the top: a price file is rare, and every command reads the settings
-
-            return tomllib.loads(text)
-        return json.loads(text)
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ConfigError(f"HILO_PRICES: {raw!r} cannot be read as {path.suffix or 'JSON'} ({type(exc).__name__}: "
-                          f"{exc}); fix the file") from None
 
 
 def _entries(data: Any) -> dict[str, Price]:

@@ -121,6 +121,8 @@ class ModelCallRecord:
     cost_usd: float = 0.0
     #: of tokens_in, those the provider read from its prompt cache (billed at its cached-input price)
     tokens_cached: int = 0
+    #: the HILO_MODEL_ROUTES rule that chose the call's chain (None: the default chain, HILO_MODEL)
+    route: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -152,7 +152,7 @@ async def ingest(db: Db, msg: InboundMessage, token_count: int, owner: str,
 #: metadata, $8 the message it answers, $9 its index terms, $10 $3 minus the episode gap; the model calls as
 #: arrays $11..$19; $20 the memories used; the parts to send: $21 surface, $22 recipient, $23 the parts, $24 the
 #: platform message the first part answers, $25 now; $26 the owner of the turn lease the touch releases (NULL: none);
-#: $27 the model calls' cached input tokens.
+#: $27 the model calls' cached input tokens, $28 their routes.
 #: Returns (the reply's id, whether the conversation is there).
 FINISH = (
     "WITH conv AS (UPDATE conversations SET updated_at = greatest(updated_at, $3), "
@@ -165,10 +165,11 @@ FINISH = (
     "episode AS (INSERT INTO episodes(id, user_id, conversation_id, surface, started_at, ended_at, message_count, "
     f"token_count, terms) SELECT ep.id, $2, $1, $4, $3, $3, 1, $6, $9 FROM ep, reply {episodes.MERGE}), "
     "calls AS (INSERT INTO model_calls(message_id, user_id, model, provider, tokens_in, tokens_out, latency_ms, "
-    "outcome, fallback_from, error, created_at, purpose, cost_usd, tokens_cached) SELECT $8, $2, c.model, "
-    "c.provider, c.tin, c.tout, c.lat, c.outcome, c.fb, c.err, $3, 'turn', c.cost, c.cached FROM "
+    "outcome, fallback_from, error, created_at, purpose, cost_usd, tokens_cached, route) SELECT $8, $2, c.model, "
+    "c.provider, c.tin, c.tout, c.lat, c.outcome, c.fb, c.err, $3, 'turn', c.cost, c.cached, c.route FROM "
     "unnest($11::text[], $12::text[], $13::int[], $14::int[], $15::int[], $16::text[], $17::text[], $18::text[], "
-    "$19::float8[], $27::int[]) AS c(model, provider, tin, tout, lat, outcome, fb, err, cost, cached) "
+    "$19::float8[], $27::int[], $28::text[]) AS c(model, provider, tin, tout, lat, outcome, fb, err, cost, cached, "
+    "route) "
     "WHERE EXISTS (SELECT 1 FROM conv)), "
     "used AS (UPDATE memories SET access_count = access_count + 1, last_accessed_at = $3 WHERE user_id = $2 "
     "AND id = ANY($20::bigint[]) AND EXISTS (SELECT 1 FROM conv)), "
@@ -200,7 +201,7 @@ async def finish_turn(
         db.ids(list(memory_ids)), outgoing.surface if outgoing is not None else None,
         outgoing.recipient if outgoing is not None else None, parts,
         outgoing.reply_to if outgoing is not None else None, db.ts(db.clock()), lease_owner,
-        [c.tokens_cached for c in calls],
+        [c.tokens_cached for c in calls], [c.route for c in calls],
     )
     if row is None or row[0] is None:
         return None

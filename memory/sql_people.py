@@ -18,7 +18,7 @@ from memory.sql_turns import INSERT_CALL, identity_user
 from memory.store import Delivery, StoredMessage
 
 CALL_KEYS = ("id", "message_id", "model", "provider", "tokens_in", "tokens_out", "latency_ms", "outcome",
-             "fallback_from", "error", "created_at", "purpose", "cost_usd", "tokens_cached")
+             "fallback_from", "error", "created_at", "purpose", "cost_usd", "tokens_cached", "route")
 DELIVERY_KEYS = ("id", "message_id", "surface", "recipient", "part", "parts", "status", "provider_ref", "error",
                  "attempts", "created_at", "updated_at")
 AUDIT_KEYS = ("action", "surface", "external_user_id", "actor", "detail", "created_at")
@@ -102,8 +102,8 @@ async def record_calls(db: Db, user_id: int, purpose: str, calls: Sequence[Model
     if calls:
         at = db.ts(db.clock())
         await db.many(INSERT_CALL, [(None, user_id, c.model, c.provider, c.tokens_in, c.tokens_out, c.latency_ms,
-                                     c.outcome, c.fallback_from, c.error, at, purpose, c.cost_usd, c.tokens_cached)
-                                    for c in calls])
+                                     c.outcome, c.fallback_from, c.error, at, purpose, c.cost_usd, c.tokens_cached,
+                                     c.route) for c in calls])
 
 
 async def deliveries_json(db: Db, user_id: int) -> list[dict[str, Any]]:

@@ -56,11 +56,11 @@ INSERT_MESSAGE = (
     "ON CONFLICT (surface, external_id) DO NOTHING RETURNING id"
 )
 #: $12: the call's purpose ('turn'; sql_people.record_calls: the background jobs'), $13 its cost in USD (bot/prices.py),
-#: $14 its input tokens read from the provider's prompt cache
+#: $14 its input tokens read from the provider's prompt cache, $15 the route that chose its model (HILO_MODEL_ROUTES)
 INSERT_CALL = (
     "INSERT INTO model_calls(message_id, user_id, model, provider, tokens_in, tokens_out, latency_ms, outcome, "
-    "fallback_from, error, created_at, purpose, cost_usd, tokens_cached) "
-    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+    "fallback_from, error, created_at, purpose, cost_usd, tokens_cached, route) "
+    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
 )
 SELECT_IDENTITY = (
     "SELECT u.id, u.handle FROM identities i JOIN users u ON u.id = i.user_id "
@@ -294,7 +294,7 @@ async def finish_turn(
     if calls:
         await db.many(INSERT_CALL, [
             (msg.id, turn.user_id, c.model, c.provider, c.tokens_in, c.tokens_out, c.latency_ms, c.outcome,
-             c.fallback_from, c.error, at, "turn", c.cost_usd, c.tokens_cached) for c in calls
+             c.fallback_from, c.error, at, "turn", c.cost_usd, c.tokens_cached, c.route) for c in calls
         ])
     await sql_memories.touch(db, turn.user_id, memory_ids, moment)
     if outgoing is not None and outgoing.parts:

@@ -13,9 +13,14 @@ with spend caps, reserves the attempt's worst case first. A refused reservation 
 CapReached (a "cap_reached" record for the call not made): a cap is no model's failure, so no fallback is tried
 and no circuit counts it.
 
-Each model has a circuit breaker: after `failure_threshold` consecutive failed turns it is skipped for
-`cooldown` seconds (a "circuit_open" record with 0 latency), then half-open: one trial turn closes it on
-success or reopens it on failure. The clock is injectable.
+Routes (HILO_MODEL_ROUTES, bot/config_routes.py): when given, the message being answered (the context's
+"new_message", else its last user message) picks the chain: the first route whose rules match it, else the
+default one (`specs`). A route's chain is tried like the default one; every record carries the route's name.
+Structured answers (the background jobs') always use the default chain.
+
+Each model has a circuit breaker (one per model, whichever routes name it): after `failure_threshold` consecutive
+failed turns it is skipped for `cooldown` seconds (a "circuit_open" record with 0 latency), then half-open: one
+trial turn closes it on success or reopens it on failure. The clock is injectable.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import time
 from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
 
 from bot.config import ModelSpec
+from bot.config_routes import Route
 from bot.models.base import AllModelsFailed, CapReached, ChainResult, Completion, ModelError, ModelProvider, Reset
 from bot.models.retry import complete_with_retry, stream_with_retry
 from bot.models.structured import OutputSchema, StructuredProvider
@@ -86,18 +92,22 @@ class ModelChain:
         self, specs: Sequence[ModelSpec], providers: Mapping[str, ModelProvider], *,
         policy: RetryPolicy | None = None, timeout: float = 60.0, failure_threshold: int = 5,
         cooldown: float = 30.0, clock: Callable[[], float] = time.monotonic, meter: Meter | None = None,
+        routes: Sequence[Route] = (),
     ) -> None:
         if not specs:
             raise ConfigError("no model configured: set HILO_MODEL (or leave it unset for the offline echo model)")
-        missing = sorted({s.provider for s in specs} - set(providers))
+        self.routes = tuple(routes)
+        every = tuple(dict.fromkeys([*specs, *(m for r in self.routes for m in r.models)]))
+        missing = sorted({s.provider for s in every} - set(providers))
         if missing:
-            raise ConfigError(f"no provider built for {', '.join(missing)}: check HILO_MODEL / HILO_FALLBACK_MODELS")
+            raise ConfigError(f"no provider built for {', '.join(missing)}: check HILO_MODEL / HILO_FALLBACK_MODELS "
+                              "/ HILO_MODEL_ROUTES")
         self.specs = tuple(specs)
         self.providers = dict(providers)
         self.policy = policy or RetryPolicy()
         self.timeout = timeout
         self._breaker_settings = (failure_threshold, cooldown, clock)
-        self.breakers = {s.label: CircuitBreaker(failure_threshold, cooldown, clock) for s in self.specs}
+        self.breakers = {s.label: CircuitBreaker(failure_threshold, cooldown, clock) for s in every}
         #: prices each call and keeps the spend caps (bot/spend.py); the pipeline gives it its store and caps
         self.meter = meter or Meter()
 
@@ -105,24 +115,33 @@ class ModelChain:
     def primary(self) -> ModelSpec:
         return self.specs[0]
 
-    def _fallback_from(self, index: int) -> str | None:
-        return self.specs[0].label if index > 0 else None
+    def route(self, messages: Sequence[ChatMessage]) -> tuple[str | None, tuple[ModelSpec, ...]]:
+        """(the route's name, its chain) for these messages: the first route that matches the message being
+        answered, else (None, the default chain)."""
+        if self.routes:
+            news = [m for m in messages if m.block == "new_message"] or [m for m in messages if m.role == "user"]
+            text = news[-1].content if news else ""
+            for route in self.routes:
+                if route.matches(text):
+                    return route.name, route.models
+        return None, self.specs
 
     def _available(
-        self, calls: list[ModelCallRecord], structured: bool = False,
-    ) -> Iterator[tuple[int, ModelSpec, CircuitBreaker]]:
-        """The chain's models in order (`structured`: only those that can answer with JSON), with their
-        breakers; a model whose circuit is open is recorded as skipped (0 latency, outcome "circuit_open") and
-        not yielded."""
-        for index, spec in enumerate(self.specs):
+        self, calls: list[ModelCallRecord], specs: Sequence[ModelSpec], route: str | None, structured: bool = False,
+    ) -> Iterator[tuple[str | None, ModelSpec, CircuitBreaker]]:
+        """The models of `specs` in order (`structured`: only those that can answer with JSON), each with what its
+        records' fallback_from is (the chain's first model's label, None for the first) and its breaker; a model
+        whose circuit is open is recorded as skipped (0 latency, outcome "circuit_open") and not yielded."""
+        for index, spec in enumerate(specs):
             if structured and not isinstance(self.providers[spec.provider], StructuredProvider):
                 continue
+            fallback_from = specs[0].label if index > 0 else None
             breaker = self.breakers[spec.label]
             if breaker.allow():
-                yield index, spec, breaker
+                yield fallback_from, spec, breaker
             else:
-                calls.append(ModelCallRecord(spec.label, spec.provider, 0, 0, 0, "circuit_open",
-                                             self._fallback_from(index), "CircuitOpen"))
+                calls.append(ModelCallRecord(spec.label, spec.provider, 0, 0, 0, "circuit_open", fallback_from,
+                                             "CircuitOpen", route=route))
 
     async def complete(self, messages: Sequence[ChatMessage]) -> ChainResult:
         """The first answer of the chain. Raises AllModelsFailed (with every call) when no model answered."""
@@ -138,7 +157,8 @@ class ModelChain:
         timeout, with circuit breakers of its own: a background job's failures never open a turn's circuit."""
         threshold, cooldown, clock = self._breaker_settings
         return ModelChain(self.specs, self.providers, policy=self.policy, timeout=self.timeout,
-                          failure_threshold=threshold, cooldown=cooldown, clock=clock, meter=self.meter)
+                          failure_threshold=threshold, cooldown=cooldown, clock=clock, meter=self.meter,
+                          routes=self.routes)
 
     def structured(self) -> bool:
         """Whether any model of the chain can answer with JSON following a schema."""
@@ -147,15 +167,16 @@ class ModelChain:
     async def _complete(self, messages: Sequence[ChatMessage], schema: OutputSchema | None) -> ChainResult:
         calls: list[ModelCallRecord] = []
         last: ModelError | None = None
-        for index, spec, breaker in self._available(calls, structured=schema is not None):
+        route, specs = self.route(messages) if schema is None else (None, self.specs)
+        for fallback_from, spec, breaker in self._available(calls, specs, route, structured=schema is not None):
             try:
                 completion = await complete_with_retry(
                     self.providers[spec.provider], spec, messages, policy=self.policy, timeout=self.timeout,
-                    calls=calls, fallback_from=self._fallback_from(index), schema=schema, meter=self.meter,
+                    calls=calls, fallback_from=fallback_from, schema=schema, meter=self.meter, route=route,
                 )
             except OverCap as over:
                 breaker.abandon()
-                raise self._over_cap(calls, index, spec, over) from None
+                raise self._over_cap(calls, fallback_from, route, spec, over) from None
             except ModelError as exc:
                 breaker.failure()
                 last = exc
@@ -172,11 +193,12 @@ class ModelChain:
         shown; the retry or the next model answers in full); finally one ChainResult. Raises AllModelsFailed."""
         calls: list[ModelCallRecord] = []
         last: ModelError | None = None
-        for index, spec, breaker in self._available(calls):
+        route, specs = self.route(messages)
+        for fallback_from, spec, breaker in self._available(calls, specs, route):
             completion: Completion | None = None
             events = stream_with_retry(
                 self.providers[spec.provider], spec, messages, policy=self.policy, timeout=self.timeout,
-                calls=calls, fallback_from=self._fallback_from(index), meter=self.meter,
+                calls=calls, fallback_from=fallback_from, meter=self.meter, route=route,
             )
             try:
                 async for event in events:
@@ -186,7 +208,7 @@ class ModelChain:
                         yield event
             except OverCap as over:
                 breaker.abandon()
-                raise self._over_cap(calls, index, spec, over) from None
+                raise self._over_cap(calls, fallback_from, route, spec, over) from None
             except ModelError as exc:
                 breaker.failure()
                 last = exc
@@ -202,10 +224,11 @@ class ModelChain:
             return
         raise AllModelsFailed(calls, last)
 
-    def _over_cap(self, calls: list[ModelCallRecord], index: int, spec: ModelSpec, over: OverCap) -> CapReached:
+    def _over_cap(self, calls: list[ModelCallRecord], fallback_from: str | None, route: str | None, spec: ModelSpec,
+                  over: OverCap) -> CapReached:
         """The refused call as a record (no tokens, no latency, no cost), and the chain's end."""
-        calls.append(ModelCallRecord(spec.label, spec.provider, 0, 0, 0, "cap_reached", self._fallback_from(index),
-                                     f"OverCap scope={over.scope}"))
+        calls.append(ModelCallRecord(spec.label, spec.provider, 0, 0, 0, "cap_reached", fallback_from,
+                                     f"OverCap scope={over.scope}", route=route))
         return CapReached(calls, over.scope, over.period)
 
     async def aclose(self) -> None:

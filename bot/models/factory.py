@@ -1,8 +1,8 @@
 """Builds the model chain from Settings, constructing only the providers the chain uses.
 
 Provider modules (and through them the openai / anthropic SDKs, which take seconds to import) are imported here
-inside the function, for the providers actually named in HILO_MODEL / HILO_FALLBACK_MODELS: an echo-only chain
-imports no SDK.
+inside the function, for the providers actually named in HILO_MODEL / HILO_FALLBACK_MODELS / HILO_MODEL_ROUTES: an
+echo-only chain imports no SDK.
 """
 
 from __future__ import annotations
@@ -42,11 +42,12 @@ def build_chain(
     timeout: float | None = None, failure_threshold: int = 5, cooldown: float = 30.0,
     clock: Callable[[], float] = time.monotonic, anthropic_max_tokens: int | None = None,
 ) -> ModelChain:
-    """The chain for `settings.models`. `providers` overrides (e.g. a test's own provider) win over built ones;
-    `policy` defaults to RetryPolicy(attempts=settings.model_attempts); `timeout` to settings.model_timeout."""
+    """The chain for `settings.models`, with the routes' (`settings.model_routes`). `providers` overrides (e.g. a
+    test's own provider) win over built ones; `policy` defaults to RetryPolicy(attempts=settings.model_attempts);
+    `timeout` to settings.model_timeout."""
     given = dict(providers or {})
     built: dict[str, ModelProvider] = {}
-    for spec in settings.models:
+    for spec in settings.every_model:
         if spec.provider not in given and spec.provider not in built:
             built[spec.provider] = build_provider(spec.provider, settings, anthropic_max_tokens=anthropic_max_tokens)
     return ModelChain(
@@ -55,4 +56,5 @@ def build_chain(
         timeout=settings.model_timeout if timeout is None else timeout,
         failure_threshold=failure_threshold, cooldown=cooldown, clock=clock,
         meter=Meter(settings.prices),  # priced by HILO_PRICES; the pipeline adds the caps (bot/spend.py)
+        routes=settings.model_routes,
     )

@@ -66,24 +66,25 @@ def describe(error: BaseException) -> str:
 
 def _record(
     spec: ModelSpec, started: float, *, completion: Completion | None = None, error: ModelError | None = None,
-    fallback_from: str | None, meter: Meter | None = None,
+    fallback_from: str | None, meter: Meter | None = None, route: str | None = None,
 ) -> ModelCallRecord:
     latency_ms = int((time.perf_counter() - started) * 1000)
     if completion is not None:
         record = ModelCallRecord(spec.label, spec.provider, completion.tokens_in, completion.tokens_out, latency_ms,
-                                 completion.outcome, fallback_from, tokens_cached=completion.tokens_cached)
+                                 completion.outcome, fallback_from, tokens_cached=completion.tokens_cached,
+                                 route=route)
         return meter.priced(spec, record) if meter is not None else record
     assert error is not None
     logger.warning("model.call_failed", model=spec.label, outcome=error.outcome, error=describe(error),
                    latency_ms=latency_ms)
     return ModelCallRecord(spec.label, spec.provider, 0, 0, latency_ms, error.outcome, fallback_from,
-                           describe(error))
+                           describe(error), route=route)
 
 
 async def complete_with_retry(
     provider: ModelProvider, spec: ModelSpec, messages: Sequence[ChatMessage], *, policy: RetryPolicy,
     timeout: float, calls: list[ModelCallRecord], fallback_from: str | None = None,
-    schema: OutputSchema | None = None, meter: Meter | None = None,
+    schema: OutputSchema | None = None, meter: Meter | None = None, route: str | None = None,
 ) -> Completion:
     """One model's completion, retried per `policy`. Appends a record per attempt to `calls`; raises the last
     ModelError when the model is given up (OverCap when the meter refused an attempt). With `schema`, a
@@ -100,10 +101,11 @@ async def complete_with_retry(
                     assert isinstance(provider, StructuredProvider), "the chain asks structured providers only"
                     completion = await provider.complete_json(spec.model, messages, schema, timeout=timeout)
             except ModelError as exc:
-                calls.append(_record(spec, started, error=exc, fallback_from=fallback_from))
+                calls.append(_record(spec, started, error=exc, fallback_from=fallback_from, route=route))
                 raise
             else:
-                record = _record(spec, started, completion=completion, fallback_from=fallback_from, meter=meter)
+                record = _record(spec, started, completion=completion, fallback_from=fallback_from, meter=meter,
+                                 route=route)
                 calls.append(record)
                 return completion
             finally:
@@ -114,6 +116,7 @@ async def complete_with_retry(
 async def stream_with_retry(
     provider: ModelProvider, spec: ModelSpec, messages: Sequence[ChatMessage], *, policy: RetryPolicy,
     timeout: float, calls: list[ModelCallRecord], fallback_from: str | None = None, meter: Meter | None = None,
+    route: str | None = None,
 ) -> AsyncGenerator[str | Reset | Completion, None]:
     """One model's streamed answer, retried per `policy`: text deltas, `Reset()` when an attempt failed after
     yielding text (what was shown is void), and finally the Completion. Raises the last ModelError when the
@@ -128,7 +131,8 @@ async def stream_with_retry(
             try:
                 async for item in deltas:
                     if isinstance(item, Completion):
-                        record = _record(spec, started, completion=item, fallback_from=fallback_from, meter=meter)
+                        record = _record(spec, started, completion=item, fallback_from=fallback_from, meter=meter,
+                                         route=route)
                         calls.append(record)
                         yield item
                         return
@@ -137,7 +141,7 @@ async def stream_with_retry(
                         yield item
                 raise ConnectionFailed(f"{spec.label}: stream ended without a final completion")
             except ModelError as exc:
-                calls.append(_record(spec, started, error=exc, fallback_from=fallback_from))
+                calls.append(_record(spec, started, error=exc, fallback_from=fallback_from, route=route))
                 if shown:
                     yield Reset()
                 raise

@@ -6,6 +6,7 @@ loop's bound; a failing tool as an error result; a tool that never sees another 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -15,8 +16,9 @@ import pytest
 
 from bot.pipeline import Pipeline
 from bot.tools import builtin
+from bot.tools.loop import ToolLoop
 from bot.tools.registry import Registry, Tool, ToolContext
-from kernel.types import InboundMessage, ToolSpec
+from kernel.types import ChatMessage, InboundMessage, ToolCall, ToolSpec
 from tests.fakes.model_server import FakeModelServer, RecordedRequest, calls_tool, ok
 
 MODELS = ["openai:m1", "anthropic:c1"]
@@ -220,3 +222,35 @@ async def test_the_time_now_is_in_the_persons_time_zone_or_utc(store: Any) -> No
     unknown = await builtin.now(ToolContext(1, store, moment, timezone="Not/AZone"), {})
     assert madrid == "2026-07-01 14:30 (Wednesday), time zone Europe/Madrid (UTC+02:00)"
     assert unknown == "2026-07-01 12:30 (Wednesday), time zone UTC (UTC+00:00)"
+
+
+async def test_the_time_bound_stops_the_loop(store: Any, model_server: FakeModelServer, job_chain: Any) -> None:
+    clock = [0.0]
+
+    async def slow_tool(ctx: ToolContext, arguments: Mapping[str, Any]) -> str:
+        clock[0] += 20.0  # each call takes 20 of the loop's 30 seconds (on the loop's own clock)
+        return "done"
+
+    _, chain = job_chain({"HILO_MODEL": "openai:m1"})
+    registry = Registry([Tool(ToolSpec("slow", "takes its time", {"type": "object", "properties": {}}), slow_tool)])
+    loop = ToolLoop(chain, registry, steps=10, seconds=30.0, clock=lambda: clock[0])
+    model_server.script("m1", default=calls_tool("slow", {}))
+    offer = registry.offer(private=True)
+    ran = await loop.run([ChatMessage("user", "go")], offer, ToolContext(1, store, datetime.now(UTC)))
+    # 0 s: call, tool (20 s); 20 s: call, tool (40 s); 40 s: past the bound, the last call may not call tools
+    assert [offered(r)[1] for r in model_server.requests] == ["auto", "auto", "none"]
+    assert ran.steps == 2 and ran.completion is not None and ran.completion.text == "fake reply to: go"
+    assert [m.role for m in ran.messages] == ["assistant", "tool", "assistant", "tool"]
+
+
+async def test_a_tool_past_its_time_limit_is_an_error_result(store: Any) -> None:
+    never = asyncio.Event()
+
+    async def stuck(ctx: ToolContext, arguments: Mapping[str, Any]) -> str:
+        await never.wait()
+        return "unreachable"
+
+    registry = Registry([Tool(ToolSpec("stuck", "never ends", {"type": "object", "properties": {}}), stuck)],
+                        timeout=0.05)
+    result = await registry.call(ToolCall("c1", "stuck", {}), ToolContext(1, store, datetime.now(UTC)))
+    assert (result.error, result.content) == (True, "error: the tool took too long and was stopped")

@@ -10,16 +10,20 @@ import asyncio
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from bot.config import Settings
 from bot.pipeline import Pipeline
 from bot.tools import builtin
 from bot.tools.loop import ToolLoop
 from bot.tools.registry import Registry, Tool, ToolContext
 from kernel.types import ChatMessage, InboundMessage, ToolCall, ToolSpec
+from tests.fakes.daemon import running_daemon
 from tests.fakes.model_server import FakeModelServer, RecordedRequest, calls_tool, ok
+from tests.test_web_api import stream
 
 MODELS = ["openai:m1", "anthropic:c1"]
 
@@ -254,3 +258,29 @@ async def test_a_tool_past_its_time_limit_is_an_error_result(store: Any) -> None
                         timeout=0.05)
     result = await registry.call(ToolCall("c1", "stuck", {}), ToolContext(1, store, datetime.now(UTC)))
     assert (result.error, result.content) == (True, "error: the tool took too long and was stopped")
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["json", "stream"])
+async def test_the_web_widget_s_time_zone_is_the_one_the_time_tool_uses(
+    tmp_path: Path, model_server: FakeModelServer, streamed: bool,
+) -> None:
+    settings = Settings.from_mapping({
+        "HILO_DATABASE_URL": f"sqlite:///{tmp_path / 'hilo.db'}", "HILO_SECRET_KEY": "test-secret",
+        "HILO_MODEL": "anthropic:c1", "HILO_MODEL_ATTEMPTS": "1", "ANTHROPIC_API_KEY": "x",
+        "ANTHROPIC_BASE_URL": model_server.base_url, "HILO_TOOLS": "now"})
+    model_server.enqueue(calls_tool("now", {}, text="Let me look."), ok("It is afternoon in Madrid."))
+    body = {"text": "what time is it?", "timezone": "Europe/Madrid"}
+    async with running_daemon(settings) as client:
+        if streamed:
+            events = [(kind, payload.get("text")) for kind, payload in await stream(client, body)
+                      if kind in ("delta", "reset")]
+            cut = events.index(("reset", None))  # the text before the call was shown, then withdrawn
+            assert events[:cut] == [("delta", "Let me look.")]
+            reply = "".join(text for _, text in events[cut + 1:] if text)
+        else:
+            reply = (await client.post("/api/messages", json=body)).json()["reply"]
+        bad = await client.post("/api/messages", json={"text": "and now?", "timezone": "Mars/Olympus"})
+    assert reply == "It is afternoon in Madrid."
+    [result] = tool_results(model_server.requests[1])
+    assert "time zone Europe/Madrid" in result["content"]
+    assert bad.status_code == 200  # an unknown zone is dropped, never a refused message

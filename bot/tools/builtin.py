@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import UTC
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from bot import memory_commands
 from bot.tools.registry import Registry, Tool, ToolContext, ToolError
 from kernel.types import MemoryDraft, ToolSpec
+from kernel.zones import zone_name
 
 #: The longest fact the model may store in one call (a memory is a sentence, not a document).
 FACT_CHARS = 500
@@ -27,10 +28,8 @@ def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
 
 async def now(ctx: ToolContext, arguments: Mapping[str, Any]) -> str:
     """The date and time in the person's time zone (UTC when hilo does not know it)."""
-    try:
-        zone: Any = ZoneInfo(ctx.timezone)
-    except (ZoneInfoNotFoundError, ValueError):
-        zone = UTC
+    name = zone_name(ctx.timezone)
+    zone: Any = ZoneInfo(name) if name is not None else UTC
     local = ctx.now.astimezone(zone)
     offset = local.strftime("%z")
     return (f"{local:%Y-%m-%d %H:%M} ({local:%A}), time zone {getattr(zone, 'key', 'UTC')} "

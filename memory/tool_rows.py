@@ -42,8 +42,9 @@ def calls_of(m: StoredMessage) -> tuple[ToolCall, ...]:
 
 
 def is_tool_message(m: StoredMessage) -> bool:
-    """A tool result, or a message whose only content is tool calls (nothing a person would read)."""
-    return m.role == "tool" or (bool(calls_of(m)) and not m.content.strip())
+    """A tool result, or the model's message that made tool calls (its text, if any, was withdrawn from the person:
+    the reply comes after): what the model keeps of its turn, not what the person reads."""
+    return m.role == "tool" or bool(calls_of(m))
 
 
 def _cut(text: str) -> str:

@@ -272,15 +272,21 @@ async def test_the_web_widget_s_time_zone_is_the_one_the_time_tool_uses(
     body = {"text": "what time is it?", "timezone": "Europe/Madrid"}
     async with running_daemon(settings) as client:
         if streamed:
-            events = [(kind, payload.get("text")) for kind, payload in await stream(client, body)
-                      if kind in ("delta", "reset")]
+            sent = await stream(client, body)
+            conversation = next(p["conversation_id"] for kind, p in sent if kind == "meta")
+            events = [(kind, p.get("text")) for kind, p in sent if kind in ("delta", "reset")]
             cut = events.index(("reset", None))  # the text before the call was shown, then withdrawn
             assert events[:cut] == [("delta", "Let me look.")]
             reply = "".join(text for _, text in events[cut + 1:] if text)
         else:
-            reply = (await client.post("/api/messages", json=body)).json()["reply"]
+            answer = (await client.post("/api/messages", json=body)).json()
+            conversation, reply = answer["conversation_id"], answer["reply"]
         bad = await client.post("/api/messages", json={"text": "and now?", "timezone": "Mars/Olympus"})
+        shown = (await client.get(f"/api/conversations/{conversation}/messages")).json()
     assert reply == "It is afternoon in Madrid."
+    # the person's history is what they and hilo said: the call and its result stay the model's
+    assert [(m["role"], m["content"]) for m in shown["messages"]] == [
+        ("user", "what time is it?"), ("assistant", "It is afternoon in Madrid.")]
     [result] = tool_results(model_server.requests[1])
     assert "time zone Europe/Madrid" in result["content"]
     assert bad.status_code == 200  # an unknown zone is dropped, never a refused message

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from bot import retention
 from bot.config_costs import costs_from
-from bot.config_tools import tools_from
+from bot.config_tools import HttpToolSpec, tools_from
 from bot.prices import PriceTable
 from kernel.errors import ConfigError
 from memory.memory_score import MemoryWeights
@@ -304,6 +304,8 @@ class Settings:
     tool_seconds: float = 30.0
     tool_timeout: float = 10.0
     tool_cost_usd: float = 0.0
+    #: HILO_HTTP_TOOLS: the operator's own tools, called over HTTP (bot/tools/http_tool.py)
+    http_tools: tuple[HttpToolSpec, ...] = ()
 
     @property
     def models(self) -> tuple[ModelSpec, ...]:

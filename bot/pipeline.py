@@ -37,6 +37,7 @@ from bot.outbox import Outbox, route_language, route_of
 from bot.ports import Deliveries, History, RateLimits
 from bot.spend import Meter, paying
 from bot.tools import builtin
+from bot.tools.http_tool import http_tool
 from bot.tools.loop import Ran, ToolLoop
 from bot.tools.registry import ToolContext
 from kernel import catalog, log
@@ -106,7 +107,8 @@ class Pipeline:
         #: the admin page's reads and writes (bot/admin.py), served by surfaces/admin.py when HILO_ADMIN_TOKEN is set
         self.admin = Admin(store)
         #: the tools offered to the model (HILO_TOOLS; none by default) and the loop's bounds (bot/tools/loop.py)
-        self.tools = builtin.registry(settings.tools, timeout=settings.tool_timeout)
+        self.tools = builtin.registry(settings.tools, timeout=settings.tool_timeout,
+                                      extra=[http_tool(spec) for spec in settings.http_tools])
         self._locks: KeyedLocks[int] = KeyedLocks()
         #: Stored messages whose turn runs now, with its task: a redelivery of one of them is a duplicate, not a
         #: resume; `cancel_turns` ends them at the stop's bound.

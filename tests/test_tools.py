@@ -14,14 +14,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
 
 from bot.config import Settings
 from bot.pipeline import Pipeline
 from bot.tools import builtin
 from bot.tools.loop import ToolLoop
 from bot.tools.registry import Registry, Tool, ToolContext
+from kernel.errors import ConfigError
 from kernel.types import ChatMessage, InboundMessage, ToolCall, ToolSpec
 from tests.fakes.daemon import running_daemon
+from tests.fakes.loopback import serving
 from tests.fakes.model_server import FakeModelServer, RecordedRequest, calls_tool, ok
 from tests.test_web_api import stream
 
@@ -290,3 +296,50 @@ async def test_the_web_widget_s_time_zone_is_the_one_the_time_tool_uses(
     [result] = tool_results(model_server.requests[1])
     assert "time zone Europe/Madrid" in result["content"]
     assert bad.status_code == 200  # an unknown zone is dropped, never a refused message
+
+
+async def test_an_operator_http_tool_is_called_with_its_secret_and_its_result_kept(
+    store: Any, model_server: FakeModelServer, job_chain: Any,
+) -> None:
+    received: list[tuple[dict[str, str], Any]] = []
+
+    async def weather(request: Request) -> Response:
+        received.append((dict(request.headers), json.loads(await request.body())))
+        if len(received) == 1:
+            return PlainTextResponse("Sunny, 24 C")
+        return PlainTextResponse("internal details", status_code=500)
+
+    tools = [{"name": "weather", "description": "The weather in a city", "url": "", "secret_header": "X-Tool-Secret",
+              "secret_env": "WEATHER_TOOL_SECRET",
+              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
+    async with serving(Starlette(routes=[Route("/weather", weather, methods=["POST"])])) as base_url:
+        tools[0]["url"] = base_url + "/weather"
+        settings, chain = job_chain({"HILO_MODEL": "openai:m1", "HILO_HTTP_TOOLS": json.dumps(tools),
+                                     "WEATHER_TOOL_SECRET": "s3cret-value"})
+        assert "s3cret-value" not in repr(settings.http_tools)
+        p = Pipeline(settings, store, chain)
+        model_server.enqueue(calls_tool("weather", {"city": "Valencia"}), ok("Sunny in Valencia."),
+                             ok("Yes."), calls_tool("weather", {"city": "Oslo"}), ok("I could not check."))
+        await p.handle(msg("u1", "weather in Valencia?"))
+        await p.handle(msg("u2", "thanks, is that today?"))
+        await p.handle(msg("u3", "and Oslo?"))
+    [(headers, body), (_, second)] = received
+    assert headers["x-tool-secret"] == "s3cret-value"
+    assert body == {"tool": "weather", "arguments": {"city": "Valencia"}}  # nothing about the person but this
+    assert second == {"tool": "weather", "arguments": {"city": "Oslo"}}
+    # the next turn's context (from the database) has the call and its result
+    next_turn = model_server.requests[2]
+    assert [c[1:] for c in tool_calls(next_turn)] == [("weather", {"city": "Valencia"})]
+    assert [r["content"] for r in tool_results(next_turn)] == ["Sunny, 24 C"]
+    assert tool_results(model_server.requests[-1])[-1]["content"] == "error: the tool's service answered HTTP 500"
+
+
+@pytest.mark.parametrize(("entry", "says"), [
+    ({"name": "has space", "url": "https://x.example"}, "name must be"),
+    ({"name": "now", "url": "https://x.example"}, "used twice or by a built-in"),
+    ({"name": "w", "url": "ftp://x.example"}, "url must be"),
+    ({"name": "w", "url": "https://x.example", "secret_header": "X-Key"}, "secret_header needs secret_env"),
+])
+def test_a_wrong_http_tool_is_refused_at_start(entry: dict[str, Any], says: str) -> None:
+    with pytest.raises(ConfigError, match=says):
+        Settings.from_mapping({"HILO_HTTP_TOOLS": json.dumps([entry])})

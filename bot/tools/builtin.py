@@ -8,7 +8,7 @@ person in their language).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -91,6 +91,7 @@ BUILTIN: dict[str, Tool] = {t.spec.name: t for t in (
 )}
 
 
-def registry(names: tuple[str, ...], *, timeout: float) -> Registry:
-    """The registry of the built-in tools named (HILO_TOOLS; bot/config.py has checked the names)."""
-    return Registry([BUILTIN[n] for n in names], timeout=timeout)
+def registry(names: tuple[str, ...], *, timeout: float, extra: Iterable[Tool] = ()) -> Registry:
+    """The registry of the built-in tools named (HILO_TOOLS; bot/config_tools.py has checked the names), and
+    `extra` tools (the operator's: bot/tools/http_tool.py)."""
+    return Registry([*(BUILTIN[n] for n in names), *extra], timeout=timeout)

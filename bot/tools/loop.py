@@ -101,11 +101,13 @@ class ToolLoop:
 
     async def _ask(self, messages: Sequence[ChatMessage], tools: ToolOffer | None,
                    on_delta: Sink | None) -> tuple[ChainResult, str]:
-        """One answer of the chain, streamed to `on_delta` when given: (the result, the text it showed)."""
+        """One answer of the chain, streamed to `on_delta` when given: (the result, the text it showed). Without
+        tools the chain is asked as before tools existed (a Chain that takes no `tools` still works)."""
+        offer: dict[str, ToolOffer] = {"tools": tools} if tools is not None else {}
         if on_delta is None:
-            return await self.chain.complete(messages, tools=tools), ""
+            return await self.chain.complete(messages, **offer), ""
         shown: list[str] = []
-        async for event in self.chain.stream(messages, tools=tools):
+        async for event in self.chain.stream(messages, **offer):
             if isinstance(event, ChainResult):
                 return event, "".join(shown)
             if isinstance(event, Reset):

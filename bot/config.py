@@ -15,6 +15,7 @@ from pathlib import Path
 from bot import retention
 from bot.config_costs import costs_from
 from bot.config_routes import Route, routes_from
+from bot.config_tools import HttpToolSpec, tools_from
 from bot.prices import PriceTable
 from kernel.errors import ConfigError
 from memory.memory_score import MemoryWeights
@@ -297,6 +298,17 @@ class Settings:
     admin_session_minutes: int = 30
     #: HILO_ADMIN_SIGN_INS_PER_MINUTE: sign-in attempts per client IP per minute (counted in the database).
     admin_sign_ins_per_minute: int = 5
+    # -- issue 15, tools (bot/config_tools.py, bot/tools/) -----------------------------------------------------
+    #: HILO_TOOLS: the built-in tools offered to the model (bot/tools/builtin.py); empty: none.
+    tools: tuple[str, ...] = ()
+    #: HILO_TOOL_STEPS, HILO_TOOL_SECONDS, HILO_TOOL_COST_USD: the tool loop's bounds (bot/tools/loop.py);
+    #: HILO_TOOL_TIMEOUT: one tool call's.
+    tool_steps: int = 4
+    tool_seconds: float = 30.0
+    tool_timeout: float = 10.0
+    tool_cost_usd: float = 0.0
+    #: HILO_HTTP_TOOLS: the operator's own tools, called over HTTP (bot/tools/http_tool.py)
+    http_tools: tuple[HttpToolSpec, ...] = ()
 
     @property
     def models(self) -> tuple[ModelSpec, ...]:
@@ -442,6 +454,8 @@ class Settings:
             admin_token=env.get("HILO_ADMIN_TOKEN", "").strip(),
             admin_session_minutes=_int(env, "HILO_ADMIN_SESSION_MINUTES", 30, minimum=1),
             admin_sign_ins_per_minute=_int(env, "HILO_ADMIN_SIGN_INS_PER_MINUTE", 5, minimum=1),
+            # -- issue 15, tools (bot/config_tools.py)
+            **tools_from(env),
         )
 
     @classmethod

@@ -70,15 +70,25 @@ async def remember(store: Store, user_id: int, text: str, lang: str) -> str:
     return catalog.t(key, lang, id=added.memory.short_id)
 
 
-async def forget_one(store: Store, user_id: int | None, what: str, lang: str) -> str:
-    """Forget the memory `what` names: a short id, or words (see the module docstring)."""
+async def named(store: Store, user_id: int, what: str) -> tuple[int | None, list[Memory]]:
+    """What `what` names of the person's memories: (its short id, [that memory] or []) for an id, else (None,
+    the memories its words name best: one, several too close to choose between, or none). /forget and the
+    model's `forget` tool (bot/tools/builtin.py) read it the same way."""
     memory_id = parse_id(what)
     if memory_id is not None:
-        found = await store.memory(user_id, memory_id) if user_id is not None else None
+        found = await store.memory(user_id, memory_id)
+        return memory_id, [found] if found is not None else []
+    return None, await store.find_memories(user_id, what)
+
+
+async def forget_one(store: Store, user_id: int | None, what: str, lang: str) -> str:
+    """Forget the memory `what` names: a short id, or words (see the module docstring)."""
+    memory_id, matches = await named(store, user_id, what) if user_id is not None else (parse_id(what), [])
+    if memory_id is not None:
+        found = matches[0] if matches else None
         if found is None or not await store.forget_memory(found.user_id, found.id):
             return catalog.t("cmd_forget_no_id", lang, id=f"m{memory_id}")
         return catalog.t("cmd_forget_one_done", lang, id=found.short_id, content=found.content)
-    matches = await store.find_memories(user_id, what) if user_id is not None else []
     if not matches:
         return catalog.t("cmd_forget_no_match", lang)
     if len(matches) > 1:

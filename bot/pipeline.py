@@ -3,7 +3,9 @@
 A turn costs five database calls: `ingest` (one write transaction: dedup, identity, conversation and
 the person's message, stored BEFORE the model is called), taking the conversation's turn lease (with the
 check that the message is still unanswered), `load_context` (one read transaction), `finish_turn` (one write
-transaction: reply and usage rows) and releasing the lease. With an embedder, the question is embedded (bounded by
+transaction: the turn's tool calls and results, reply and usage rows) and releasing the lease. With tools
+(HILO_TOOLS), the model is asked through the bounded tool loop (bot/tools/loop.py): tools run with this turn's
+person, never one the model names. With an embedder, the question is embedded (bounded by
 HILO_EMBED_QUERY_TIMEOUT) just before `load_context`: the one embedding on a turn's path (bot/embedding.py).
 Turns of one conversation run one at a time, in arrival order within a process (an in-process lock per
 conversation), and one at a time across processes (the lease on the conversation row, memory/turn_lease.py, which
@@ -13,10 +15,11 @@ works through a transaction pooler too).
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -27,16 +30,20 @@ from bot.config import Settings
 from bot.embedders.base import Embedder
 from bot.export import ExportLinks, Exports
 from bot.keyed import KeyedLocks
-from bot.models.base import AllModelsFailed, CapReached, Chain, ChainResult, Completion, Reset
+from bot.models.base import CapReached, Chain
 from bot.notices import Notices
 from bot.opt_out import OptOut
 from bot.outbox import Outbox, route_language, route_of
 from bot.ports import Deliveries, History, RateLimits
 from bot.spend import Meter, paying
+from bot.tools import builtin
+from bot.tools.http_tool import http_tool
+from bot.tools.loop import Ran, ToolLoop
+from bot.tools.registry import ToolContext
 from kernel import catalog, log
 from kernel.errors import InputError
 from kernel.text import blank
-from kernel.types import InboundMessage, ModelCallRecord, OutboundMessage, utcnow
+from kernel.types import ChatMessage, InboundMessage, OutboundMessage, utcnow
 from memory.context import AssembledContext
 from memory.store import Ingested, Store, StoreError
 
@@ -99,6 +106,9 @@ class Pipeline:
                                                   settings.export_link_minutes))
         #: the admin page's reads and writes (bot/admin.py), served by surfaces/admin.py when HILO_ADMIN_TOKEN is set
         self.admin = Admin(store)
+        #: the tools offered to the model (HILO_TOOLS; none by default) and the loop's bounds (bot/tools/loop.py)
+        self.tools = builtin.registry(settings.tools, timeout=settings.tool_timeout,
+                                      extra=[http_tool(spec) for spec in settings.http_tools])
         self._locks: KeyedLocks[int] = KeyedLocks()
         #: Stored messages whose turn runs now, with its task: a redelivery of one of them is a duplicate, not a
         #: resume; `cancel_turns` ends them at the stop's bound.
@@ -222,7 +232,8 @@ class Pipeline:
             ctx = await self.context_for(turn)
             pre_model_ms = (time.perf_counter() - started) * 1000
             with paying(turn.user_id):  # the spend caps count this person's calls (bot/spend.py)
-                completion, calls, failure = await self._call_model(ctx, lang, on_delta)
+                ran = await self._call_model(ctx, turn, lang, on_delta)
+            completion, calls, failure = ran.completion, ran.calls, ran.failure
             self.alerts.after_turn(calls, failure, surface=msg.surface, user_id=turn.user_id,
                                    message_id=turn.message.id)
             reply = answers.reply_text(completion, lang) if completion is not None else None
@@ -233,7 +244,7 @@ class Pipeline:
             outgoing = self.outbox.outgoing_for(msg, said)
             try:
                 stored = await self.store.finish_turn(turn, reply, reply_tokens, calls, memory_ids=ctx.memory_ids(),
-                                                      outgoing=outgoing)
+                                                      outgoing=outgoing, tool_messages=await _counted(ran.messages))
             except StoreError as exc:
                 # The person's message is already stored; an answer they can read beats no answer at all.
                 logger.error("turn.reply_not_stored", message_id=turn.message.id, error=type(exc).__name__)
@@ -248,6 +259,7 @@ class Pipeline:
             "turn.done", surface=msg.surface, user_id=turn.user_id, conversation_id=turn.conversation_id,
             message_id=turn.message.id, chars_in=len(msg.text), chars_out=len(reply or ""),
             context_tokens=ctx.tokens["total"], calls=len(calls), outcome=outcome, pre_model_ms=round(pre_model_ms, 2),
+            tool_steps=ran.steps, tool_messages=len(ran.messages),
         )
         if reply is None:
             return OutboundMessage(
@@ -309,30 +321,33 @@ class Pipeline:
         )
 
     async def _call_model(
-        self, ctx: AssembledContext, lang: str, on_delta: DeltaSink | None,
-    ) -> tuple[Completion | None, Sequence[ModelCallRecord], AllModelsFailed | None]:
-        """The chain's answer (None when every model failed, or a spend cap refused: the failure says which) and
-        every call made for it. While streaming, what
-        the sink was shown ends up being exactly the reply the person gets (bot.answers): a note is streamed
-        after the text, a reply that replaces the text is shown after a reset."""
-        try:
-            if on_delta is None:
-                result = await self.chain.complete(ctx.messages)
-                return result.completion, result.calls, None
-            shown: list[str] = []
-            async for event in self.chain.stream(ctx.messages):
-                if isinstance(event, ChainResult):
-                    await _show_reply(on_delta, "".join(shown), answers.reply_text(event.completion, lang))
-                    return event.completion, event.calls, None
-                if isinstance(event, Reset):
-                    shown.clear()
-                    await on_delta("", True)
-                else:
-                    shown.append(event)
-                    await on_delta(event, False)
-            raise RuntimeError("model stream ended without a result")
-        except AllModelsFailed as exc:
-            return None, exc.calls, exc
+        self, ctx: AssembledContext, turn: Ingested, lang: str, on_delta: DeltaSink | None,
+    ) -> Ran:
+        """The chain's answer through the tool loop (one plain call when no tool is offered): the completion (None
+        when every model failed, or a spend cap refused: the failure says which), every call made for it and the
+        turn's tool calls and results. While streaming, what the sink was shown ends up being exactly the reply
+        the person gets (bot.answers): a note is streamed after the text, a reply that replaces the text is shown
+        after a reset."""
+        m = turn.message
+        # In a group others read the answer: no tool that reads or writes the person's memory is offered there.
+        offer = self.tools.offer(private=m.metadata.get("audience") != "group") if self.tools else None
+        tool_ctx = ToolContext(turn.user_id, self.store, utcnow(), timezone=str(m.metadata.get("timezone") or "UTC"),
+                               language=lang)
+        loop = ToolLoop(self.chain, self.tools, steps=self.settings.tool_steps, seconds=self.settings.tool_seconds,
+                        cost_usd=self.settings.tool_cost_usd)
+        ran = await loop.run(ctx.messages, offer, tool_ctx, on_delta)
+        if on_delta is not None and ran.completion is not None:
+            await _show_reply(on_delta, ran.shown, answers.reply_text(ran.completion, lang))
+        return ran
+
+
+async def _counted(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+    """The turn's tool messages with their token counts (a call's arguments count: they are sent again)."""
+    counted = []
+    for m in messages:
+        arguments = json.dumps([c.arguments for c in m.tool_calls], ensure_ascii=False) if m.tool_calls else ""
+        counted.append(replace(m, tokens=await assembly.count_tokens(m.content + arguments)))
+    return counted
 
 
 async def _show_reply(on_delta: DeltaSink, shown: str, reply: str) -> None:

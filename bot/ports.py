@@ -9,6 +9,7 @@ from typing import Protocol
 
 from kernel.types import Delivery, Memory, StoredMessage
 from memory.store import ConversationInfo, Store
+from memory.tool_rows import is_tool_message
 
 
 class Deliveries(Protocol):
@@ -47,8 +48,9 @@ class History:
         return await self._store.conversations(user_id)
 
     async def messages(self, user_id: int, conversation_id: int) -> list[StoredMessage]:
-        """Messages of one of the user's conversations, oldest first (NotFound if not the user's)."""
-        return await self._store.messages(user_id, conversation_id)
+        """Messages of one of the user's conversations, oldest first (NotFound if not the user's): what the person
+        and hilo said, without the model's tool calls and results (memory/tool_rows.py: kept for the model)."""
+        return [m for m in await self._store.messages(user_id, conversation_id) if not is_tool_message(m)]
 
     async def memories(self, user_id: int) -> list[Memory]:
         """The user's current memories, newest first."""

@@ -91,17 +91,43 @@ class OutboundMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One call the model asked for: the provider's call id, the tool's name and its arguments (a JSON object)."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict, hash=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool as models are offered it: a name (letters, digits, `_`), what it does, and its arguments' JSON
+    schema (an object schema)."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any] = field(default_factory=dict, hash=False)
+
+
+@dataclass(frozen=True, slots=True)
 class ChatMessage:
     """One message of the model's input. `block` names the context block it came from (providers ignore it);
     `tokens`, the content's tokens when the assembler knows them already (a stored message's count), else None.
     `cache_break`: the context's stable prefix (the system prompt, the person's facts) ends with this message:
-    a provider that caches prompts on request marks it there (Anthropic's cache_control)."""
+    a provider that caches prompts on request marks it there (Anthropic's cache_control).
+    Tool use (bot/tools): an assistant message carries the `tool_calls` it made; a "tool" message is one call's
+    result, paired with it by `tool_call_id` (`tool_error`: the tool failed and `content` says how). A "tool"
+    message without a `tool_call_id` is a compact result of an older exchange: providers send it as data."""
 
     role: Role
     content: str
     block: str = ""
     tokens: int | None = field(default=None, compare=False)
     cache_break: bool = field(default=False, compare=False)
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    tool_name: str = ""
+    tool_error: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,8 @@ Blocks, in the order the model reads them:
                   the block's header, which the first one carries);
 3. cross_surface  the person's latest messages on other surfaces, oldest first, one system message;
 4. conversation   the current conversation: the last 2 exchanges always, then older exchanges the pool chose;
+                  tool calls and results ride with their exchange: in full in the last 2, compact in older ones
+                  (memory/tool_rows.py);
 5. new_message    the message being answered, always, last.
 
 Budget, in the order it is spent:
@@ -39,7 +41,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kernel.tokens import MESSAGE_OVERHEAD
-from kernel.types import ChatMessage, Role
+from kernel.types import ChatMessage
 from memory import context_pool
 from memory.context_pool import Pool, message_cost, recall_limit
 from memory.context_render import (
@@ -54,11 +56,11 @@ from memory.context_render import (
 )
 from memory.memory_score import MemoryWeights, score_memories
 from memory.store import ContextRows, StoredMessage
+from memory.tool_rows import chat_messages, is_tool_message
 
 __all__ = ["AssembledContext", "BlockShares", "ContextItem", "assemble", "recall_limit", "render_text"]
 
 BLOCKS = ("system", "memory", "cross_surface", "conversation", "new_message")
-_ROLES: dict[str, Role] = {"user": "user", "assistant": "assistant", "tool": "tool", "system": "system"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,7 +280,7 @@ def _cross_surface(messages: Sequence[StoredMessage], exclude: set[int], surface
     seen = set(exclude)
     timeline: Timeline[tuple[str, ContextItem]] = Timeline(now)
     for m in sorted(messages, key=lambda m: (m.created_at, m.id), reverse=True):
-        if m.id in seen or m.surface == surface:
+        if m.id in seen or m.surface == surface or is_tool_message(m):  # tool use stays in its conversation
             continue
         seen.add(m.id)
         line, cost = turn_line(m.role, m.content, m.token_count)
@@ -303,8 +305,8 @@ def _conversation(older: list[StoredMessage], kept: list[StoredMessage], pool: P
     messages = [*older, *kept]
     items = [_message_item("conversation", "message", m, m.token_count + MESSAGE_OVERHEAD, scores.get(m.id))
              for m in messages]
-    chat = [ChatMessage(_ROLES.get(m.role, "user"), m.content, block="conversation", tokens=m.token_count)
-            for m in messages]
+    chat = [*chat_messages(older, full=False, block="conversation"),
+            *chat_messages(kept, full=True, block="conversation")]
     return _Block(items, chat, sum(i.tokens for i in items))
 
 

@@ -32,7 +32,7 @@ import asyncpg
 
 from kernel import log
 from kernel.errors import ConfigError
-from kernel.types import InboundMessage, ModelCallRecord, Outgoing, StoredMessage, utcnow
+from kernel.types import ChatMessage, InboundMessage, ModelCallRecord, Outgoing, StoredMessage, utcnow
 from memory import migrate as migrations
 from memory import pg_context, pg_import, pg_terms, pg_turn, reindex, sql_import, turn_lease
 from memory.rows import INSERT_COLS, Db, Mode, Rollback, aware, columns_by_table
@@ -377,8 +377,13 @@ class PostgresStore(SqlStore):
     async def finish_turn(
         self, turn: Ingested, reply: str | None, reply_tokens: int, calls: Sequence[ModelCallRecord],
         metadata: dict[str, Any] | None = None, *, memory_ids: Sequence[int] = (), outgoing: Outgoing | None = None,
+        tool_messages: Sequence[ChatMessage] = (),
     ) -> StoredMessage | None:
-        """SqlStore.finish_turn in one statement (memory/pg_turn.py)."""
+        """SqlStore.finish_turn in one statement (memory/pg_turn.py); a turn that used tools has more rows to
+        write: SqlStore.finish_turn's transaction."""
+        if tool_messages:
+            return await super().finish_turn(turn, reply, reply_tokens, calls, metadata, memory_ids=memory_ids,
+                                             outgoing=outgoing, tool_messages=tool_messages)
         return await self._finishing("lease", turn, pg_turn.finish_turn, reply, reply_tokens, calls, metadata,
                                      memory_ids, outgoing)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from kernel.errors import NotFound
 from kernel.types import ModelCallRecord
-from memory import sql_summaries
+from memory import sql_summaries, tool_rows
 from memory.inspection import Inspection
 from memory.rows import MSG_COLS, Db, to_message, to_ts
 from memory.sql_turns import INSERT_CALL, identity_user
@@ -77,10 +77,11 @@ async def messages(db: Db, user_id: int, conversation_id: int, limit: int) -> li
 
 
 async def reply_of(db: Db, user_id: int, message_id: int) -> StoredMessage | None:
-    """The assistant's reply to one of the user's messages, if one is stored."""
-    row = await db.one(f"SELECT {MSG_COLS} FROM messages m WHERE m.reply_to = $1 AND m.user_id = $2 "
-                       "AND m.role = 'assistant' ORDER BY m.id LIMIT 1", message_id, user_id)
-    return None if row is None else to_message(row)
+    """The assistant's reply to one of the user's messages, if one is stored (the last of the turn's assistant
+    messages: its tool calls come before it, memory/tool_rows.py)."""
+    rows = await db.all(f"SELECT {MSG_COLS} FROM messages m WHERE m.reply_to = $1 AND m.user_id = $2 "
+                        "AND m.role = 'assistant' ORDER BY m.id DESC", message_id, user_id)
+    return next((m for m in map(to_message, rows) if not tool_rows.calls_of(m)), None)
 
 
 def jsonable(value: Any) -> Any:

@@ -19,7 +19,7 @@ from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kernel.errors import StoreError
-from kernel.types import InboundMessage, ModelCallRecord, OutboxItem, Outgoing, utcnow
+from kernel.types import ChatMessage, InboundMessage, ModelCallRecord, OutboxItem, Outgoing, utcnow
 from memory import sql_memories as memories
 from memory import sql_memory_vectors as memory_vectors
 from memory import sql_outbox as outbox
@@ -187,9 +187,10 @@ class SqlStore:
     async def finish_turn(
         self, turn: Ingested, reply: str | None, reply_tokens: int, calls: Sequence[ModelCallRecord],
         metadata: dict[str, Any] | None = None, *, memory_ids: Sequence[int] = (), outgoing: Outgoing | None = None,
+        tool_messages: Sequence[ChatMessage] = (),
     ) -> StoredMessage | None:
         return await self._finishing("write", turn, turns.finish_turn, reply, reply_tokens, calls, metadata, memory_ids,
-                                     outgoing)
+                                     outgoing, tool_messages)
 
     async def _finishing(self, mode: Mode, turn: Ingested, logic: Logic[StoredMessage | None],
                          *args: Any) -> StoredMessage | None:

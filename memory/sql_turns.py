@@ -17,8 +17,8 @@ from datetime import timedelta
 from typing import Any
 
 from kernel.errors import NotFound
-from kernel.types import SINGLETON_SURFACES, InboundMessage, ModelCallRecord, Outgoing
-from memory import episodes, sql_memories, sql_outbox, sql_recall, turn_lease
+from kernel.types import SINGLETON_SURFACES, ChatMessage, InboundMessage, ModelCallRecord, Outgoing
+from memory import episodes, sql_memories, sql_outbox, sql_recall, tool_rows, turn_lease
 from memory.memory_match import cosines as cosines_of
 from memory.rows import (
     MEMORY_COLS,
@@ -266,9 +266,10 @@ async def load_context(db: Db, q: ContextQuery) -> ContextRows:
 async def finish_turn(
     db: Db, turn: Ingested, reply: str | None, reply_tokens: int, calls: Sequence[ModelCallRecord],
     metadata: dict[str, Any] | None, memory_ids: Sequence[int] = (), outgoing: Outgoing | None = None,
-    lease_owner: str | None = None,
+    tool_messages: Sequence[ChatMessage] = (), lease_owner: str | None = None,
 ) -> StoredMessage | None:
-    """The reply, the usage rows, the conversation's updated_at, the uses of the memories and the parts to send
+    """The turn's tool calls and results (memory/tool_rows.py; before the reply, in the reply's episode), the reply,
+    the usage rows, the conversation's updated_at, the uses of the memories and the parts to send
     (`outgoing`, queued in the outbox: memory/sql_outbox.py; for the reply, or the person's message when there
     is no reply), together, releasing the turn's lease (`lease_owner`'s) in the same statement as the touch.
     None, and nothing written, when the conversation is gone (forgotten meanwhile)."""
@@ -279,6 +280,13 @@ async def finish_turn(
     # deadlocked on Postgres against the same person's next message (tests/test_scale_serve.py).
     if not await db.run(FINISH_TOUCH, at, turn.conversation_id, turn.user_id, lease_owner):
         return None  # the conversation is gone (forgotten while the turn ran): nothing to keep
+    for used in tool_messages:
+        role, content, used_meta = tool_rows.stored_form(used)
+        used_terms, used_tokens = index_terms(content), used.tokens or 0
+        used_episode = await episodes.join(db, turn.user_id, turn.conversation_id, msg.surface, moment, used_tokens,
+                                           used_terms)
+        await db.value(INSERT_MESSAGE, turn.conversation_id, turn.user_id, msg.surface, role, content, used_tokens,
+                       None, at, dump_metadata(used_meta), msg.id, used_terms, used_episode)
     if reply is not None:
         meta = dump_metadata(metadata)
         terms = index_terms(reply)

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from kernel.errors import StoreError as StoreError  # re-exported: part of the contract
 from kernel.errors import StoreUnavailable as StoreUnavailable  # re-exported: part of the contract
+from kernel.types import ChatMessage, InboundMessage, ModelCallRecord, OutboxItem, Outgoing
 from kernel.types import Delivery as Delivery  # re-exported: part of the contract
-from kernel.types import InboundMessage, ModelCallRecord, OutboxItem, Outgoing
 from kernel.types import Ingested as Ingested  # re-exported: part of the contract
 from kernel.types import Memory as Memory  # re-exported: part of the contract
 from kernel.types import MemoryAdded as MemoryAdded  # re-exported: part of the contract
@@ -212,8 +212,10 @@ class Store(Protocol):
     async def finish_turn(
         self, turn: Ingested, reply: str | None, reply_tokens: int, calls: Sequence[ModelCallRecord],
         metadata: dict[str, Any] | None = None, *, memory_ids: Sequence[int] = (), outgoing: Outgoing | None = None,
+        tool_messages: Sequence[ChatMessage] = (),
     ) -> StoredMessage | None:
-        """One write transaction: store the reply (if any) answering turn.message and the model_calls rows,
+        """One write transaction: store the turn's tool calls and results (`tool_messages`, in order:
+        memory/tool_rows.py) and the reply (if any) answering turn.message, the model_calls rows,
         count a use of each of the person's memories in `memory_ids` (those the context carried: access_count,
         last_accessed_at), and queue `outgoing`'s parts in the outbox (for the reply, else the message)."""
 

@@ -4,7 +4,7 @@ GET  /                                     the demo page (embeds the widget)
 GET  /widget.js                            the widget (surfaces/widget/widget.js; see web_widget.py)
 GET  /api                                  {"name", "version", "api": [...]}
 POST /api/session                          -> {"session": token}            (a new anonymous visitor)
-POST /api/messages {"conversation_id"?, "text", "client_message_id"?}
+POST /api/messages {"conversation_id"?, "text", "client_message_id"?, "timezone"?}
                                            -> {"conversation_id", "reply", "status", "message_id", "reply_id"}
 POST /api/messages/stream (same body)      -> text/event-stream: meta, delta..., done | error (web_stream.py)
 GET  /api/conversations                    -> {"conversations": [...]}       (the caller's own only)
@@ -148,6 +148,8 @@ class WebSurface:
             text=body.text,
             conversation_ref=str(body.conversation_id) if body.conversation_id is not None else None,
             language=lang(request), client_ip=client_ip(request),
+            # the browser's time zone: the `now` tool's (bot/tools/builtin.py)
+            metadata={"timezone": body.timezone} if body.timezone else {},
         ), caller.sender)
         try:
             self.pipeline.validate(msg)

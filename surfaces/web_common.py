@@ -11,6 +11,7 @@ from starlette.responses import JSONResponse
 from bot import metrics
 from kernel import catalog
 from kernel.types import StoredMessage
+from kernel.zones import zone_name
 from surfaces.http_body import BadJson, BodyTooLarge, parse_json, read_body
 
 #: Ids are 64-bit signed integers in every backend.
@@ -54,11 +55,13 @@ def error(request: Request, status: int, key: str, **params: object) -> JSONResp
 
 @dataclass(frozen=True, slots=True)
 class MessageBody:
-    """A valid `{"text", "conversation_id"?, "client_message_id"?}`."""
+    """A valid `{"text", "conversation_id"?, "client_message_id"?, "timezone"?}` (`timezone`: the browser's
+    IANA time zone, kept when this machine knows it, else dropped: it never refuses a message)."""
 
     text: str
     conversation_id: int | None
     client_message_id: str | None
+    timezone: str | None = None
 
 
 async def read_message(request: Request) -> MessageBody | JSONResponse:
@@ -85,7 +88,7 @@ async def read_message(request: Request) -> MessageBody | JSONResponse:
             not isinstance(client_id, str) or not 0 < len(client_id) <= 100 or "\x00" in client_id):
         # NUL: Postgres cannot store it, and an id is not altered (two ids must never become one)
         return error(request, 400, "bad_request", detail="client_message_id must be a short string without NUL")
-    return MessageBody(data["text"], conversation_id, client_id)
+    return MessageBody(data["text"], conversation_id, client_id, zone_name(data.get("timezone")))
 
 
 def message_json(m: StoredMessage) -> dict[str, Any]:

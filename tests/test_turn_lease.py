@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import pytest
 
 from bot.config import Settings
-from bot.models.base import ChainResult, Reset
+from bot.models.base import ChainResult, Reset, ToolOffer
 from bot.models.factory import build_chain
 from bot.pipeline import Pipeline
 from bot.retry import RetryPolicy
@@ -41,16 +41,17 @@ class HeldChain:
         self.arrived = asyncio.Event()
         self.release = asyncio.Event()
 
-    async def complete(self, messages: Sequence[ChatMessage]) -> ChainResult:
+    async def complete(self, messages: Sequence[ChatMessage], *, tools: ToolOffer | None = None) -> ChainResult:
         self.arrived.set()
         await self.release.wait()
-        result: ChainResult = await self.chain.complete(messages)
+        result: ChainResult = await self.chain.complete(messages, tools=tools)
         return result
 
-    async def stream(self, messages: Sequence[ChatMessage]) -> AsyncIterator[str | Reset | ChainResult]:
+    async def stream(self, messages: Sequence[ChatMessage], *,
+                     tools: ToolOffer | None = None) -> AsyncIterator[str | Reset | ChainResult]:
         self.arrived.set()
         await self.release.wait()
-        async for event in self.chain.stream(messages):
+        async for event in self.chain.stream(messages, tools=tools):
             yield event
 
     async def aclose(self) -> None:

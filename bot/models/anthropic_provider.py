@@ -11,8 +11,11 @@ The `anthropic` SDK is imported inside the constructor, never at module import. 
 (max_retries=0); `bot.models.retry` does. Messages and keys are never logged or put into error messages.
 
 stop_reason "refusal" is a refusal (the text written before it is void: Anthropic's classifiers stopped it),
-"max_tokens" / "model_context_window_exceeded" a cut, "tool_use" a stop for a tool hilo does not offer; an
+"max_tokens" / "model_context_window_exceeded" a cut, "tool_use" a stop to call tools; an
 `event: error` inside the 200 stream (or a 200 body that is an error) is classified like its HTTP status.
+Tools (a ToolOffer) go as `tools` with `input_schema` and `tool_choice`; the model's `tool_use` blocks (streamed
+as `input_json_delta` fragments) come back as the Completion's calls; an assistant's calls go back as `tool_use`
+blocks and their results as `tool_result` blocks of the next user turn.
 """
 
 from __future__ import annotations
@@ -26,14 +29,16 @@ from bot.models.base import (
     ConnectionFailed,
     ModelError,
     PermanentError,
+    ToolOffer,
     error_for_status,
     error_for_transport,
     error_in_answer,
     outcome_of,
 )
 from bot.models.structured import OutputSchema
+from bot.models.tool_json import arguments_of
 from kernel.errors import ConfigError
-from kernel.types import AnswerOutcome, ChatMessage
+from kernel.types import AnswerOutcome, ChatMessage, ToolCall
 
 DEFAULT_MAX_TOKENS = 1024
 #: Stands in for a missing first user turn (the API refuses a conversation that starts with the assistant).
@@ -41,7 +46,24 @@ _OPENING = "(earlier conversation)"
 _CUT = frozenset({"max_tokens", "model_context_window_exceeded"})
 
 
-def to_anthropic(messages: Sequence[ChatMessage]) -> tuple[str | list[dict[str, Any]], list[dict[str, str]]]:
+def _content(m: ChatMessage) -> str | list[dict[str, Any]]:
+    """A message's content: text, or blocks for tool use (`tool_use` of an assistant, `tool_result` of a call)."""
+    if m.role == "tool" and m.tool_call_id is not None:
+        return [{"type": "tool_result", "tool_use_id": m.tool_call_id, "content": m.content,
+                 **({"is_error": True} if m.tool_error else {})}]
+    if m.role == "tool":  # a compact result of an older exchange: data
+        return f"[tool result]\n{m.content}"
+    if m.tool_calls:
+        text = [{"type": "text", "text": m.content}] if m.content.strip() else []
+        return text + [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in m.tool_calls]
+    return m.content
+
+
+def _blocks(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": content}] if isinstance(content, str) else content
+
+
+def to_anthropic(messages: Sequence[ChatMessage]) -> tuple[str | list[dict[str, Any]], list[dict[str, Any]]]:
     """(system, messages) for the messages API: `system` as text, or as two text blocks, the first (up to the
     message marked `cache_break`) cached."""
     system_messages = [m for m in messages if m.role == "system"]
@@ -53,19 +75,38 @@ def to_anthropic(messages: Sequence[ChatMessage]) -> tuple[str | list[dict[str, 
         rest = "\n\n".join(m.content for m in system_messages[cut:])
         system = [{"type": "text", "text": stable, "cache_control": {"type": "ephemeral"}},
                   *([{"type": "text", "text": rest}] if rest else [])]
-    turns: list[dict[str, str]] = []
+    turns: list[dict[str, Any]] = []
     for m in messages:
         if m.role == "system":
             continue
         role = "assistant" if m.role == "assistant" else "user"
-        content = f"[tool result]\n{m.content}" if m.role == "tool" else m.content
+        content = _content(m)
         if turns and turns[-1]["role"] == role:
-            turns[-1]["content"] += "\n\n" + content
+            before = turns[-1]["content"]
+            if isinstance(before, str) and isinstance(content, str):
+                turns[-1]["content"] = before + "\n\n" + content
+            else:
+                turns[-1]["content"] = _blocks(before) + _blocks(content)
         else:
             turns.append({"role": role, "content": content})
     if not turns or turns[0]["role"] != "user":
         turns.insert(0, {"role": "user", "content": _OPENING})
     return system, turns
+
+
+def tool_params(tools: ToolOffer | None) -> dict[str, Any]:
+    """The request's `tools` and `tool_choice` for an offer (nothing without one)."""
+    if tools is None or not tools.specs:
+        return {}
+    return {"tools": [{"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
+                      for t in tools.specs],
+            "tool_choice": {"type": tools.choice}}
+
+
+def calls_in(content: Sequence[Any]) -> tuple[ToolCall, ...]:
+    """The tool_use blocks of an answer as calls."""
+    return tuple(ToolCall(b.id, b.name, dict(b.input) if isinstance(b.input, dict) else {})
+                 for b in content if b.type == "tool_use")
 
 
 def classify(label: str, exc: BaseException) -> ModelError:
@@ -104,20 +145,24 @@ class AnthropicProvider:
         self._client = client
         self.max_tokens = max_tokens
 
-    def _params(self, model: str, messages: Sequence[ChatMessage], timeout: float) -> dict[str, Any]:
+    tool_calling = True
+
+    def _params(self, model: str, messages: Sequence[ChatMessage], timeout: float,
+                tools: ToolOffer | None = None) -> dict[str, Any]:
         system, turns = to_anthropic(messages)
         params: dict[str, Any] = {"model": model, "max_tokens": self.max_tokens, "messages": turns,
-                                  "timeout": timeout}
+                                  "timeout": timeout, **tool_params(tools)}
         if system:
             params["system"] = system
         return params
 
-    async def complete(self, model: str, messages: Sequence[ChatMessage], *, timeout: float) -> Completion:
-        response = await self._message(f"anthropic:{model}", self._params(model, messages, timeout))
+    async def complete(self, model: str, messages: Sequence[ChatMessage], *, timeout: float,
+                       tools: ToolOffer | None = None) -> Completion:
+        response = await self._message(f"anthropic:{model}", self._params(model, messages, timeout, tools))
         text = "".join(getattr(block, "text", "") for block in response.content if block.type == "text")
         outcome = _outcome(text, response.stop_reason)
         return _completion(text if outcome != "refused" else "", response.usage, response.usage.output_tokens,
-                           outcome)
+                           outcome, calls_in(response.content) if tools else ())
 
     async def _message(self, label: str, params: dict[str, Any]) -> Any:
         """One plain (not streamed) Message, checked: errors classified, an answer without content refused."""
@@ -150,7 +195,7 @@ class AnthropicProvider:
                            outcome)
 
     async def stream(
-        self, model: str, messages: Sequence[ChatMessage], *, timeout: float,
+        self, model: str, messages: Sequence[ChatMessage], *, timeout: float, tools: ToolOffer | None = None,
     ) -> AsyncIterator[str | Completion]:
         label = f"anthropic:{model}"
         parts: list[str] = []
@@ -158,8 +203,11 @@ class AnthropicProvider:
         tokens_out = 0
         stopped = False
         stop_reason: str | None = None
+        #: tool_use blocks by index: [id, name, input JSON text]
+        pending: dict[int, list[str]] = {}
         try:
-            stream = await self._client.messages.create(**self._params(model, messages, timeout), stream=True)
+            stream = await self._client.messages.create(**self._params(model, messages, timeout, tools),
+                                                        stream=True)
             try:
                 async for event in stream:
                     if event.type == "message_start":
@@ -168,6 +216,11 @@ class AnthropicProvider:
                     elif event.type == "content_block_delta" and event.delta.type == "text_delta":
                         parts.append(event.delta.text)
                         yield event.delta.text
+                    elif event.type == "content_block_start" and event.content_block.type == "tool_use":
+                        pending[event.index] = [event.content_block.id, event.content_block.name, ""]
+                    elif event.type == "content_block_delta" and event.delta.type == "input_json_delta":
+                        if event.index in pending:
+                            pending[event.index][2] += event.delta.partial_json
                     elif event.type == "message_delta":
                         tokens_out = event.usage.output_tokens or tokens_out
                         stop_reason = event.delta.stop_reason or stop_reason
@@ -181,20 +234,25 @@ class AnthropicProvider:
             raise ConnectionFailed(f"{label}: stream ended before message_stop")
         text = "".join(parts)
         outcome = _outcome(text, stop_reason)
-        yield _completion(text if outcome != "refused" else "", usage_in, tokens_out, outcome)
+        calls = tuple(ToolCall(i, name, arguments_of(raw)) for _, (i, name, raw) in sorted(pending.items())
+                      if tools)
+        yield _completion(text if outcome != "refused" else "", usage_in, tokens_out, outcome, calls)
 
     async def aclose(self) -> None:
         await self._client.close()
 
 
-def _completion(text: str, usage: Any, tokens_out: int, outcome: AnswerOutcome) -> Completion:
+def _completion(text: str, usage: Any, tokens_out: int, outcome: AnswerOutcome,
+                calls: tuple[ToolCall, ...] = ()) -> Completion:
     """The Completion of an answer whose input usage is `usage` (a Message's, or message_start's when streamed):
-    every input token (after the cache breakpoint, read from the cache, written to it) and the cache reads."""
+    every input token (after the cache breakpoint, read from the cache, written to it) and the cache reads; `calls`:
+    the tools it asked for."""
     if usage is None:
-        return Completion(text, 0, tokens_out, outcome)
+        return Completion(text, 0, tokens_out, outcome, tool_calls=calls)
     read = getattr(usage, "cache_read_input_tokens", None) or 0
     written = getattr(usage, "cache_creation_input_tokens", None) or 0
-    return Completion(text, (usage.input_tokens or 0) + read + written, tokens_out, outcome, tokens_cached=read)
+    return Completion(text, (usage.input_tokens or 0) + read + written, tokens_out, outcome, tokens_cached=read,
+                      tool_calls=calls)
 
 
 def _outcome(text: str, stop_reason: str | None) -> AnswerOutcome:

@@ -17,7 +17,11 @@ consumer sees `Reset()` when output already shown must be discarded.
 
 An answer that arrived is a `Completion` with its `outcome` (what model_calls records): "ok", "refused" (the model
 declined; `text` is its refusal when it gave one), "cut" (the token limit ended it), "tool_calls" (it stopped to
-call a tool, which hilo does not offer) or "empty" (no text at all). `outcome_of` decides it for every provider.
+call tools: `tool_calls` lists them; with no tools offered, a call nobody will run) or "empty" (no text at all).
+`outcome_of` decides it for every provider.
+
+Tools (bot/tools) are offered as a `ToolOffer`: a `ToolProvider` (openai, anthropic) sends them in its API's
+format and parses the calls (streamed too); a provider without tool calling (echo) is asked without them.
 
 Retries live in `bot.models.retry` (over bot.retry, which also parses Retry-After) only; providers never retry
 (SDK retries are off). `Chain` is what the pipeline asks of the model chain (bot.models.chain.ModelChain),
@@ -33,7 +37,7 @@ from typing import Protocol, runtime_checkable
 from bot.config import ModelSpec
 from bot.retry import retry_after_from_headers
 from kernel.errors import HiloError
-from kernel.types import AnswerOutcome, ChatMessage, ModelCallRecord
+from kernel.types import AnswerOutcome, ChatMessage, ModelCallRecord, ToolCall, ToolSpec
 
 
 class ModelError(HiloError):
@@ -175,6 +179,17 @@ class Completion:
     outcome: AnswerOutcome = "ok"
     #: of tokens_in (every input token, cached or not), those read from the provider's prompt cache
     tokens_cached: int = 0
+    #: the calls the model asked for (only when tools were offered: bot/tools/loop.py runs them)
+    tool_calls: tuple[ToolCall, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOffer:
+    """The tools a call offers. `choice` "auto": the model may call them; "none": it must answer in text (the
+    tool loop's bound is reached; the tools stay declared because the history holds calls of them)."""
+
+    specs: tuple[ToolSpec, ...]
+    choice: str = "auto"
 
 
 def outcome_of(text: str, *, refused: bool = False, cut: bool = False, tool_calls: bool = False) -> AnswerOutcome:
@@ -205,6 +220,21 @@ class ModelProvider(Protocol):
         """Close HTTP clients."""
 
 
+@runtime_checkable
+class ToolProvider(Protocol):
+    """A ModelProvider that can offer tools (`tool_calling` is its marker): `tools` in its API's format."""
+
+    tool_calling: bool
+
+    async def complete(self, model: str, messages: Sequence[ChatMessage], *, timeout: float,
+                       tools: ToolOffer | None = None) -> Completion:
+        """ModelProvider.complete, offering `tools`; the Completion lists the calls the model made."""
+
+    def stream(self, model: str, messages: Sequence[ChatMessage], *, timeout: float,
+               tools: ToolOffer | None = None) -> AsyncIterator[str | Completion]:
+        """ModelProvider.stream, offering `tools`; the final Completion lists the calls the model made."""
+
+
 @dataclass(frozen=True, slots=True)
 class ChainResult:
     """The answer of the chain: which model gave it and every call made for it (failed ones included)."""
@@ -223,10 +253,12 @@ class Chain(Protocol):
     """The models a turn is answered by, as the pipeline uses them: bot.models.chain.ModelChain (the primary
     model, then its fallbacks, retried and circuit-broken), or a test's fake. The app's lifespan owns it."""
 
-    async def complete(self, messages: Sequence[ChatMessage]) -> ChainResult:
-        """The first answer of the chain. AllModelsFailed (carrying every call) when no model answered."""
+    async def complete(self, messages: Sequence[ChatMessage], *, tools: ToolOffer | None = None) -> ChainResult:
+        """The first answer of the chain (offering `tools` to the models that can call them). AllModelsFailed
+        (carrying every call) when no model answered."""
 
-    def stream(self, messages: Sequence[ChatMessage]) -> AsyncIterator[str | Reset | ChainResult]:
+    def stream(self, messages: Sequence[ChatMessage], *,
+               tools: ToolOffer | None = None) -> AsyncIterator[str | Reset | ChainResult]:
         """Text deltas as they arrive, Reset() when what was shown must be discarded (a fallback starts over),
         then exactly one ChainResult. AllModelsFailed when no model answered."""
 

@@ -30,7 +30,16 @@ from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequenc
 
 from bot.config import ModelSpec
 from bot.config_routes import Route
-from bot.models.base import AllModelsFailed, CapReached, ChainResult, Completion, ModelError, ModelProvider, Reset
+from bot.models.base import (
+    AllModelsFailed,
+    CapReached,
+    ChainResult,
+    Completion,
+    ModelError,
+    ModelProvider,
+    Reset,
+    ToolOffer,
+)
 from bot.models.retry import complete_with_retry, stream_with_retry
 from bot.models.structured import OutputSchema, StructuredProvider
 from bot.retry import RetryPolicy
@@ -143,9 +152,10 @@ class ModelChain:
                 calls.append(ModelCallRecord(spec.label, spec.provider, 0, 0, 0, "circuit_open", fallback_from,
                                              "CircuitOpen", route=route))
 
-    async def complete(self, messages: Sequence[ChatMessage]) -> ChainResult:
-        """The first answer of the chain. Raises AllModelsFailed (with every call) when no model answered."""
-        return await self._complete(messages, None)
+    async def complete(self, messages: Sequence[ChatMessage], *, tools: ToolOffer | None = None) -> ChainResult:
+        """The first answer of the chain (offering `tools` to the models whose provider can call them). Raises
+        AllModelsFailed (with every call) when no model answered."""
+        return await self._complete(messages, None, tools)
 
     async def complete_json(self, messages: Sequence[ChatMessage], schema: OutputSchema) -> ChainResult:
         """The first structured answer (bot/models/structured.py) of the chain's models whose provider can give
@@ -164,7 +174,8 @@ class ModelChain:
         """Whether any model of the chain can answer with JSON following a schema."""
         return any(isinstance(self.providers[s.provider], StructuredProvider) for s in self.specs)
 
-    async def _complete(self, messages: Sequence[ChatMessage], schema: OutputSchema | None) -> ChainResult:
+    async def _complete(self, messages: Sequence[ChatMessage], schema: OutputSchema | None,
+                        tools: ToolOffer | None = None) -> ChainResult:
         calls: list[ModelCallRecord] = []
         last: ModelError | None = None
         route, specs = self.route(messages) if schema is None else (None, self.specs)
@@ -173,6 +184,7 @@ class ModelChain:
                 completion = await complete_with_retry(
                     self.providers[spec.provider], spec, messages, policy=self.policy, timeout=self.timeout,
                     calls=calls, fallback_from=fallback_from, schema=schema, meter=self.meter, route=route,
+                    tools=tools,
                 )
             except OverCap as over:
                 breaker.abandon()
@@ -188,7 +200,8 @@ class ModelChain:
             return ChainResult(completion, spec, calls)
         raise AllModelsFailed(calls, last)
 
-    async def stream(self, messages: Sequence[ChatMessage]) -> AsyncGenerator[str | Reset | ChainResult, None]:
+    async def stream(self, messages: Sequence[ChatMessage], *,
+                     tools: ToolOffer | None = None) -> AsyncGenerator[str | Reset | ChainResult, None]:
         """Text deltas as they arrive; `Reset()` when a model failed after partial output (discard what was
         shown; the retry or the next model answers in full); finally one ChainResult. Raises AllModelsFailed."""
         calls: list[ModelCallRecord] = []
@@ -198,7 +211,7 @@ class ModelChain:
             completion: Completion | None = None
             events = stream_with_retry(
                 self.providers[spec.provider], spec, messages, policy=self.policy, timeout=self.timeout,
-                calls=calls, fallback_from=fallback_from, meter=self.meter, route=route,
+                calls=calls, fallback_from=fallback_from, meter=self.meter, route=route, tools=tools,
             )
             try:
                 async for event in events:

@@ -9,10 +9,15 @@ Compatible servers put errors inside a 200 answer: OpenRouter an `error` beside 
 body). Each is classified like the HTTP status it carries (`error_in_answer`). A refusal (`message.refusal`,
 `delta.refusal`, finish_reason "content_filter"), a cut ("length"), tool calls and an empty answer are answers:
 their outcome rides on the Completion.
+
+Tools (a ToolOffer) go as `tools` of type "function" with `tool_choice`; the model's `tool_calls` (streamed as
+fragments per index) come back on the Completion; a tool's result goes as a role "tool" message with its
+`tool_call_id`.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -21,30 +26,48 @@ from bot.models.base import (
     ConnectionFailed,
     ModelError,
     PermanentError,
+    ToolOffer,
     error_for_status,
     error_for_transport,
     error_in_answer,
     outcome_of,
 )
 from bot.models.structured import OutputSchema
+from bot.models.tool_json import arguments_of
 from kernel import tokens
 from kernel.errors import ConfigError
-from kernel.types import AnswerOutcome, ChatMessage
+from kernel.types import AnswerOutcome, ChatMessage, ToolCall
 
 #: Sent when only a base URL is configured (Ollama, vLLM): the SDK insists on some key.
 PLACEHOLDER_KEY = "not-needed"
 
 
-def to_openai_messages(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
-    """ChatMessages as chat-completions messages. A stored tool result has no tool_call_id to pair with, so it
-    goes in as user-side data."""
-    out: list[dict[str, str]] = []
+def to_openai_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+    """ChatMessages as chat-completions messages: an assistant's tool calls as `tool_calls`, a tool's result as a
+    role "tool" message of its call; a compact result (no tool_call_id to pair with) goes in as user-side data."""
+    out: list[dict[str, Any]] = []
     for m in messages:
-        if m.role == "tool":
+        if m.role == "tool" and m.tool_call_id is None:
             out.append({"role": "user", "content": f"[tool result]\n{m.content}"})
+        elif m.role == "tool":
+            out.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content})
+        elif m.tool_calls:
+            out.append({"role": "assistant", "content": m.content or None, "tool_calls": [
+                {"id": c.id, "type": "function",
+                 "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)}}
+                for c in m.tool_calls]})
         else:
             out.append({"role": m.role, "content": m.content})
     return out
+
+
+def tool_params(tools: ToolOffer | None) -> dict[str, Any]:
+    """The request's `tools` and `tool_choice` for an offer (nothing without one)."""
+    if tools is None or not tools.specs:
+        return {}
+    return {"tools": [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                                        "parameters": dict(t.parameters)}} for t in tools.specs],
+            "tool_choice": tools.choice}
 
 
 def new_client(*, api_key: str, base_url: str, timeout: float) -> Any:
@@ -86,8 +109,11 @@ class OpenAIProvider:
             client = new_client(api_key=api_key, base_url=base_url, timeout=timeout)
         self._client = client
 
-    async def complete(self, model: str, messages: Sequence[ChatMessage], *, timeout: float) -> Completion:
-        return await self._complete(model, messages, timeout)
+    tool_calling = True
+
+    async def complete(self, model: str, messages: Sequence[ChatMessage], *, timeout: float,
+                       tools: ToolOffer | None = None) -> Completion:
+        return await self._complete(model, messages, timeout, **tool_params(tools))
 
     async def complete_json(self, model: str, messages: Sequence[ChatMessage], schema: OutputSchema, *,
                             timeout: float) -> Completion:
@@ -114,13 +140,16 @@ class OpenAIProvider:
         _raise_if_error(label, choice)
         message = choice.message
         content, refusal = message.content or "", getattr(message, "refusal", None) or ""
+        calls = tuple(ToolCall(c.id, c.function.name, arguments_of(c.function.arguments))
+                      for c in getattr(message, "tool_calls", None) or () if c.type == "function")
         outcome = outcome_of(content, refused=bool(refusal) or choice.finish_reason == "content_filter",
                              cut=choice.finish_reason == "length",
                              tool_calls=bool(getattr(message, "tool_calls", None)))
-        return _completion(_answer_text(content, refusal, outcome), outcome, response.usage, messages)
+        return _completion(_answer_text(content, refusal, outcome), outcome, response.usage, messages,
+                           calls if "tools" in extra else ())
 
     async def stream(
-        self, model: str, messages: Sequence[ChatMessage], *, timeout: float,
+        self, model: str, messages: Sequence[ChatMessage], *, timeout: float, tools: ToolOffer | None = None,
     ) -> AsyncIterator[str | Completion]:
         label = f"openai:{model}"
         parts: list[str] = []
@@ -128,10 +157,13 @@ class OpenAIProvider:
         usage: Any = None
         finish: str | None = None
         tool_calls = False
+        #: the calls' fragments by index: [id, name, argument text]
+        pending: dict[int, list[str]] = {}
+        offered = tool_params(tools)
         try:
             stream = await self._client.chat.completions.create(
                 model=model, messages=to_openai_messages(messages), timeout=timeout,
-                stream=True, stream_options={"include_usage": True},
+                stream=True, stream_options={"include_usage": True}, **offered,
             )
             try:
                 async for chunk in stream:
@@ -149,6 +181,12 @@ class OpenAIProvider:
                             refusal.append(delta.refusal)
                             yield delta.refusal
                         tool_calls = tool_calls or bool(delta is not None and delta.tool_calls)
+                        for fragment in (delta.tool_calls or ()) if delta is not None else ():
+                            call = pending.setdefault(fragment.index, ["", "", ""])
+                            call[0] = fragment.id or call[0]
+                            if fragment.function is not None:
+                                call[1] = fragment.function.name or call[1]
+                                call[2] += fragment.function.arguments or ""
                         finish = choice.finish_reason or finish
             finally:
                 await stream.close()
@@ -159,7 +197,9 @@ class OpenAIProvider:
         content = "".join(parts)
         outcome = outcome_of(content, refused=bool(refusal) or finish == "content_filter", cut=finish == "length",
                              tool_calls=tool_calls)
-        yield _completion(_answer_text(content, "".join(refusal), outcome), outcome, usage, messages)
+        calls = tuple(ToolCall(i, name, arguments_of(raw)) for _, (i, name, raw) in sorted(pending.items())
+                      if offered)
+        yield _completion(_answer_text(content, "".join(refusal), outcome), outcome, usage, messages, calls)
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -183,11 +223,14 @@ def _answer_text(content: str, refusal: str, outcome: AnswerOutcome) -> str:
     return content
 
 
-def _completion(text: str, outcome: AnswerOutcome, usage: Any, messages: Sequence[ChatMessage]) -> Completion:
+def _completion(text: str, outcome: AnswerOutcome, usage: Any, messages: Sequence[ChatMessage],
+                calls: tuple[ToolCall, ...] = ()) -> Completion:
     if usage is None:  # some compatible servers omit usage: count offline
-        return Completion(text, sum(tokens.count(m.content) for m in messages), tokens.count(text), outcome)
+        return Completion(text, sum(tokens.count(m.content) for m in messages), tokens.count(text), outcome,
+                          tool_calls=calls)
     # prompt caching is automatic for long prompts (hilo's stable prefix comes first): prompt_tokens counts the
     # cached ones too; compatible servers that do not cache leave prompt_tokens_details out (or null)
     details = getattr(usage, "prompt_tokens_details", None)
     cached = getattr(details, "cached_tokens", None) or 0
-    return Completion(text, usage.prompt_tokens, usage.completion_tokens, outcome, tokens_cached=int(cached))
+    return Completion(text, usage.prompt_tokens, usage.completion_tokens, outcome, tokens_cached=int(cached),
+                      tool_calls=calls)

@@ -22,7 +22,16 @@ from typing import Any
 from tenacity import AsyncRetrying
 
 from bot.config import ModelSpec
-from bot.models.base import Completion, ConnectionFailed, ModelError, ModelProvider, Reset, TransientError
+from bot.models.base import (
+    Completion,
+    ConnectionFailed,
+    ModelError,
+    ModelProvider,
+    Reset,
+    ToolOffer,
+    ToolProvider,
+    TransientError,
+)
 from bot.models.structured import OutputSchema, StructuredProvider
 from bot.retry import RetryPolicy
 from bot.spend import Meter, Ticket
@@ -85,17 +94,21 @@ async def complete_with_retry(
     provider: ModelProvider, spec: ModelSpec, messages: Sequence[ChatMessage], *, policy: RetryPolicy,
     timeout: float, calls: list[ModelCallRecord], fallback_from: str | None = None,
     schema: OutputSchema | None = None, meter: Meter | None = None, route: str | None = None,
+    tools: ToolOffer | None = None,
 ) -> Completion:
     """One model's completion, retried per `policy`. Appends a record per attempt to `calls`; raises the last
     ModelError when the model is given up (OverCap when the meter refused an attempt). With `schema`, a
-    structured answer (the provider must be a StructuredProvider: bot/models/structured.py)."""
+    structured answer (the provider must be a StructuredProvider: bot/models/structured.py). `tools` are offered
+    when the provider can call them (a ToolProvider), else left out."""
     async for attempt in retrying(policy):
         with attempt:
             ticket = await _reserve(meter, provider, spec, messages)
             started = time.perf_counter()
             record: ModelCallRecord | None = None
             try:
-                if schema is None:
+                if tools is not None and isinstance(provider, ToolProvider):
+                    completion = await provider.complete(spec.model, messages, timeout=timeout, tools=tools)
+                elif schema is None:
                     completion = await provider.complete(spec.model, messages, timeout=timeout)
                 else:
                     assert isinstance(provider, StructuredProvider), "the chain asks structured providers only"
@@ -116,7 +129,7 @@ async def complete_with_retry(
 async def stream_with_retry(
     provider: ModelProvider, spec: ModelSpec, messages: Sequence[ChatMessage], *, policy: RetryPolicy,
     timeout: float, calls: list[ModelCallRecord], fallback_from: str | None = None, meter: Meter | None = None,
-    route: str | None = None,
+    route: str | None = None, tools: ToolOffer | None = None,
 ) -> AsyncGenerator[str | Reset | Completion, None]:
     """One model's streamed answer, retried per `policy`: text deltas, `Reset()` when an attempt failed after
     yielding text (what was shown is void), and finally the Completion. Raises the last ModelError when the
@@ -127,7 +140,9 @@ async def stream_with_retry(
             started = time.perf_counter()
             shown = False
             record: ModelCallRecord | None = None
-            deltas = provider.stream(spec.model, messages, timeout=timeout)
+            deltas = (provider.stream(spec.model, messages, timeout=timeout, tools=tools)
+                      if tools is not None and isinstance(provider, ToolProvider)
+                      else provider.stream(spec.model, messages, timeout=timeout))
             try:
                 async for item in deltas:
                     if isinstance(item, Completion):

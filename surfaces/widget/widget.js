@@ -120,6 +120,11 @@
   // A new visitor's token, or a renewed one: the server hands back a fresh token once the one sent is getting
   // old (HILO_SESSION_MAX_AGE), for the same visitor, on any call (reads too, in the body's `session`). An
   // expired one is answered 401 (see call()).
+  function timeZone() {
+    // The browser's IANA time zone ("Europe/Madrid"), or nothing where it cannot say.
+    try { return Intl.DateTimeFormat().resolvedOptions().timeZone || null; } catch (e) { return null; }
+  }
+
   function keepSession(token) {
     if (token) local.setItem(KEY + "session", token);
   }
@@ -486,6 +491,8 @@
     var shown = "";
     var body = { text: text, client_message_id: clientId };
     if (state.current !== null) body.conversation_id = state.current;
+    var zone = timeZone();
+    if (zone) body.timezone = zone;  // the assistant's `now` tool tells the time in it
     var outcome = null;
 
     function onEvent(kind, payload) {

@@ -6,9 +6,11 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from starlette.responses import Response, StreamingResponse
 
@@ -26,6 +28,8 @@ class Behaviour:
     after_chunks: int = 2  # cut / in_stream / cut_event: text chunks sent before it happens
     raw: str | None = None  # in_stream: the SSE event sent; replay: the recorded stream
     body: str | None = None  # replay: the recorded JSON body
+    tool: str | None = None  # calls_tool: the tool's name
+    arguments: str | None = None  # calls_tool: its arguments (JSON text)
 
 
 def ok(text: str | None = None) -> Behaviour:
@@ -79,6 +83,13 @@ def cut_event(after_chunks: int = 2, text: str | None = None) -> Behaviour:
     """Stream `after_chunks` text chunks, then the first half of the next event's bytes, then end cleanly: a JSON
     event cut in the middle with no transport error to show for it."""
     return Behaviour("cut_event", text=text, after_chunks=after_chunks)
+
+
+def calls_tool(name: str, arguments: dict[str, Any], text: str = "") -> Behaviour:
+    """Answer with a call of the tool `name` (after `text`, if any) in the provider's recorded shape
+    (tests/fakes/tool_answers.py); a request whose `tool_choice` is "none" gets ok() instead, as a real model
+    that may not call tools answers in text."""
+    return Behaviour("tool_call", text=text, tool=name, arguments=json.dumps(arguments))
 
 
 def replay(stream: str | None = None, body: str | None = None) -> Behaviour:

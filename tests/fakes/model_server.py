@@ -9,6 +9,8 @@ shared queue (`enqueue(...)`), else the model's default, else `ok()`, which answ
 "fake reply to: <last user message>". Structured output: an OpenAI request with `response_format` gets the
 scripted text as its message content (the JSON the model wrote); an Anthropic request whose `tool_choice` forces
 a tool gets a `tool_use` block of that tool whose input is the scripted text's JSON object.
+Tools: `calls_tool(name, arguments)` answers with a call of that tool in the recorded shapes
+(tests/fakes/tool_answers.py), unless the request's `tool_choice` is "none" (then it answers ok()).
 Behaviours: `ok(text)`, `rate_limited(retry_after)`, `status(503)`,
 `overloaded()` (529), `slow(seconds)`, `cut(after_chunks)` (connection dropped), `in_stream(raw, after_chunks)` (an
 event such as a recorded in-band error, then the stream ends), `cut_event(after_chunks)` (half an event, then a
@@ -37,13 +39,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tests.fakes import embeddings_api
+from tests.fakes import embeddings_api, tool_answers
 from tests.fakes.loopback import ThreadedServer
 from tests.fakes.model_behaviours import (
     BREAKS,
     Behaviour,
     Cut,
     break_with,
+    calls_tool,
     cut,
     cut_event,
     held,
@@ -60,7 +63,7 @@ from tests.fakes.prompt_cache import PromptCache, words
 from tests.fakes.recorded_shapes import anthropic_message_of
 
 __all__ = [
-    "Behaviour", "FakeModelServer", "RecordedRequest", "cut", "cut_event", "held", "in_stream",
+    "Behaviour", "FakeModelServer", "RecordedRequest", "calls_tool", "cut", "cut_event", "held", "in_stream",
     "model_server",
     "model_server_session", "ok", "overloaded", "rate_limited", "replay", "slow", "status",
 ]
@@ -206,6 +209,8 @@ class FakeModelServer:
             await asyncio.sleep(behaviour.delay)
         if behaviour.gate is not None:
             await asyncio.get_running_loop().run_in_executor(None, behaviour.gate.wait, 60.0)
+        if behaviour.kind == "tool_call" and tool_answers.wants_text(body):
+            behaviour = ok()
         return record, behaviour
 
     async def _openai(self, request: Request) -> Response:
@@ -227,10 +232,11 @@ class FakeModelServer:
         if not record.stream:
             if b.kind == "cut":
                 return _truncated_json()
+            message, finish = (tool_answers.openai_message(b) if b.kind == "tool_call"
+                               else ({"role": "assistant", "content": text}, "stop"))
             return JSONResponse({
                 "id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                             "finish_reason": "stop", "logprobs": None}],
+                "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
                 "usage": usage,
             })
 
@@ -239,6 +245,13 @@ class FakeModelServer:
                          "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]})
 
         async def events() -> AsyncIterator[bytes]:
+            if b.kind == "tool_call":
+                for delta, finish in tool_answers.openai_deltas(b):
+                    yield chunk(delta, finish)
+                yield _sse({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0,
+                            "model": model, "choices": [], "usage": usage})
+                yield _sse("[DONE]")
+                return
             yield chunk({"role": "assistant", "content": ""})
             for i, word in enumerate(_words(text)):
                 if i >= b.after_chunks and b.kind in BREAKS:
@@ -269,7 +282,7 @@ class FakeModelServer:
         model, messages = record.model, record.body.get("messages", [])
         text = b.text if b.text is not None else f"fake reply to: {_last_user(messages)}"
         system = record.body.get("system", "")
-        system_text = " ".join(b.get("text", "") for b in system) if isinstance(system, list) else system
+        system_text = " ".join(part.get("text", "") for part in system) if isinstance(system, list) else system
         tokens_in = words(system_text) + sum(words(m.get("content", "")) for m in messages)
         inputs = self.cache.anthropic(model, record.body, tokens_in)
         tokens_out = len(text.split())
@@ -279,6 +292,9 @@ class FakeModelServer:
             if b.kind == "cut":
                 return _truncated_json()
             usage = {**inputs, "output_tokens": tokens_out}
+            if b.kind == "tool_call":
+                return JSONResponse({**message, "content": tool_answers.anthropic_content(b),
+                                     "stop_reason": "tool_use", "usage": usage})
             tool = _forced_tool(record.body, text)
             if tool is not None:  # structured output: the forced tool's call, as ANTHROPIC_TOOL_ONLY_JSON shows it
                 return JSONResponse({**message, "content": [tool], "stop_reason": "tool_use", "usage": usage})
@@ -289,6 +305,13 @@ class FakeModelServer:
             yield _sse({"type": "message_start", "message": {
                 **message, "content": [], "usage": {**inputs, "output_tokens": 1}}},
                 "message_start")
+            if b.kind == "tool_call":
+                for name, data in tool_answers.anthropic_events(b):
+                    yield _sse(data, name)
+                yield _sse({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                            "usage": {"output_tokens": tokens_out}}, "message_delta")
+                yield _sse({"type": "message_stop"}, "message_stop")
+                return
             yield _sse({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
                        "content_block_start")
             yield _sse({"type": "ping"}, "ping")

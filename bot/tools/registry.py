@@ -1,0 +1,134 @@
+"""The tool registry: tools with JSON-schema arguments, offered to the model, called with the turn's person.
+
+    registry = Registry([now_tool, remember_tool])
+    registry.offer(private=True)                       # ToolOffer of the tools this turn may use
+    result = await registry.call(call, ctx)            # ToolResult: content, error flag
+
+A tool never learns whose turn it is from the model: `ToolContext` (the user id, the store, the person's time zone
+and language) is built by the pipeline from the stored turn; the model's arguments only say what to do. A tool
+that fails (ToolError, a bad argument, an exception, its time running out) becomes an error result the model reads,
+never a failed turn; asyncio.CancelledError always propagates. Logs carry the tool's name, the call's outcome and
+sizes, never the arguments or the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from bot.models.base import ToolOffer
+from kernel import log
+from kernel.errors import HiloError
+from kernel.types import ToolCall, ToolSpec
+from memory.store import Store
+
+logger = log.get("hilo.tools")
+
+
+class ToolError(HiloError):
+    """A tool could not do what it was asked; its message (written by hilo, never holding secrets) is what the
+    model reads as the result."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """What a tool knows of the turn, from the pipeline: whose it is (`user_id`: every read and write of a tool is
+    this person's), the store, the moment, the person's time zone (an IANA name, "UTC" when unknown) and language."""
+
+    user_id: int
+    store: Store
+    now: datetime
+    timezone: str = "UTC"
+    language: str = "en"
+
+
+Run = Callable[[ToolContext, Mapping[str, Any]], Awaitable[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """One tool: its spec (what the model is offered) and what runs it. `private`: it reads or writes the
+    person's memory, so it is not offered where others read the answer (a group)."""
+
+    spec: ToolSpec
+    run: Run = field(hash=False)
+    private: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """A call's result as the model reads it (`error`: the tool failed and `content` says how)."""
+
+    call: ToolCall
+    content: str
+    error: bool = False
+
+
+_TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,), "number": (int, float),
+                                       "boolean": (bool,), "object": (dict,), "array": (list,)}
+
+
+def check_arguments(schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> None:
+    """ToolError when `arguments` break the parts of an object schema that tools here use: `required`,
+    `additionalProperties: false`, each property's `type`, `maxLength` and `enum`."""
+    properties: Mapping[str, Any] = schema.get("properties", {})
+    missing = [name for name in schema.get("required", ()) if name not in arguments]
+    if missing:
+        raise ToolError(f"missing argument(s): {', '.join(missing)}")
+    if schema.get("additionalProperties") is False:
+        extra = sorted(set(arguments) - set(properties))
+        if extra:
+            raise ToolError(f"unknown argument(s): {', '.join(extra)}")
+    for name, value in arguments.items():
+        rule = properties.get(name, {})
+        kinds = _TYPES.get(rule.get("type", ""), (object,))
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            raise ToolError(f"argument {name} must be of type {rule.get('type')}")
+        if isinstance(value, str) and len(value) > rule.get("maxLength", len(value)):
+            raise ToolError(f"argument {name} is longer than {rule['maxLength']} characters")
+        if "enum" in rule and value not in rule["enum"]:
+            raise ToolError(f"argument {name} must be one of {', '.join(map(str, rule['enum']))}")
+
+
+class Registry:
+    """The tools this daemon offers, by name."""
+
+    def __init__(self, tools: Iterable[Tool] = (), *, timeout: float = 10.0) -> None:
+        self.tools = {t.spec.name: t for t in tools}
+        #: a single call's time limit, in seconds (the loop's own bound may cut it shorter)
+        self.timeout = timeout
+
+    def __bool__(self) -> bool:
+        return bool(self.tools)
+
+    def offer(self, *, private: bool) -> ToolOffer | None:
+        """The tools a turn is offered (without the private ones where others read the answer); None: none."""
+        specs = tuple(t.spec for t in self.tools.values() if private or not t.private)
+        return ToolOffer(specs) if specs else None
+
+    async def call(self, call: ToolCall, ctx: ToolContext, *, timeout: float | None = None) -> ToolResult:
+        """Run one call for the turn of `ctx`: its result, or an error result (never raises but cancellation)."""
+        started = time.perf_counter()
+        tool = self.tools.get(call.name)
+        try:
+            if tool is None:
+                raise ToolError(f"there is no tool named {call.name!r}")
+            check_arguments(tool.spec.parameters, call.arguments)
+            limit = self.timeout if timeout is None else min(timeout, self.timeout)
+            content = await asyncio.wait_for(tool.run(ctx, call.arguments), max(limit, 0.0))
+            result = ToolResult(call, content)
+        except ToolError as exc:
+            result = ToolResult(call, f"error: {exc}", error=True)
+        except TimeoutError:
+            result = ToolResult(call, "error: the tool took too long and was stopped", error=True)
+        except Exception as exc:  # a tool's bug is the model's error result, not the person's failed turn
+            logger.error("tool.crashed", tool=call.name, user_id=ctx.user_id, error=type(exc).__name__)
+            result = ToolResult(call, f"error: the tool failed ({type(exc).__name__})", error=True)
+        logger.info("tool.called", tool=call.name if tool is not None else "unknown", user_id=ctx.user_id,
+                    ok=not result.error, chars_out=len(result.content),
+                    ms=round((time.perf_counter() - started) * 1000, 2))
+        return result

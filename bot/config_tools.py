@@ -7,24 +7,25 @@ turn's time for tools and the model calls between them) and HILO_TOOL_COST_USD (
 cost before no more tools are offered; 0: no cost bound); HILO_TOOL_TIMEOUT bounds one call of a tool.
 
 HILO_HTTP_TOOLS adds the operator's own tools (bot/tools/http_tool.py): a JSON array, or the path of a .json file
-holding one, of {"name", "description", "parameters" (the arguments' JSON schema; default: none), "url",
+holding one (or of a .toml file of [[tools]] tables; bot/config_file.py reads both), of {"name", "description",
+"parameters" (the arguments' JSON schema; default: none), "url",
 "secret_header" and "secret_env" (optional: the header sent with the value of that environment variable)}.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from bot import config_file
 from bot.config_costs import _number, _usd
 from kernel.errors import ConfigError
 
 #: The built-in tools, in the order they are offered (bot/tools/builtin.py implements each).
 TOOLS = ("now", "remember", "forget", "search_memory")
+HTTP_EXAMPLE = '[{"name": "weather", "description": "...", "url": "https://tools.example.com/weather"}]'
 
 
 #: A tool's name as both providers accept it.
@@ -49,12 +50,9 @@ def http_tools(env: Mapping[str, str]) -> tuple[HttpToolSpec, ...]:
     raw = env.get("HILO_HTTP_TOOLS", "").strip()
     if not raw:
         return ()
-    try:
-        entries = json.loads(raw if raw.startswith("[") else Path(raw).read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"HILO_HTTP_TOOLS: not a JSON array nor a readable .json file holding one "
-                          f"({type(exc).__name__}); e.g. [{{\"name\": \"weather\", \"description\": \"...\", "
-                          f"\"url\": \"https://tools.example.com/weather\"}}]") from None
+    entries = config_file.load(raw, "HILO_HTTP_TOOLS", HTTP_EXAMPLE)
+    if isinstance(entries, dict) and set(entries) == {"tools"}:  # a TOML file: [[tools]] tables
+        entries = entries["tools"]
     if not isinstance(entries, list):
         raise ConfigError("HILO_HTTP_TOOLS: write a JSON array of tools")
     specs: list[HttpToolSpec] = []

@@ -343,3 +343,16 @@ async def test_an_operator_http_tool_is_called_with_its_secret_and_its_result_ke
 def test_a_wrong_http_tool_is_refused_at_start(entry: dict[str, Any], says: str) -> None:
     with pytest.raises(ConfigError, match=says):
         Settings.from_mapping({"HILO_HTTP_TOOLS": json.dumps([entry])})
+
+
+def test_http_tools_come_from_a_toml_file_as_from_json(tmp_path: Path) -> None:
+    path = tmp_path / "tools.toml"
+    path.write_text('[[tools]]\nname = "weather"\ndescription = "The weather in a city."\n'
+                    'url = "https://tools.example.com/weather"\n'
+                    '[tools.parameters]\ntype = "object"\nrequired = ["city"]\n'
+                    '[tools.parameters.properties.city]\ntype = "string"\n')
+    [spec] = Settings.from_mapping({"HILO_HTTP_TOOLS": str(path)}).http_tools
+    assert (spec.name, spec.url) == ("weather", "https://tools.example.com/weather")
+    assert spec.parameters["required"] == ["city"]
+    with pytest.raises(ConfigError, match=r"HILO_HTTP_TOOLS.*no such file"):
+        Settings.from_mapping({"HILO_HTTP_TOOLS": str(tmp_path / "missing.json")})

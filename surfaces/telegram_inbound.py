@@ -8,8 +8,10 @@ Pure (no I/O), so each rule is tested on its own:
   their own conversation of that group (conversation_ref "group:<chat id>", metadata audience "group", so
   the pipeline keeps their private memory out of an answer others read);
 - the allowlist (HILO_TELEGRAM_ALLOWED_USERS) is checked before anything is stored;
-- text, or a caption (photo, document...) as the text; other content (voice, sticker, a bare photo) gets a
-  clear answer and no turn; service messages (someone joined, a pin) and other bots are ignored.
+- text, or a caption (photo, video...) as the text; a location, venue, contact, document or sticker becomes
+  short structured text (surfaces/media_text.py: "[location: 39.47, -0.38]"), followed by its caption; other
+  content (a bare photo or video) gets a clear answer and no turn; service messages (someone joined, a pin) and
+  other bots are ignored.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from bot import commands
 from bot.commands import Command
 from kernel import catalog
 from kernel.types import InboundMessage
+from surfaces import media_text
 
 Action = Literal["ignore", "refuse", "non_text", "command", "turn"]
 
@@ -87,6 +90,9 @@ def classify(message: Message, me: BotIdentity, allow: Allowlist, *, default_lan
         return Decision("refuse", lang, reply_to=reply_to)
     text = message.text if message.text is not None else message.caption
     attachment = _attachment_kind(message)
+    described = structured(message)
+    if described is not None:
+        text = media_text.with_caption(described, message.caption)
     if text is None:
         if attachment is None:
             return Decision("ignore", lang, reason="service message")
@@ -140,6 +146,24 @@ def strip_mention(text: str, me: BotIdentity) -> str:
         return text
     stripped = re.sub(rf"(?<!\w)@{re.escape(me.username)}(?!\w)", " ", text, flags=re.IGNORECASE)
     return re.sub(r"[ \t]{2,}", " ", stripped).strip()
+
+
+def structured(message: Message) -> str | None:
+    """A location, venue, contact, document or sticker as short structured text (None: none of these)."""
+    if message.venue is not None:
+        v = message.venue
+        return media_text.location(v.location.latitude, v.location.longitude, v.title, v.address)
+    if message.location is not None:
+        return media_text.location(message.location.latitude, message.location.longitude)
+    if message.contact is not None:
+        c = message.contact
+        return media_text.contact(" ".join(n for n in (c.first_name, c.last_name) if n), c.phone_number)
+    if message.document is not None:
+        d = message.document
+        return media_text.document(d.file_name, d.mime_type, d.file_size)
+    if message.sticker is not None:
+        return media_text.sticker(message.sticker.emoji)
+    return None
 
 
 def _attachment_kind(message: Message) -> str | None:

@@ -35,6 +35,7 @@ from bot.runtime import Runtime
 from kernel import log
 from kernel.errors import ConfigError, Draining, StoreError
 from kernel.types import InboundMessage
+from surfaces import media_text
 from surfaces.http_body import BodyTooLarge, read_body
 from surfaces.whatsapp_inbox import EMPTY_TWIML, SURFACE, Inbox, twiml
 from surfaces.whatsapp_ready import AccountCheck
@@ -84,10 +85,26 @@ def inbound(form: Form) -> InboundMessage:
     ]
     if media:
         metadata["media"] = media
+    body = form.get("Body", "")
     if form.get("Latitude") and form.get("Longitude"):
         metadata["location"] = {"latitude": form["Latitude"], "longitude": form["Longitude"]}
-    return InboundMessage(surface=SURFACE, sender=sender, external_id=sid, text=form.get("Body", ""),
-                          metadata=metadata)
+        place = media_text.location(form["Latitude"], form["Longitude"], form.get("Label"), form.get("Address"))
+        body = "" if body in (form.get("Label"), form.get("Address")) else body  # Twilio repeats the place there
+        body = media_text.with_caption(place, body)
+    described = [line for m in media if (line := structured(m["content_type"])) is not None]
+    if described:
+        body = media_text.with_caption("\n".join(described), body)
+    return InboundMessage(surface=SURFACE, sender=sender, external_id=sid, text=body, metadata=metadata)
+
+
+def structured(content_type: str) -> str | None:
+    """A shared contact (a vCard) or a document as structured text; None for what is not text (a photo)."""
+    mime = content_type.split(";", 1)[0].strip().lower()
+    if mime in ("text/vcard", "text/x-vcard"):
+        return media_text.contact(None, None)
+    if mime.startswith(("application/", "text/")):
+        return media_text.document(None, mime, None)
+    return None
 
 
 class WhatsAppSurface:

@@ -5,7 +5,7 @@ queued updates from `offset` on; long-polls up to `timeout` seconds, capped at `
 as one is queued; 409 while a webhook is set, like Telegram), sendMessage (held while `hold(gate)` says so),
 sendChatAction, sendDocument, setWebhook, deleteWebhook, getWebhookInfo, setMyCommands. Any other method is 404;
 another token is 401. Bodies are form-urlencoded (as the library sends them), JSON, or multipart/form-data (the
-library's upload of a file: sendDocument), parsed with the standard library's MIME parser.
+library's upload of a file: sendDocument), parsed by tests/fakes/multipart.py.
 
 Every call is recorded (`calls`), sent messages in order (`sent`), uploaded files (`documents`).
 `fail("sendMessage", ...)` scripts the next answers of a method: a 429 with retry_after, a 502, a 403...
@@ -16,8 +16,6 @@ daemon (webhook).
 from __future__ import annotations
 
 import asyncio
-import email.parser
-import email.policy
 import itertools
 import json
 import threading
@@ -34,6 +32,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from tests.fakes import multipart
 from tests.fakes.loopback import HeldSends, ThreadedServer
 
 TOKEN = "123456:TEST-token_for-the-fake"
@@ -83,23 +82,6 @@ class _State:
     failures: dict[str, deque[Failure]] = field(default_factory=dict)
     webhook: dict[str, Any] = field(default_factory=dict)
     confirmed: int = 0  # the highest update_id confirmed by an offset
-
-
-def _multipart(content_type: str, body: bytes) -> tuple[dict[str, Any], dict[str, tuple[str, bytes]]]:
-    """A multipart/form-data body: its fields (as form values) and its files (name -> (filename, bytes))."""
-    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
-        b"Content-Type: " + content_type.encode() + b"\r\n\r\n" + body)
-    fields: dict[str, Any] = {}
-    files: dict[str, tuple[str, bytes]] = {}
-    for part in message.iter_parts():
-        name = str(part.get_param("name", header="content-disposition"))
-        data = part.get_payload(decode=True)
-        assert isinstance(data, bytes)
-        if part.get_filename() is not None:
-            files[name] = (str(part.get_filename()), data)
-        else:
-            fields[name] = _param(data.decode())
-    return fields, files
 
 
 def _param(value: str) -> Any:
@@ -279,7 +261,8 @@ class FakeBotApi(HeldSends):
         if content_type.startswith("application/json"):
             params = json.loads(raw or b"{}")
         elif content_type.startswith("multipart/form-data"):
-            params, files = _multipart(content_type, raw)
+            fields, files = multipart.parse(content_type, raw)
+            params = {name: _param(value) for name, value in fields.items()}
             params.update({name: {"filename": f[0], "data": f[1]} for name, f in files.items()})
         else:
             params = {k: _param(v) for k, v in parse_qsl(raw.decode())}

@@ -164,6 +164,28 @@ class Pipeline:
         lang = catalog.language(msg.language, self.settings.language)
         return await self._answer(msg, turn, lang, taken.started, on_delta, on_ingested)
 
+    async def answer_with(self, msg: InboundMessage, taken: Taken, text: str) -> OutboundMessage:
+        """Answer a taken message with `text` and no model call (a voice note that could not be transcribed:
+        bot/media.py): stored as the reply, so the message counts as answered, and queued in the outbox with it."""
+        turn = taken.turn
+        assert turn is not None
+        outgoing = self.outbox.outgoing_for(msg, text)
+        try:
+            stored = await self.store.finish_turn(turn, text, await assembly.count_tokens(text), [],
+                                                  outgoing=outgoing)
+        except StoreError as exc:  # the message is stored: the surface says it directly
+            logger.error("turn.reply_not_stored", message_id=turn.message.id, error=type(exc).__name__)
+            stored, outgoing = None, None
+        finally:
+            self._in_flight.pop(turn.message.id, None)
+        if outgoing is not None:
+            self.outbox.wake()
+        return OutboundMessage(
+            msg.surface, msg.sender, text, "ok", conversation_id=turn.conversation_id, user_id=turn.user_id,
+            message_id=turn.message.id, reply_id=stored.id if stored else None,
+            metadata={"outcome": "notice", **({"queued": True} if outgoing is not None else {})},
+        )
+
     async def answer_stored(self, turn: Ingested) -> OutboundMessage:
         """Run the turn of a message stored earlier and never answered (recovery, bot/job_list.py): the reply is
         stored and, where the message names its route, queued in the outbox. "duplicate" when its turn runs in

@@ -91,8 +91,8 @@ MESSAGES: dict[str, dict[str, str]] = {
         ),
         # -- voice notes and audio (bot/media.py) --
         "voice_too_large": (
-            "That voice note is too large for me ({size}; my limit is {limit}). Please send a shorter one, or write "
-            "your message."
+            "That voice note is too large for me (my limit is {limit}). Please send a shorter one, or write your "
+            "message."
         ),
         "voice_too_long": (
             "That voice note is too long for me ({seconds} s; my limit is {limit} s). Please send a shorter one, or "
@@ -298,7 +298,7 @@ MESSAGES: dict[str, dict[str, str]] = {
         ),
         # -- notas de voz y audio (bot/media.py) --
         "voice_too_large": (
-            "Esa nota de voz es demasiado grande para mí ({size}; mi límite es {limit}). Envíame una más corta, o "
+            "Esa nota de voz es demasiado grande para mí (mi límite es {limit}). Envíame una más corta, o "
             "escríbeme tu mensaje."
         ),
         "voice_too_long": (

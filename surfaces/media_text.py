@@ -7,6 +7,8 @@ message text (a caption follows it on the next line), so memory, context and sea
 
 from __future__ import annotations
 
+from kernel.text import size_text
+
 
 def _join(kind: str, *parts: str | None) -> str:
     shown = [p.strip() for p in parts if p and p.strip()]
@@ -34,21 +36,13 @@ def sticker(emoji: str | None) -> str:
     return _join("sticker", emoji)
 
 
-def media(kind: str, mime: str | None = None) -> str:
-    """Any other attachment (a photo without caption, a video): named, so the model knows what came."""
-    return _join(kind, mime)
+def voice(seconds: int | None) -> str:
+    """A voice note or audio before its transcript replaces it (what is stored, and kept if it never comes)."""
+    return _join("voice note", f"{seconds} s" if seconds else None)
 
 
 def with_caption(line: str, caption: str | None) -> str:
     return f"{line}\n{caption}" if caption and caption.strip() else line
-
-
-def size_text(size: int) -> str:
-    if size < 1024:
-        return f"{size} B"
-    if size < 1024 * 1024:
-        return f"{round(size / 1024)} KB"
-    return f"{size / (1024 * 1024):.1f} MB"
 
 
 def _coordinate(value: float | str) -> str:

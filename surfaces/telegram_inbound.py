@@ -9,7 +9,9 @@ Pure (no I/O), so each rule is tested on its own:
   the pipeline keeps their private memory out of an answer others read);
 - the allowlist (HILO_TELEGRAM_ALLOWED_USERS) is checked before anything is stored;
 - text, or a caption (photo, video...) as the text; a location, venue, contact, document or sticker becomes
-  short structured text (surfaces/media_text.py: "[location: 39.47, -0.38]"), followed by its caption; other
+  short structured text (surfaces/media_text.py: "[location: 39.47, -0.38]"), followed by its caption; a voice
+  note, audio or video note is a turn whose text is a placeholder ("[voice note: 12 s]") until its transcript
+  replaces it (bot/media.py; metadata "voice" holds its file_id, size and duration); other
   content (a bare photo or video) gets a clear answer and no turn; service messages (someone joined, a pin) and
   other bots are ignored.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Literal
 
 from telegram import Message, User
@@ -26,6 +29,7 @@ from telegram.constants import ChatType, MessageEntityType
 
 from bot import commands
 from bot.commands import Command
+from bot.media import Voice
 from kernel import catalog
 from kernel.types import InboundMessage
 from surfaces import media_text
@@ -93,6 +97,9 @@ def classify(message: Message, me: BotIdentity, allow: Allowlist, *, default_lan
     described = structured(message)
     if described is not None:
         text = media_text.with_caption(described, message.caption)
+    voice = voice_of(message)
+    if voice is not None:
+        text = media_text.voice(voice[0].duration_s)
     if text is None:
         if attachment is None:
             return Decision("ignore", lang, reason="service message")
@@ -106,6 +113,8 @@ def classify(message: Message, me: BotIdentity, allow: Allowlist, *, default_lan
         metadata["first_name"] = user.first_name
     if attachment is not None:
         metadata["attachment"] = attachment
+    if voice is not None:
+        metadata["voice"] = voice[0].as_metadata(voice[1])
     if group:
         metadata["audience"] = "group"
     msg = InboundMessage(
@@ -164,6 +173,25 @@ def structured(message: Message) -> str | None:
     if message.sticker is not None:
         return media_text.sticker(message.sticker.emoji)
     return None
+
+
+def voice_of(message: Message) -> tuple[Voice, str] | None:
+    """A voice note, audio file or video note, and its file_id (None: none of these)."""
+    if message.voice is not None:
+        v = message.voice
+        return Voice("voice", v.mime_type or "audio/ogg", v.file_size, _seconds(v.duration)), v.file_id
+    if message.audio is not None:
+        a = message.audio
+        return Voice("audio", a.mime_type, a.file_size, _seconds(a.duration)), a.file_id
+    if message.video_note is not None:
+        n = message.video_note
+        return Voice("video_note", "video/mp4", n.file_size, _seconds(n.duration)), n.file_id
+    return None
+
+
+def _seconds(duration: int | timedelta | None) -> int | None:
+    """python-telegram-bot gives durations as int seconds, or as timedelta when PTB_TIMEDELTA is set."""
+    return int(duration.total_seconds()) if isinstance(duration, timedelta) else duration
 
 
 def _attachment_kind(message: Message) -> str | None:

@@ -31,6 +31,7 @@ from twilio.request_validator import RequestValidator
 
 from bot import metrics
 from bot.config import Settings
+from bot.media import Voice
 from bot.runtime import Runtime
 from kernel import log
 from kernel.errors import ConfigError, Draining, StoreError
@@ -94,6 +95,10 @@ def inbound(form: Form) -> InboundMessage:
     described = [line for m in media if (line := structured(m["content_type"])) is not None]
     if described:
         body = media_text.with_caption("\n".join(described), body)
+    audio = next((m for m in media if m["content_type"].lower().startswith("audio/")), None)
+    if audio is not None:  # a voice note: transcribed in the turn's task (bot/media.py), this text until then
+        metadata["voice"] = Voice("audio", audio["content_type"]).as_metadata(audio["url"])
+        body = media_text.with_caption(media_text.voice(None), body)
     return InboundMessage(surface=SURFACE, sender=sender, external_id=sid, text=body, metadata=metadata)
 
 

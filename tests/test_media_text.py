@@ -8,6 +8,7 @@ from typing import Any
 
 from telegram import Message
 
+from kernel.text import size_text
 from surfaces import media_text
 from surfaces.telegram_inbound import Allowlist, BotIdentity, classify
 from surfaces.whatsapp import Form, inbound
@@ -57,7 +58,7 @@ def test_whatsapp_location_contact_and_document_become_structured_text() -> None
 
 
 def test_sizes_and_coordinates_are_short() -> None:
-    assert media_text.size_text(900) == "900 B"
-    assert media_text.size_text(5 * 1024 * 1024 + 1) == "5.0 MB"
+    assert size_text(900) == "900 B"
+    assert size_text(5 * 1024 * 1024 + 1) == "5.0 MB"
     assert media_text.location("not a number", 1) == "[location: not a number, 1]"
     assert media_text.document(None, None, None) == "[document]"

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bot import assembly
-from bot.transcribe import Transcriber, TranscriptionFailed
 from kernel import catalog, log
 from kernel.errors import HiloError, InputError
 from kernel.text import size_text
@@ -36,6 +35,8 @@ from kernel.types import InboundMessage, OutboundMessage
 if TYPE_CHECKING:
     from bot.config import Settings
     from bot.pipeline import Pipeline, Taken
+    from bot.transcribe import Transcriber
+    from memory.store import Store
 
 logger = log.get("hilo.media")
 
@@ -137,6 +138,8 @@ class Listener:
 
     async def run(self, msg: InboundMessage, taken: Taken, fetch: Callable[[str], Fetch]) -> OutboundMessage:
         """The turn of `msg`: on its transcript when it is a voice note (`fetch(ref)` downloads it), else as is."""
+        from bot.transcribe import TranscriptionFailed  # (with the transcriber: only when one is configured)
+
         found = voice_of(msg.metadata)
         turn = taken.turn
         if found is None or turn is None:
@@ -190,6 +193,16 @@ class Listener:
         media_id = await self.pipeline.store.keep_media(turn.user_id, turn.message.id, {**row, "status": status})
         logger.info("media.not_transcribed", message_id=turn.message.id, media_id=media_id, status=status)
         return await self.pipeline.answer_with(msg, taken, catalog.t(key, lang, **params))
+
+
+async def forget(store: Store, files: MediaFiles | None, handle: str) -> dict[str, int] | None:
+    """Forget the person `handle` (Store.erase: every row, counted) and delete their media files: the counts, with
+    "media_files" when some were deleted; None when nobody has that handle. `hilo forget` and `/forget yes`."""
+    paths = await store.media_paths(handle) if files is not None else []
+    counts = await store.erase(handle)
+    if counts is not None and paths and files is not None:
+        counts["media_files"] = await asyncio.to_thread(files.delete, paths)
+    return counts
 
 
 def _hint(msg: InboundMessage) -> str | None:

@@ -27,6 +27,7 @@ from bot.config import Settings
 from bot.embedders.base import Embedder
 from bot.export import ExportLinks, Exports
 from bot.keyed import KeyedLocks
+from bot.media import MediaFiles
 from bot.models.base import AllModelsFailed, CapReached, Chain, ChainResult, Completion, Reset
 from bot.notices import Notices
 from bot.opt_out import OptOut
@@ -99,6 +100,8 @@ class Pipeline:
                                                   settings.export_link_minutes))
         #: the admin page's reads and writes (bot/admin.py), served by surfaces/admin.py when HILO_ADMIN_TOKEN is set
         self.admin = Admin(store)
+        #: downloaded media (voice notes, bot/media.py) under HILO_DATA_DIR/media: `/forget yes` deletes them too
+        self.media_files = MediaFiles(settings.data_dir)
         self._locks: KeyedLocks[int] = KeyedLocks()
         #: Stored messages whose turn runs now, with its task: a redelivery of one of them is a duplicate, not a
         #: resume; `cancel_turns` ends them at the stop's bound.
@@ -226,7 +229,7 @@ class Pipeline:
     async def command(self, command: commands.Command, msg: InboundMessage) -> str:
         """The reply to a command (/link, /memory ...) sent by the person of `msg`; nothing is stored as a message."""
         return await commands.run(command, msg, self.store, default_language=self.settings.language,
-                                  notices=self.notices, exports=self.exports.links)
+                                  notices=self.notices, exports=self.exports.links, media=self.media_files)
 
     async def _turn(
         self, msg: InboundMessage, turn: Ingested, lang: str, started: float,

@@ -60,13 +60,18 @@ def replies(tmp_path: Path) -> list[tuple[int, str]]:
             rows(tmp_path, "SELECT reply_to, content FROM messages WHERE role = 'assistant' ORDER BY id")]
 
 
-def hilo_context(tmp_path: Path, *args: str) -> dict[str, Any]:
+def hilo(tmp_path: Path, *args: str) -> str:
+    """`hilo ARGS` as a real process on the test's SQLite file (its data directory: tmp_path)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HILO_", "OPENAI_", "ANTHROPIC_"))}
     env.update({"HILO_DATABASE_URL": f"sqlite:///{tmp_path / 'hilo.db'}", "PYTHONPATH": str(REPO)})
-    proc = subprocess.run([sys.executable, "-m", "bot.cli", "context", *args, "--json"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-m", "bot.cli", *args], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    result: dict[str, Any] = json.loads(proc.stdout)
+    return proc.stdout
+
+
+def hilo_context(tmp_path: Path, *args: str) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(hilo(tmp_path, "context", *args, "--json"))
     return result
 
 
@@ -211,3 +216,58 @@ async def test_a_whatsapp_voice_note_over_the_cap_is_refused_on_its_content_leng
     [row] = media_rows(tmp_path)
     assert row["status"] == "too_large" and row["bytes"] == len(audio("long", padding=8192)) and row["path"] is None
     assert user_messages(tmp_path)[0][1] == "[voice note]"
+
+
+# -- where media lives: HILO_DATA_DIR/media, for HILO_MEDIA_RETENTION_DAYS; `hilo export` and `hilo forget` ---------
+async def test_media_files_are_exported_deleted_by_retention_and_by_forget(
+    tmp_path: Path, bot_api: FakeBotApi, model_server: fake_model.FakeModelServer,
+) -> None:
+    from bot import retention
+    from bot.media import MediaFiles
+    from memory.open import open_store
+
+    for n, words in enumerate(["first note about the garden", "second note about the garage"]):
+        bot_api.add_file(f"f{n}", audio(words))
+    async with running_daemon(settings(tmp_path, bot_api, model_server)):
+        bot_api.enqueue(bot_api.voice_update("f0", audio("first note about the garden"), duration=2))
+        await bot_api.wait_sent(1)
+    first = media_rows(tmp_path)[0]["path"]
+    exported = json.loads(hilo(tmp_path, "export", "--user", "telegram:42"))
+    [row] = exported["tables"]["media"]
+    assert (row["path"], row["status"], row["transcriber"]) == (first, "transcribed", "openai:whisper-1")
+
+    store = open_store(f"sqlite:///{tmp_path / 'hilo.db'}")
+    await store.open()
+    try:
+        files = MediaFiles(tmp_path)
+        assert await retention.run_media(store, files, 1, "r1") == 0  # kept for a day: nothing old enough
+        assert Path(first).exists()
+        assert await retention.run_media(store, files, 0, "r2") == 1
+    finally:
+        await store.close()
+    assert not Path(first).exists() and media_rows(tmp_path)[0]["path"] is None
+    assert user_messages(tmp_path)[0][1] == "first note about the garden"  # the transcript stays
+
+    async with running_daemon(settings(tmp_path, bot_api, model_server)):
+        bot_api.enqueue(bot_api.voice_update("f1", audio("second note about the garage"), duration=2))
+        await bot_api.wait_sent(2)
+    second = media_rows(tmp_path)[1]["path"]
+    assert Path(second).exists()
+    out = hilo(tmp_path, "forget", "--user", "telegram:42")
+    assert "media 2" in out and "media_files 1" in out
+    assert not Path(second).exists() and rows(tmp_path, "SELECT count(*) FROM media") == [(0,)]
+
+
+async def test_forget_yes_on_telegram_deletes_the_persons_media_files_too(
+    tmp_path: Path, bot_api: FakeBotApi, model_server: fake_model.FakeModelServer,
+) -> None:
+    bot_api.add_file("f", audio("a note to forget"))
+    async with running_daemon(settings(tmp_path, bot_api, model_server)):
+        bot_api.enqueue(bot_api.voice_update("f", audio("a note to forget"), duration=2))
+        await bot_api.wait_sent(1)
+        path = Path(media_rows(tmp_path)[0]["path"])
+        assert path.exists()
+        bot_api.enqueue(bot_api.text_update("/forget yes"))
+        await bot_api.wait_sent(2)
+    assert bot_api.sent[1].text == catalog.t("cmd_forget_done", "en")
+    assert not path.exists() and rows(tmp_path, "SELECT count(*) FROM media") == [(0,)]

@@ -180,6 +180,12 @@ class Listener:
             await asyncio.to_thread(self.files.delete, [row.pop("path")])
         kept = await self.pipeline.store.keep_transcript(user_id, message_id, text, tokens,
                                                          {**row, "status": "transcribed"})
+        if kept is None:  # the person was forgotten meanwhile: nothing to answer, nothing to keep
+            if row.get("path"):
+                await asyncio.to_thread(self.files.delete, [row["path"]])
+            self.pipeline.release(taken)
+            logger.info("media.forgotten_meanwhile", message_id=message_id)
+            return OutboundMessage(msg.surface, msg.sender, "", "duplicate")
         logger.info("media.transcribed", message_id=message_id, media_id=kept, transcriber=transcriber.name,
                     bytes=len(data), duration_s=voice.duration_s, chars=len(text))
         heard = replace(turn, message=replace(turn.message, content=text, token_count=tokens))

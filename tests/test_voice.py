@@ -271,3 +271,42 @@ async def test_forget_yes_on_telegram_deletes_the_persons_media_files_too(
         await bot_api.wait_sent(2)
     assert bot_api.sent[1].text == catalog.t("cmd_forget_done", "en")
     assert not path.exists() and rows(tmp_path, "SELECT count(*) FROM media") == [(0,)]
+
+
+async def test_a_person_forgotten_while_their_voice_note_was_transcribed_gets_no_turn_and_no_file_kept(
+    tmp_path: Path, model_server: fake_model.FakeModelServer,
+) -> None:
+    from bot.media import Listener, Voice
+    from bot.models.factory import build_chain
+    from bot.pipeline import Pipeline
+    from bot.transcribe import OpenAITranscriber
+    from kernel.types import InboundMessage
+    from memory.open import open_store
+
+    s = Settings.from_mapping({"HILO_DATABASE_URL": f"sqlite:///{tmp_path / 'hilo.db'}", "HILO_EMBEDDER": "none"})
+    store = open_store(s.database_url)
+    await store.open()
+    chain = build_chain(s)
+    pipeline = Pipeline(s, store, chain)
+    listener = Listener(s, pipeline, OpenAITranscriber(model="whisper-1", api_key="x",
+                                                       base_url=model_server.base_url + "/v1"))
+    try:
+        msg = InboundMessage(surface="telegram", sender="42", external_id="42:1", text="[voice note: 2 s]",
+                             metadata={"voice": Voice("voice", "audio/ogg", 100, 2).as_metadata("f")})
+        taken = await pipeline.take(msg)
+        assert taken.turn is not None
+
+        def fetch(ref: str) -> Any:
+            async def download(limit: int) -> bytes:
+                assert await store.forget(taken.turn.handle)  # type: ignore[union-attr]  # while it downloads
+                return audio("too late")
+            return download
+
+        out = await listener.run(msg, taken, fetch)
+    finally:
+        await listener.aclose()
+        await chain.aclose()
+        await store.close()
+    assert out.status == "duplicate" and len(model_server.requests) == 1  # transcribed, then nothing more
+    assert rows(tmp_path, "SELECT count(*) FROM messages") == [(0,)]
+    assert not any((tmp_path / "media").rglob("*.ogg"))

@@ -138,13 +138,25 @@ class Listener:
 
     async def run(self, msg: InboundMessage, taken: Taken, fetch: Callable[[str], Fetch]) -> OutboundMessage:
         """The turn of `msg`: on its transcript when it is a voice note (`fetch(ref)` downloads it), else as is."""
+        found = voice_of(msg.metadata)
+        if found is None or taken.turn is None:
+            return await self.pipeline.run(msg, taken)
+        try:
+            heard = await self._hear(msg, taken, *found, fetch)
+        except BaseException:  # a bug, or the stop: the message stays stored and unanswered, for recovery
+            self.pipeline.release(taken)
+            raise
+        if isinstance(heard, OutboundMessage):
+            return heard
+        return await self.pipeline.run(*heard)
+
+    async def _hear(self, msg: InboundMessage, taken: Taken, voice: Voice, ref: str, fetch: Callable[[str], Fetch],
+                    ) -> OutboundMessage | tuple[InboundMessage, Taken]:
+        """The message and turn on the transcript, or the answer already given (not heard, or forgotten)."""
         from bot.transcribe import TranscriptionFailed  # (with the transcriber: only when one is configured)
 
-        found = voice_of(msg.metadata)
         turn = taken.turn
-        if found is None or turn is None:
-            return await self.pipeline.run(msg, taken)
-        voice, ref = found
+        assert turn is not None
         user_id, message_id = turn.user_id, turn.message.id
         lang = catalog.language(msg.language, self.settings.language)
         row: dict[str, Any] = {"surface": msg.surface, "kind": voice.kind, "mime": voice.mime, "bytes": voice.bytes,
@@ -189,7 +201,7 @@ class Listener:
         logger.info("media.transcribed", message_id=message_id, media_id=kept, transcriber=transcriber.name,
                     bytes=len(data), duration_s=voice.duration_s, chars=len(text))
         heard = replace(turn, message=replace(turn.message, content=text, token_count=tokens))
-        return await self.pipeline.run(replace(msg, text=text), replace(taken, turn=heard))
+        return replace(msg, text=text), replace(taken, turn=heard)
 
     async def _not_heard(self, msg: InboundMessage, taken: Taken, row: dict[str, Any], status: str, key: str,
                          lang: str, **params: object) -> OutboundMessage:

@@ -274,11 +274,11 @@ class TelegramSurface:
         is downloaded or stored. False for everything else."""
         found = media.voice_of(msg.metadata)
         refusal = media.refusal(self.settings, found[0]) if found is not None else None
-        if refusal is None or self._runtime is None:
+        if found is None or refusal is None or self._runtime is None:
             return False
         if await self._runtime.intake.record(self.name, msg.external_id, "refused", msg.sender):
-            logger.info("telegram.refused", update_id=update.update_id, reason=refusal.key,
-                        bytes=found[0].bytes if found else None, duration_s=found[0].duration_s if found else None)
+            logger.info("telegram.refused", update_id=update.update_id, reason=refusal.key, bytes=found[0].bytes,
+                        duration_s=found[0].duration_s)
             say = self._say(int(msg.metadata["chat_id"]), catalog.t(refusal.key, lang, **refusal.params), reply_to,
                             sender=msg.sender)
             self._spawn(self._in_order(int(msg.metadata["chat_id"]), say), "telegram.say")

@@ -310,3 +310,19 @@ async def test_a_person_forgotten_while_their_voice_note_was_transcribed_gets_no
     assert out.status == "duplicate" and len(model_server.requests) == 1  # transcribed, then nothing more
     assert rows(tmp_path, "SELECT count(*) FROM messages") == [(0,)]
     assert not any((tmp_path / "media").rglob("*.ogg"))
+
+
+async def test_a_media_url_off_twilios_host_is_never_fetched_with_the_account_credentials(
+    tmp_path: Path, twilio_api: fake_twilio.FakeTwilioApi,
+) -> None:
+    import pytest
+
+    from kernel.errors import ServiceUnavailable
+    from surfaces.whatsapp_inbox import Inbox
+
+    inbox = Inbox(wa.settings_for(tmp_path, twilio_api), sender=None, spawn=lambda coro, name: False)  # type: ignore[arg-type]
+    with pytest.raises(ServiceUnavailable):
+        await inbox._fetch("https://collector.example.net/2010-04-01/Accounts/AC1/Messages/MM1/Media/ME1")(1024)
+    url = twilio_api.add_media("MM2", "ME9", audio("fine"))
+    assert await inbox._fetch(url)(1024) == audio("fine")
+    assert twilio_api.media_fetches == [("ME9", True)]

@@ -12,7 +12,8 @@ search treat it like typed text. A media row (migration 0035) records what becam
 
 When transcription is not configured, the download fails, the audio is too large, or the transcriber fails or hears
 nothing, the person is told so in their language, and that notice is stored as hilo's answer to the message (so
-recovery does not answer the placeholder later); the message, its media reference and the media row stay.
+recovery does not answer the placeholder later); the message, its media reference and the media row stay. All of it
+runs inside the turn (Pipeline.run's `prepare`), under the conversation's turn lease.
 Logs carry ids, sizes and durations, never the transcript nor a media URL (a Bot API file URL holds the token).
 """
 
@@ -30,7 +31,7 @@ from bot import assembly
 from kernel import catalog, log
 from kernel.errors import HiloError, InputError
 from kernel.text import size_text
-from kernel.types import InboundMessage, OutboundMessage
+from kernel.types import InboundMessage, Ingested, OutboundMessage
 
 if TYPE_CHECKING:
     from bot.config import Settings
@@ -137,44 +138,43 @@ class Listener:
             await self.transcriber.aclose()
 
     async def run(self, msg: InboundMessage, taken: Taken, fetch: Callable[[str], Fetch]) -> OutboundMessage:
-        """The turn of `msg`: on its transcript when it is a voice note (`fetch(ref)` downloads it), else as is."""
+        """The turn of `msg`: on its transcript when it is a voice note (`fetch(ref)` downloads it), else as is.
+        The download and transcription run inside the turn (Pipeline.run's `prepare`), under the conversation's
+        turn lease, renewed meanwhile: no other process's recovery answers the placeholder while it is heard."""
         found = voice_of(msg.metadata)
         if found is None or taken.turn is None:
             return await self.pipeline.run(msg, taken)
-        try:
-            heard = await self._hear(msg, taken, *found, fetch)
-        except BaseException:  # a bug, or the stop: the message stays stored and unanswered, for recovery
-            self.pipeline.release(taken)
-            raise
-        if isinstance(heard, OutboundMessage):
-            return heard
-        return await self.pipeline.run(*heard)
+        voice, ref = found
 
-    async def _hear(self, msg: InboundMessage, taken: Taken, voice: Voice, ref: str, fetch: Callable[[str], Fetch],
-                    ) -> OutboundMessage | tuple[InboundMessage, Taken]:
-        """The message and turn on the transcript, or the answer already given (not heard, or forgotten)."""
+        async def hear(m: InboundMessage, turn: Ingested) -> tuple[InboundMessage, Ingested] | str | None:
+            return await self._hear(m, turn, voice, fetch(ref))
+
+        return await self.pipeline.run(msg, taken, prepare=hear)
+
+    async def _hear(self, msg: InboundMessage, turn: Ingested, voice: Voice, fetch: Fetch,
+                    ) -> tuple[InboundMessage, Ingested] | str | None:
+        """The message and turn on the transcript; or what to tell the person instead (not heard: the media row
+        kept); or None (the person was forgotten meanwhile: nothing kept)."""
         from bot.transcribe import TranscriptionFailed  # (with the transcriber: only when one is configured)
 
-        turn = taken.turn
-        assert turn is not None
         user_id, message_id = turn.user_id, turn.message.id
         lang = catalog.language(msg.language, self.settings.language)
         row: dict[str, Any] = {"surface": msg.surface, "kind": voice.kind, "mime": voice.mime, "bytes": voice.bytes,
                                "duration_s": voice.duration_s}
         if self.transcriber is None:
-            return await self._not_heard(msg, taken, row, "not_configured", "voice_not_configured", lang)
+            return await self._not_heard(turn, row, "not_configured", "voice_not_configured", lang)
         try:
-            data = await fetch(ref)(self.settings.media_max_bytes)
+            data = await fetch(self.settings.media_max_bytes)
         except MediaTooLarge as exc:
             logger.info("media.too_large", message_id=message_id, bytes=exc.size, limit=self.settings.media_max_bytes)
-            return await self._not_heard(msg, taken, {**row, "bytes": exc.size}, "too_large", "voice_too_large", lang,
+            return await self._not_heard(turn, {**row, "bytes": exc.size}, "too_large", "voice_too_large", lang,
                                          limit=size_text(self.settings.media_max_bytes))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             logger.error("media.download_failed", surface=msg.surface, message_id=message_id,
                          error=type(exc).__name__)
-            return await self._not_heard(msg, taken, row, "failed", "voice_failed", lang)
+            return await self._not_heard(turn, row, "failed", "voice_failed", lang)
         row["bytes"] = len(data)
         row["path"] = await asyncio.to_thread(self.files.write, user_id, message_id, voice, data)
         transcriber = self.transcriber
@@ -184,9 +184,9 @@ class Listener:
         except TranscriptionFailed as exc:
             logger.error("media.transcription_failed", message_id=message_id, transcriber=transcriber.name,
                          bytes=len(data), status=exc.status)
-            return await self._not_heard(msg, taken, row, "failed", "voice_failed", lang)
+            return await self._not_heard(turn, row, "failed", "voice_failed", lang)
         if not text:
-            return await self._not_heard(msg, taken, row, "empty", "voice_empty", lang)
+            return await self._not_heard(turn, row, "empty", "voice_empty", lang)
         tokens = await assembly.count_tokens(text)
         if self.settings.media_retention_days == 0:  # kept only until transcribed
             await asyncio.to_thread(self.files.delete, [row.pop("path")])
@@ -195,22 +195,19 @@ class Listener:
         if kept is None:  # the person was forgotten meanwhile: nothing to answer, nothing to keep
             if row.get("path"):
                 await asyncio.to_thread(self.files.delete, [row["path"]])
-            self.pipeline.release(taken)
             logger.info("media.forgotten_meanwhile", message_id=message_id)
-            return OutboundMessage(msg.surface, msg.sender, "", "duplicate")
+            return None
         logger.info("media.transcribed", message_id=message_id, media_id=kept, transcriber=transcriber.name,
                     bytes=len(data), duration_s=voice.duration_s, chars=len(text))
         heard = replace(turn, message=replace(turn.message, content=text, token_count=tokens))
-        return replace(msg, text=text), replace(taken, turn=heard)
+        return replace(msg, text=text), heard
 
-    async def _not_heard(self, msg: InboundMessage, taken: Taken, row: dict[str, Any], status: str, key: str,
-                         lang: str, **params: object) -> OutboundMessage:
-        """Not transcribed: the media row kept, and the person told why, as hilo's stored answer."""
-        turn = taken.turn
-        assert turn is not None
+    async def _not_heard(self, turn: Ingested, row: dict[str, Any], status: str, key: str, lang: str,
+                         **params: object) -> str:
+        """Not transcribed: the media row kept, and what to tell the person (stored as hilo's answer)."""
         media_id = await self.pipeline.store.keep_media(turn.user_id, turn.message.id, {**row, "status": status})
         logger.info("media.not_transcribed", message_id=turn.message.id, media_id=media_id, status=status)
-        return await self.pipeline.answer_with(msg, taken, catalog.t(key, lang, **params))
+        return catalog.t(key, lang, **params)
 
 
 async def forget(store: Store, files: MediaFiles | None, handle: str) -> dict[str, int] | None:

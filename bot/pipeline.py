@@ -48,6 +48,10 @@ logger = log.get("hilo.pipeline")
 DeltaSink = Callable[[str, bool], Awaitable[None]]
 #: Called once the person's message is stored (before the model), e.g. to tell a client its conversation id.
 IngestSink = Callable[[Ingested], Awaitable[None]]
+#: Runs inside the turn's lease (renewed while it runs), before the context is read: the message and turn to
+#: answer (bot/media.py: a voice note's, on its transcript), a text to answer with instead of a model's (stored as
+#: the reply), or None: nothing to answer (the person was forgotten meanwhile).
+Prepare = Callable[[InboundMessage, Ingested], Awaitable["tuple[InboundMessage, Ingested] | str | None"]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +157,7 @@ class Pipeline:
 
     async def run(
         self, msg: InboundMessage, taken: Taken, *, on_delta: DeltaSink | None = None,
-        on_ingested: IngestSink | None = None,
+        on_ingested: IngestSink | None = None, prepare: Prepare | None = None,
     ) -> OutboundMessage:
         """What `take` kept: the command's reply (status "command"), nothing for a redelivery ("duplicate"),
         or the turn's answer."""
@@ -165,29 +169,7 @@ class Pipeline:
         if turn is None:
             return OutboundMessage(msg.surface, msg.sender, "", "duplicate")
         lang = catalog.language(msg.language, self.settings.language)
-        return await self._answer(msg, turn, lang, taken.started, on_delta, on_ingested)
-
-    async def answer_with(self, msg: InboundMessage, taken: Taken, text: str) -> OutboundMessage:
-        """Answer a taken message with `text` and no model call (a voice note that could not be transcribed:
-        bot/media.py): stored as the reply, so the message counts as answered, and queued in the outbox with it."""
-        turn = taken.turn
-        assert turn is not None
-        outgoing = self.outbox.outgoing_for(msg, text)
-        try:
-            stored = await self.store.finish_turn(turn, text, await assembly.count_tokens(text), [],
-                                                  outgoing=outgoing)
-        except StoreError as exc:  # the message is stored: the surface says it directly
-            logger.error("turn.reply_not_stored", message_id=turn.message.id, error=type(exc).__name__)
-            stored, outgoing = None, None
-        finally:
-            self._in_flight.pop(turn.message.id, None)
-        if outgoing is not None:
-            self.outbox.wake()
-        return OutboundMessage(
-            msg.surface, msg.sender, text, "ok", conversation_id=turn.conversation_id, user_id=turn.user_id,
-            message_id=turn.message.id, reply_id=stored.id if stored else None,
-            metadata={"outcome": "notice", **({"queued": True} if outgoing is not None else {})},
-        )
+        return await self._answer(msg, turn, lang, taken.started, on_delta, on_ingested, prepare)
 
     async def answer_stored(self, turn: Ingested) -> OutboundMessage:
         """Run the turn of a message stored earlier and never answered (recovery, bot/job_list.py): the reply is
@@ -205,11 +187,11 @@ class Pipeline:
 
     async def _answer(
         self, msg: InboundMessage, turn: Ingested, lang: str, started: float,
-        on_delta: DeltaSink | None, on_ingested: IngestSink | None,
+        on_delta: DeltaSink | None, on_ingested: IngestSink | None, prepare: Prepare | None = None,
     ) -> OutboundMessage:
         self._in_flight[turn.message.id] = asyncio.current_task()
         try:
-            return await self._turn(msg, turn, lang, started, on_delta, on_ingested)
+            return await self._turn(msg, turn, lang, started, on_delta, on_ingested, prepare)
         except asyncio.CancelledError:  # shutdown: the message stays stored, unanswered, and is resumed later
             logger.warning("turn.cancelled", surface=msg.surface, message_id=turn.message.id,
                            duration_ms=round((time.perf_counter() - started) * 1000))
@@ -233,7 +215,7 @@ class Pipeline:
 
     async def _turn(
         self, msg: InboundMessage, turn: Ingested, lang: str, started: float,
-        on_delta: DeltaSink | None, on_ingested: IngestSink | None,
+        on_delta: DeltaSink | None, on_ingested: IngestSink | None, prepare: Prepare | None = None,
     ) -> OutboundMessage:
         if on_ingested is not None:
             await on_ingested(turn)
@@ -244,6 +226,13 @@ class Pipeline:
                 self._locks.hold(turn.conversation_id):
             if answered:  # another process answered this message while this one waited for the lease
                 return await self._answered_elsewhere(msg, turn)
+            if prepare is not None:  # under the lease: no other process's recovery answers it meanwhile
+                prepared = await prepare(msg, turn)
+                if prepared is None:
+                    return OutboundMessage(msg.surface, msg.sender, "", "duplicate")
+                if isinstance(prepared, str):
+                    return await self._said(msg, turn, prepared)
+                msg, turn = prepared
             ctx = await self.context_for(turn)
             pre_model_ms = (time.perf_counter() - started) * 1000
             with paying(turn.user_id):  # the spend caps count this person's calls (bot/spend.py)
@@ -284,6 +273,24 @@ class Pipeline:
             msg.surface, msg.sender, reply, "ok", conversation_id=turn.conversation_id, user_id=turn.user_id,
             message_id=turn.message.id, reply_id=stored.id if stored else None,
             metadata={"outcome": completion.outcome, **queued},
+        )
+
+    async def _said(self, msg: InboundMessage, turn: Ingested, text: str) -> OutboundMessage:
+        """Answer the turn's message with `text` and no model call (`prepare` said so: a voice note that could not
+        be transcribed): stored as the reply, so the message counts as answered, and queued in the outbox with it."""
+        outgoing = self.outbox.outgoing_for(msg, text)
+        try:
+            stored = await self.store.finish_turn(turn, text, await assembly.count_tokens(text), [],
+                                                  outgoing=outgoing)
+        except StoreError as exc:  # the message is stored: the surface says it directly
+            logger.error("turn.reply_not_stored", message_id=turn.message.id, error=type(exc).__name__)
+            stored, outgoing = None, None
+        if outgoing is not None:
+            self.outbox.wake()
+        return OutboundMessage(
+            msg.surface, msg.sender, text, "ok", conversation_id=turn.conversation_id, user_id=turn.user_id,
+            message_id=turn.message.id, reply_id=stored.id if stored else None,
+            metadata={"outcome": "notice", **({"queued": True} if outgoing is not None else {})},
         )
 
     async def _adopt(self, message_id: int) -> None:

@@ -35,7 +35,7 @@ from kernel.types import InboundMessage, Ingested, OutboundMessage
 
 if TYPE_CHECKING:
     from bot.config import Settings
-    from bot.pipeline import Pipeline, Taken
+    from bot.pipeline import Pipeline, Prepare, Taken
     from bot.transcribe import Transcriber
     from memory.store import Store
 
@@ -66,9 +66,11 @@ class Voice:
     bytes: int | None = None
     duration_s: int | None = None
 
-    def as_metadata(self, ref: str) -> dict[str, Any]:
-        """metadata["voice"]: this, and the platform's reference to download it by."""
-        return {"kind": self.kind, "mime": self.mime, "bytes": self.bytes, "duration_s": self.duration_s, "ref": ref}
+    def as_metadata(self, ref: str, placeholder: str) -> dict[str, Any]:
+        """metadata["voice"]: this, the platform's reference to download it by, and the message's text until its
+        transcript replaces it (a stored message whose text is still that was never heard)."""
+        return {"kind": self.kind, "mime": self.mime, "bytes": self.bytes, "duration_s": self.duration_s, "ref": ref,
+                "placeholder": placeholder}
 
     @property
     def filename(self) -> str:
@@ -77,12 +79,14 @@ class Voice:
         return f"{self.kind}.{_EXTENSIONS.get(mime, 'ogg')}"
 
 
-def voice_of(metadata: Mapping[str, Any]) -> tuple[Voice, str] | None:
-    """The voice note a stored message's metadata names, with its platform reference; None for other messages."""
+def voice_of(metadata: Mapping[str, Any]) -> tuple[Voice, str, str | None] | None:
+    """The voice note a stored message's metadata names, with its platform reference and placeholder text; None for
+    other messages."""
     v = metadata.get("voice")
     if not isinstance(v, dict) or not v.get("ref"):
         return None
-    return Voice(str(v.get("kind") or "audio"), v.get("mime"), v.get("bytes"), v.get("duration_s")), str(v["ref"])
+    voice = Voice(str(v.get("kind") or "audio"), v.get("mime"), v.get("bytes"), v.get("duration_s"))
+    return voice, str(v["ref"]), v.get("placeholder")
 
 
 def refusal(settings: Settings, voice: Voice) -> InputError | None:
@@ -132,6 +136,16 @@ class Listener:
         self.pipeline = pipeline
         self.transcriber = transcriber
         self.files = MediaFiles(settings.data_dir)
+        self._fetchers: dict[str, Callable[[str], Fetch]] = {}
+
+    def register(self, surface: str, fetch: Callable[[str], Fetch]) -> None:
+        """How `surface` downloads its media (by reference), for the messages recovery answers: from now on a
+        recovered voice note is heard before it is answered."""
+        self._fetchers[surface] = fetch
+        self.pipeline.recovering = self.preparer
+
+    def unregister(self, surface: str) -> None:
+        self._fetchers.pop(surface, None)
 
     async def aclose(self) -> None:
         if self.transcriber is not None:
@@ -141,15 +155,24 @@ class Listener:
         """The turn of `msg`: on its transcript when it is a voice note (`fetch(ref)` downloads it), else as is.
         The download and transcription run inside the turn (Pipeline.run's `prepare`), under the conversation's
         turn lease, renewed meanwhile: no other process's recovery answers the placeholder while it is heard."""
+        return await self.pipeline.run(msg, taken, prepare=self.preparer(msg, fetch))
+
+    def preparer(self, msg: InboundMessage, fetch: Callable[[str], Fetch] | None = None) -> Prepare | None:
+        """What hears `msg` inside its turn (None: not a voice note, or no way to download it). A voice note heard
+        already (its stored text is no longer the placeholder: a resumed redelivery, a recovery after the
+        transcript was kept) is not heard again."""
         found = voice_of(msg.metadata)
-        if found is None or taken.turn is None:
-            return await self.pipeline.run(msg, taken)
-        voice, ref = found
+        fetch = fetch if fetch is not None else self._fetchers.get(msg.surface)
+        if found is None or fetch is None:
+            return None
+        voice, ref, placeholder = found
 
         async def hear(m: InboundMessage, turn: Ingested) -> tuple[InboundMessage, Ingested] | str | None:
+            if placeholder is not None and turn.message.content != placeholder:
+                return replace(m, text=turn.message.content), turn
             return await self._hear(m, turn, voice, fetch(ref))
 
-        return await self.pipeline.run(msg, taken, prepare=hear)
+        return hear
 
     async def _hear(self, msg: InboundMessage, turn: Ingested, voice: Voice, fetch: Fetch,
                     ) -> tuple[InboundMessage, Ingested] | str | None:

@@ -106,6 +106,9 @@ class Pipeline:
         self.admin = Admin(store)
         #: downloaded media (voice notes, bot/media.py) under HILO_DATA_DIR/media: `/forget yes` deletes them too
         self.media_files = MediaFiles(settings.data_dir)
+        #: what a recovered message's turn runs first, inside its lease (bot/media.py: a voice note never heard);
+        #: set by its owner, None: nothing
+        self.recovering: Callable[[InboundMessage], Prepare | None] | None = None
         self._locks: KeyedLocks[int] = KeyedLocks()
         #: Stored messages whose turn runs now, with its task: a redelivery of one of them is a duplicate, not a
         #: resume; `cancel_turns` ends them at the stop's bound.
@@ -183,7 +186,8 @@ class Pipeline:
             return OutboundMessage(msg.surface, msg.sender, "", "duplicate")
         logger.info("turn.recovered", surface=m.surface, message_id=m.id)
         lang = catalog.language(route_language(m.metadata), self.settings.language)
-        return await self._answer(msg, turn, lang, time.perf_counter(), None, None)
+        prepare = self.recovering(msg) if self.recovering is not None else None
+        return await self._answer(msg, turn, lang, time.perf_counter(), None, None, prepare)
 
     async def _answer(
         self, msg: InboundMessage, turn: Ingested, lang: str, started: float,

@@ -140,6 +140,7 @@ class TelegramSurface:
         self._accepting = True
         runtime.pipeline.outbox.register(TelegramTransport(app.bot))  # replies and notices go out through it
         runtime.intake.register(self.name, self._run, self._spawn)
+        runtime.listener.register(self.name, self._fetch)  # a recovered voice note is downloaded here too
         logger.info("telegram.started", mode=self.mode, bot_id=app.bot.id, allowlist=bool(self.allowlist))
 
     async def ready(self) -> dict[str, Any]:
@@ -172,6 +173,7 @@ class TelegramSurface:
         finally:
             if self._runtime is not None:  # what the drained updates queued goes out before the bot closes
                 self._runtime.intake.unregister(self.name)
+                self._runtime.listener.unregister(self.name)
                 outbox = self._runtime.pipeline.outbox
                 await outbox.flush(self.name, timeout=FLUSH_S)
                 outbox.unregister(self.name)  # later parts stay queued for the next start

@@ -114,7 +114,7 @@ def classify(message: Message, me: BotIdentity, allow: Allowlist, *, default_lan
     if attachment is not None:
         metadata["attachment"] = attachment
     if voice is not None:
-        metadata["voice"] = voice[0].as_metadata(voice[1])
+        metadata["voice"] = voice[0].as_metadata(voice[1], text)
     if group:
         metadata["audience"] = "group"
     msg = InboundMessage(

@@ -97,8 +97,8 @@ def inbound(form: Form) -> InboundMessage:
         body = media_text.with_caption("\n".join(described), body)
     audio = next((m for m in media if m["content_type"].lower().startswith("audio/")), None)
     if audio is not None:  # a voice note: transcribed in the turn's task (bot/media.py), this text until then
-        metadata["voice"] = Voice("audio", audio["content_type"]).as_metadata(audio["url"])
         body = media_text.with_caption(media_text.voice(None), body)
+        metadata["voice"] = Voice("audio", audio["content_type"]).as_metadata(audio["url"], body)
     return InboundMessage(surface=SURFACE, sender=sender, external_id=sid, text=body, metadata=metadata)
 
 
@@ -152,6 +152,7 @@ class WhatsAppSurface:
         self._runtime = self.inbox.runtime = runtime
         runtime.pipeline.outbox.register(TwilioTransport(self.sender))  # replies and notices go out through it
         runtime.intake.register(SURFACE, self.inbox.run, self._spawn)
+        runtime.listener.register(SURFACE, self.inbox.fetch)  # a recovered voice note is downloaded here too
         logger.info("whatsapp.started", webhook=self.settings.public_url + WEBHOOK_PATH)
 
     async def stop(self) -> None:
@@ -160,6 +161,7 @@ class WhatsAppSurface:
         if self._runtime is not None:  # the turns in flight stop waiting for their replies' sends
             self._runtime.pipeline.outbox.closing(SURFACE)
             self._runtime.intake.unregister(SURFACE)
+            self._runtime.listener.unregister(SURFACE)
         for task in self._inflight:
             if task.get_name().startswith("whatsapp-status:"):
                 task.cancel()  # a late status for a part never recorded: not worth holding the shutdown

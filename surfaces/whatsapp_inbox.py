@@ -17,7 +17,7 @@ Decisions:
 - Media without text gets the catalogue's "text only" answer and no turn; a caption is the message text. A
   location, contact or document is structured text (surfaces/whatsapp.py), and a voice note (audio) is a turn
   on its transcript: stored with its MediaUrl before Twilio hears 200, downloaded with the account's credentials
-  and transcribed in the turn's task (bot/media.py, `_fetch`).
+  and transcribed in the turn's task (bot/media.py, `fetch`).
 
 What hilo says goes out through the outbox (bot/outbox.py, surfaces.whatsapp_send.TwilioTransport): a turn's
 reply queued with it, and what is said outside a turn (command answers, refusals, the START confirmation, errors:
@@ -91,7 +91,7 @@ class Inbox:
         if not await self.runtime.pipeline.notices.say(SURFACE, recipient, text, user_id=user_id, sender=recipient):
             await self.reply(recipient, text, None, None)
 
-    def _fetch(self, url: str) -> Fetch:
+    def fetch(self, url: str) -> Fetch:
         """Downloads a MediaUrl with the account's credentials (HTTP Basic: account SID and auth token), within
         the size cap; only from Twilio's API host (or TWILIO_API_BASE_URL's), so the credentials go nowhere else."""
         async def fetch(limit: int) -> bytes:
@@ -190,7 +190,7 @@ class Inbox:
                 self.runtime.pipeline.release(taken)
                 logger.info("whatsapp.dropped_opted_out", message_sid=sid)
                 return
-            out = await self.runtime.listener.run(msg, taken, self._fetch)  # a voice note: on its transcript
+            out = await self.runtime.listener.run(msg, taken, self.fetch)  # a voice note: on its transcript
         except StoreError as exc:
             logger.error("whatsapp.store_unavailable", message_sid=sid, error=type(exc).__name__)
             await self.reply(msg.sender, catalog.t("store_unavailable", lang), None, None)  # said directly

@@ -10,6 +10,9 @@ import os
 import sqlite3
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -273,14 +276,14 @@ async def test_forget_yes_on_telegram_deletes_the_persons_media_files_too(
     assert not path.exists() and rows(tmp_path, "SELECT count(*) FROM media") == [(0,)]
 
 
-async def test_a_person_forgotten_while_their_voice_note_was_transcribed_gets_no_turn_and_no_file_kept(
-    tmp_path: Path, model_server: fake_model.FakeModelServer,
-) -> None:
-    from bot.media import Listener, Voice
+@asynccontextmanager
+async def listening(tmp_path: Path, server: fake_model.FakeModelServer) -> AsyncIterator[tuple[Any, Any, Any]]:
+    """A pipeline on the test's SQLite file (the echo model) and its Listener, transcribing through the fake
+    provider: (store, pipeline, listener), closed afterwards."""
+    from bot.media import Listener
     from bot.models.factory import build_chain
     from bot.pipeline import Pipeline
     from bot.transcribe import OpenAITranscriber
-    from kernel.types import InboundMessage
     from memory.open import open_store
 
     s = Settings.from_mapping({"HILO_DATABASE_URL": f"sqlite:///{tmp_path / 'hilo.db'}", "HILO_EMBEDDER": "none"})
@@ -288,11 +291,26 @@ async def test_a_person_forgotten_while_their_voice_note_was_transcribed_gets_no
     await store.open()
     chain = build_chain(s)
     pipeline = Pipeline(s, store, chain)
-    listener = Listener(s, pipeline, OpenAITranscriber(model="whisper-1", api_key="x",
-                                                       base_url=model_server.base_url + "/v1"))
+    transcriber = OpenAITranscriber(model="whisper-1", api_key="x", base_url=server.base_url + "/v1")
+    listener = Listener(s, pipeline, transcriber)
     try:
+        yield store, pipeline, listener
+    finally:
+        await listener.aclose()
+        await chain.aclose()
+        await store.close()
+
+
+async def test_a_person_forgotten_while_their_voice_note_was_transcribed_gets_no_turn_and_no_file_kept(
+    tmp_path: Path, model_server: fake_model.FakeModelServer,
+) -> None:
+    from bot.media import Voice
+    from kernel.types import InboundMessage
+
+    async with listening(tmp_path, model_server) as (store, pipeline, listener):
+        voice = Voice("voice", "audio/ogg", 100, 2).as_metadata("f", "[voice note: 2 s]")
         msg = InboundMessage(surface="telegram", sender="42", external_id="42:1", text="[voice note: 2 s]",
-                             metadata={"voice": Voice("voice", "audio/ogg", 100, 2).as_metadata("f")})
+                             metadata={"voice": voice})
         taken = await pipeline.take(msg)
         assert taken.turn is not None
 
@@ -303,10 +321,6 @@ async def test_a_person_forgotten_while_their_voice_note_was_transcribed_gets_no
             return download
 
         out = await listener.run(msg, taken, fetch)
-    finally:
-        await listener.aclose()
-        await chain.aclose()
-        await store.close()
     assert out.status == "duplicate" and len(model_server.requests) == 1  # transcribed, then nothing more
     assert rows(tmp_path, "SELECT count(*) FROM messages") == [(0,)]
     assert not any((tmp_path / "media").rglob("*.ogg"))
@@ -322,7 +336,41 @@ async def test_a_media_url_off_twilios_host_is_never_fetched_with_the_account_cr
 
     inbox = Inbox(wa.settings_for(tmp_path, twilio_api), sender=None, spawn=lambda coro, name: False)  # type: ignore[arg-type]
     with pytest.raises(ServiceUnavailable):
-        await inbox._fetch("https://collector.example.net/2010-04-01/Accounts/AC1/Messages/MM1/Media/ME1")(1024)
+        await inbox.fetch("https://collector.example.net/2010-04-01/Accounts/AC1/Messages/MM1/Media/ME1")(1024)
     url = twilio_api.add_media("MM2", "ME9", audio("fine"))
-    assert await inbox._fetch(url)(1024) == audio("fine")
+    assert await inbox.fetch(url)(1024) == audio("fine")
     assert twilio_api.media_fetches == [("ME9", True)]
+
+
+async def test_recovery_hears_a_voice_note_a_crash_left_unheard_and_never_hears_one_twice(
+    tmp_path: Path, model_server: fake_model.FakeModelServer,
+) -> None:
+    from bot.media import Voice
+    from kernel.types import InboundMessage
+
+    fetched: list[str] = []
+
+    def fetch(ref: str) -> Any:
+        async def download(limit: int) -> bytes:
+            fetched.append(ref)
+            return audio("the boiler makes a noise")
+        return download
+
+    async with listening(tmp_path, model_server) as (_, pipeline, listener):
+        listener.register("telegram", fetch)
+        placeholder = "[voice note: 2 s]"
+        msg = InboundMessage(surface="telegram", sender="42", external_id="42:1", text=placeholder,
+                             metadata={"voice": Voice("voice", "audio/ogg", 100, 2).as_metadata("f1", placeholder)})
+        taken = await pipeline.take(msg)  # stored, then the process "died": its turn never ran
+        assert taken.turn is not None
+        pipeline.release(taken)
+        out = await pipeline.answer_stored(taken.turn)  # the recover job's call
+        assert out.status == "ok" and "the boiler makes a noise" in out.text
+        assert fetched == ["f1"]
+        # heard, then a crash before the reply: the stored text is the transcript, so it is not heard again
+        assert user_messages(tmp_path)[0][1] == "the boiler makes a noise"
+        turn = taken.turn
+        stored = replace(turn, message=replace(turn.message, content="the boiler makes a noise"))
+        again = await listener.preparer(msg)(msg, stored)  # type: ignore[misc]
+        assert again is not None and not isinstance(again, str) and again[0].text == "the boiler makes a noise"
+        assert fetched == ["f1"] and len(model_server.requests) == 1

@@ -143,6 +143,7 @@ def create_app(
                 # them (a closed model client would fail them into an apology): stored, unanswered, recovered
                 await runtime.pipeline.cancel_turns()
                 await runtime.pipeline.alerts.drain(timeout=budget.left(ALERTS_DRAIN_SECONDS))  # alerts the stop met
+                await runtime.listener.aclose()  # the transcriber's client, once no turn uses it
             if chain is None and ch is not None:
                 await ch.aclose()
             if store is None:

@@ -202,7 +202,10 @@ def cmd_forget(args: argparse.Namespace) -> int:
             from bot.cli_memory import forget_memory
 
             return await forget_memory(store, args.user, args.memory)
-        counts = await store.erase(args.user)  # every table, counted (memory/sql_forget.py)
+        from bot.media import MediaFiles, forget
+
+        # every table, counted (memory/sql_forget.py), and the person's media files
+        counts = await forget(store, MediaFiles(settings.data_dir), args.user)
         print(catalog.t("forgotten" if counts else "nothing_to_forget", settings.language, handle=args.user))
         if counts:
             from bot.cli_export import deleted_counts

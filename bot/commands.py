@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from bot import memory_commands
 from bot.export import ExportLinks
@@ -30,6 +31,9 @@ from bot.notices import Notices
 from kernel import catalog
 from kernel.types import InboundMessage, Memory
 from memory.store import Inspection, Store
+
+if TYPE_CHECKING:
+    from bot.media import MediaFiles
 
 #: "/forget yes", "/forget sí": the words that confirm a deletion, in any catalogue language.
 CONFIRM_WORDS = frozenset({"yes", "y", "si", "sí", "confirm", "confirmar"})
@@ -71,6 +75,8 @@ class CommandContext:
     default_language: str = "en"
     #: signs /export's download links; None (or no secret key): there are none here
     exports: ExportLinks | None = None
+    #: the downloaded media files (bot/media.py) `/forget yes` deletes; None: none here
+    media: MediaFiles | None = None
 
     @property
     def in_group(self) -> bool:
@@ -126,7 +132,9 @@ async def forget(ctx: CommandContext) -> str:
     if what.casefold() not in CONFIRM_WORDS:
         return ctx.t("cmd_forget_confirm")
     handle = await ctx.handle()
-    existed = await ctx.store.forget(handle) if handle else False
+    from bot.media import forget as forget_all  # the person's rows, and their media files
+
+    existed = handle is not None and await forget_all(ctx.store, ctx.media, handle) is not None
     return ctx.t("cmd_forget_done" if existed else "cmd_forget_nothing")
 
 
@@ -195,7 +203,7 @@ PRIVATE_ONLY = frozenset({"remember", "memory", "forget", "link", "unlink", "exp
 
 async def run(
     command: Command, msg: InboundMessage, store: Store, *, default_language: str = "en",
-    notices: Notices | None = None, exports: ExportLinks | None = None,
+    notices: Notices | None = None, exports: ExportLinks | None = None, media: MediaFiles | None = None,
 ) -> str:
     """The reply to `command`, sent by the person of `msg`, in their language (msg.language, else the default).
     `notices`: where to tell others what a command did to them (the owner of a link code who was joined)."""
@@ -203,7 +211,7 @@ async def run(
     handler = HANDLERS.get(command.name)
     if handler is None:
         return catalog.t("cmd_unknown", lang, name=command.name)
-    ctx = CommandContext(msg, store, lang, command.args, notices, default_language, exports)
+    ctx = CommandContext(msg, store, lang, command.args, notices, default_language, exports, media)
     if command.name in PRIVATE_ONLY and ctx.in_group:
         return catalog.t("cmd_private_only", lang, name=command.name)
     return await handler(ctx)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from bot import retention
 from bot.config_costs import costs_from
+from bot.config_media import media_from
 from bot.config_routes import Route, routes_from
 from bot.config_tools import HttpToolSpec, tools_from
 from bot.prices import PriceTable
@@ -285,6 +286,24 @@ class Settings:
     alert_min_interval: float = 300.0
     #: HILO_ALERT_DELIVERY_FAILURES: parts of one surface failing finally in a row before delivery_failing.
     alert_delivery_failures: int = 5
+    # -- issue 15, media: voice notes and audio (bot/config_media.py, bot/transcribe.py, bot/media.py) ---------
+    #: HILO_TRANSCRIBE_MODEL: the transcription model; empty (unset): voice notes are not transcribed (the
+    #: person is told so; the media reference is stored).
+    transcribe_model: str = ""
+    #: HILO_TRANSCRIBE_URL (an OpenAI-compatible server for transcriptions only), else OPENAI_BASE_URL.
+    transcribe_url: str = ""
+    #: HILO_TRANSCRIBE_API_KEY, else OPENAI_API_KEY when HILO_TRANSCRIBE_URL is not set.
+    transcribe_api_key: str = ""
+    #: HILO_TRANSCRIBE_TIMEOUT: seconds one transcription may take.
+    transcribe_timeout: float = 120.0
+    #: HILO_MEDIA_MAX_BYTES: the largest voice note or audio file downloaded (refused before the download
+    #: completes: the platform's stated size, the Content-Length, and the bytes read, stopped at the cap).
+    media_max_bytes: int = 20 * 1024 * 1024
+    #: HILO_MEDIA_MAX_SECONDS: the longest voice note or audio (where the platform says its duration).
+    media_max_seconds: int = 600
+    #: HILO_MEDIA_RETENTION_DAYS: downloaded media files (HILO_DATA_DIR/media) older than this are deleted by
+    #: the `retention` job; the transcript and the media reference stay. 0: deleted once transcribed.
+    media_retention_days: int = 30
     # -- issue 13, data: the retention policy and the export's download links ---------------------------------
     #: HILO_RETENTION_DAYS: (surface, days) pairs; messages older are deleted by the `retention` job
     #: (bot/retention.py). Empty (unset): everything is kept.
@@ -447,6 +466,8 @@ class Settings:
             metrics_token=env.get("HILO_METRICS_TOKEN", "").strip(),
             # -- issue 13, costs: prices, caps, alerts (bot/config_costs.py)
             **costs_from(env),
+            # -- issue 15, media (bot/config_media.py)
+            **media_from(env, openai_key=openai_key, openai_base=openai_base),
             # -- issue 13, data
             retention_days=retention.parse(env.get("HILO_RETENTION_DAYS", "")),
             export_link_minutes=_int(env, "HILO_EXPORT_LINK_MINUTES", 15, minimum=1),

@@ -28,7 +28,7 @@ def _usd(env: Mapping[str, str], name: str) -> float:
     return value
 
 
-def _number(env: Mapping[str, str], name: str, default: float, minimum: float) -> float:
+def number(env: Mapping[str, str], name: str, default: float, minimum: float) -> float:
     raw = env.get(name, "").strip()
     try:
         value = float(raw) if raw else default
@@ -74,6 +74,6 @@ def costs_from(env: Mapping[str, str]) -> dict[str, Any]:
         "cap_daily_usd": daily, "cap_monthly_usd": monthly,
         "alert_webhook_url": webhook, "alert_smtp_url": smtp, "alert_email_to": to,
         "alert_email_from": sender or (f"hilo@{urlsplit(smtp).hostname}" if smtp else ""),
-        "alert_min_interval": _number(env, "HILO_ALERT_MIN_INTERVAL", 300.0, 0.0),
-        "alert_delivery_failures": int(_number(env, "HILO_ALERT_DELIVERY_FAILURES", 5, 1)),
+        "alert_min_interval": number(env, "HILO_ALERT_MIN_INTERVAL", 300.0, 0.0),
+        "alert_delivery_failures": int(number(env, "HILO_ALERT_DELIVERY_FAILURES", 5, 1)),
     }

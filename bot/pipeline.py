@@ -30,6 +30,7 @@ from bot.config import Settings
 from bot.embedders.base import Embedder
 from bot.export import ExportLinks, Exports
 from bot.keyed import KeyedLocks
+from bot.media import MediaFiles
 from bot.models.base import CapReached, Chain
 from bot.notices import Notices
 from bot.opt_out import OptOut
@@ -54,6 +55,10 @@ logger = log.get("hilo.pipeline")
 DeltaSink = Callable[[str, bool], Awaitable[None]]
 #: Called once the person's message is stored (before the model), e.g. to tell a client its conversation id.
 IngestSink = Callable[[Ingested], Awaitable[None]]
+#: Runs inside the turn's lease (renewed while it runs), before the context is read: the message and turn to
+#: answer (bot/media.py: a voice note's, on its transcript), a text to answer with instead of a model's (stored as
+#: the reply), or None: nothing to answer (the person was forgotten meanwhile).
+Prepare = Callable[[InboundMessage, Ingested], Awaitable["tuple[InboundMessage, Ingested] | str | None"]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +114,11 @@ class Pipeline:
         #: the tools offered to the model (HILO_TOOLS; none by default) and the loop's bounds (bot/tools/loop.py)
         self.tools = builtin.registry(settings.tools, timeout=settings.tool_timeout,
                                       extra=[http_tool(spec) for spec in settings.http_tools])
+        #: downloaded media (voice notes, bot/media.py) under HILO_DATA_DIR/media: `/forget yes` deletes them too
+        self.media_files = MediaFiles(settings.data_dir)
+        #: what a recovered message's turn runs first, inside its lease (bot/media.py: a voice note never heard);
+        #: set by its owner, None: nothing
+        self.recovering: Callable[[InboundMessage], Prepare | None] | None = None
         self._locks: KeyedLocks[int] = KeyedLocks()
         #: Stored messages whose turn runs now, with its task: a redelivery of one of them is a duplicate, not a
         #: resume; `cancel_turns` ends them at the stop's bound.
@@ -160,7 +170,7 @@ class Pipeline:
 
     async def run(
         self, msg: InboundMessage, taken: Taken, *, on_delta: DeltaSink | None = None,
-        on_ingested: IngestSink | None = None,
+        on_ingested: IngestSink | None = None, prepare: Prepare | None = None,
     ) -> OutboundMessage:
         """What `take` kept: the command's reply (status "command"), nothing for a redelivery ("duplicate"),
         or the turn's answer."""
@@ -172,7 +182,7 @@ class Pipeline:
         if turn is None:
             return OutboundMessage(msg.surface, msg.sender, "", "duplicate")
         lang = catalog.language(msg.language, self.settings.language)
-        return await self._answer(msg, turn, lang, taken.started, on_delta, on_ingested)
+        return await self._answer(msg, turn, lang, taken.started, on_delta, on_ingested, prepare)
 
     async def answer_stored(self, turn: Ingested) -> OutboundMessage:
         """Run the turn of a message stored earlier and never answered (recovery, bot/job_list.py): the reply is
@@ -186,15 +196,16 @@ class Pipeline:
             return OutboundMessage(msg.surface, msg.sender, "", "duplicate")
         logger.info("turn.recovered", surface=m.surface, message_id=m.id)
         lang = catalog.language(route_language(m.metadata), self.settings.language)
-        return await self._answer(msg, turn, lang, time.perf_counter(), None, None)
+        prepare = self.recovering(msg) if self.recovering is not None else None
+        return await self._answer(msg, turn, lang, time.perf_counter(), None, None, prepare)
 
     async def _answer(
         self, msg: InboundMessage, turn: Ingested, lang: str, started: float,
-        on_delta: DeltaSink | None, on_ingested: IngestSink | None,
+        on_delta: DeltaSink | None, on_ingested: IngestSink | None, prepare: Prepare | None = None,
     ) -> OutboundMessage:
         self._in_flight[turn.message.id] = asyncio.current_task()
         try:
-            return await self._turn(msg, turn, lang, started, on_delta, on_ingested)
+            return await self._turn(msg, turn, lang, started, on_delta, on_ingested, prepare)
         except asyncio.CancelledError:  # shutdown: the message stays stored, unanswered, and is resumed later
             logger.warning("turn.cancelled", surface=msg.surface, message_id=turn.message.id,
                            duration_ms=round((time.perf_counter() - started) * 1000))
@@ -214,11 +225,11 @@ class Pipeline:
     async def command(self, command: commands.Command, msg: InboundMessage) -> str:
         """The reply to a command (/link, /memory ...) sent by the person of `msg`; nothing is stored as a message."""
         return await commands.run(command, msg, self.store, default_language=self.settings.language,
-                                  notices=self.notices, exports=self.exports.links)
+                                  notices=self.notices, exports=self.exports.links, media=self.media_files)
 
     async def _turn(
         self, msg: InboundMessage, turn: Ingested, lang: str, started: float,
-        on_delta: DeltaSink | None, on_ingested: IngestSink | None,
+        on_delta: DeltaSink | None, on_ingested: IngestSink | None, prepare: Prepare | None = None,
     ) -> OutboundMessage:
         if on_ingested is not None:
             await on_ingested(turn)
@@ -229,6 +240,13 @@ class Pipeline:
                 self._locks.hold(turn.conversation_id):
             if answered:  # another process answered this message while this one waited for the lease
                 return await self._answered_elsewhere(msg, turn)
+            if prepare is not None:  # under the lease: no other process's recovery answers it meanwhile
+                prepared = await prepare(msg, turn)
+                if prepared is None:
+                    return OutboundMessage(msg.surface, msg.sender, "", "duplicate")
+                if isinstance(prepared, str):
+                    return await self._said(msg, turn, prepared)
+                msg, turn = prepared
             ctx = await self.context_for(turn)
             pre_model_ms = (time.perf_counter() - started) * 1000
             with paying(turn.user_id):  # the spend caps count this person's calls (bot/spend.py)
@@ -271,6 +289,24 @@ class Pipeline:
             msg.surface, msg.sender, reply, "ok", conversation_id=turn.conversation_id, user_id=turn.user_id,
             message_id=turn.message.id, reply_id=stored.id if stored else None,
             metadata={"outcome": completion.outcome, **queued},
+        )
+
+    async def _said(self, msg: InboundMessage, turn: Ingested, text: str) -> OutboundMessage:
+        """Answer the turn's message with `text` and no model call (`prepare` said so: a voice note that could not
+        be transcribed): stored as the reply, so the message counts as answered, and queued in the outbox with it."""
+        outgoing = self.outbox.outgoing_for(msg, text)
+        try:
+            stored = await self.store.finish_turn(turn, text, await assembly.count_tokens(text), [],
+                                                  outgoing=outgoing)
+        except StoreError as exc:  # the message is stored: the surface says it directly
+            logger.error("turn.reply_not_stored", message_id=turn.message.id, error=type(exc).__name__)
+            stored, outgoing = None, None
+        if outgoing is not None:
+            self.outbox.wake()
+        return OutboundMessage(
+            msg.surface, msg.sender, text, "ok", conversation_id=turn.conversation_id, user_id=turn.user_id,
+            message_id=turn.message.id, reply_id=stored.id if stored else None,
+            metadata={"outcome": "notice", **({"queued": True} if outgoing is not None else {})},
         )
 
     async def _adopt(self, message_id: int) -> None:

@@ -1,10 +1,17 @@
 """The retention policy (HILO_RETENTION_DAYS): messages older than N days per surface are deleted by the
 `retention` job (bot/job_list.py adds it when the policy is set; unset, everything is kept), with what is derived
 from them (memory/sql_retention.py). Each run logs `retention.done` with the counts per surface, and each batch
-that deleted something is a `retention_runs` row, which `Store.retention_runs` reads back (for `hilo stats`)."""
+that deleted something is a `retention_runs` row, which `Store.retention_runs` reads back (for `hilo stats`).
+
+Downloaded media (voice notes: bot/media.py) has its own setting, HILO_MEDIA_RETENTION_DAYS (30 by default): the
+`media_retention` job (`run_media`) deletes the files kept longer, and their media rows keep everything else (size,
+duration, transcriber; the transcript is the message). The files are this host's (HILO_DATA_DIR): with several
+hosts, the directory must be shared for one host's job to reach another's files."""
 
 from __future__ import annotations
 
+import asyncio
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from kernel import log
@@ -12,6 +19,7 @@ from kernel.errors import ConfigError
 from kernel.types import SURFACES
 
 if TYPE_CHECKING:
+    from bot.media import MediaFiles
     from memory.store import Store
 
 logger = log.get("hilo.retention")
@@ -68,3 +76,20 @@ async def run(store: Store, policy: Policy, run_id: str) -> dict[str, tuple[int,
         "retention.done", run=run_id, **{f"{s}_{k}": n for s, t in done.items()
                                         for k, n in zip(("messages", "vectors", "episodes"), t, strict=True)})
     return done
+
+
+async def run_media(store: Store, files: MediaFiles, days: int, run_id: str) -> int:
+    """One run of the media retention: the files kept longer than `days`, a batch at a time, deleted (on a
+    thread) and their rows' paths cleared; the number of files."""
+    before = store.clock() - timedelta(days=days)
+    total = 0
+    while True:
+        batch = await store.expired_media(before, BATCH)
+        if not batch:
+            break
+        await asyncio.to_thread(files.delete, [path for _, path in batch])
+        total += await store.drop_media_files([media_id for media_id, _ in batch])
+        if len(batch) < BATCH:
+            break
+    (logger.info if total else logger.debug)("media_retention.done", run=run_id, files=total, days=days)
+    return total

@@ -17,6 +17,7 @@ from starlette.routing import BaseRoute
 
 from bot.intake import Intake
 from bot.journal import Journal
+from bot.media import Listener
 from bot.shutdown import StopBudget
 
 if TYPE_CHECKING:
@@ -40,12 +41,17 @@ class Runtime:
     stop: StopBudget | None = None
     #: stored, then acknowledged (bot/intake.py): what a messaging surface hands its deliveries to
     intake: Intake = field(init=False)
+    #: voice notes and audio (bot/media.py): a taken voice note's turn runs on its transcript
+    listener: Listener = field(init=False)
 
     def __post_init__(self) -> None:
         if self.stop is None:
             self.stop = StopBudget(self.settings.stop_timeout)
         self.intake = Intake(self.pipeline, self.tasks,
                              Journal(self.settings.data_dir, self.settings.journal_max_bytes))
+        from bot.transcribe import from_settings  # the openai SDK: only when HILO_TRANSCRIBE_MODEL is set
+
+        self.listener = Listener(self.settings, self.pipeline, from_settings(self.settings))
 
 
 class Surface(Protocol):

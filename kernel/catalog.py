@@ -89,6 +89,24 @@ MESSAGES: dict[str, dict[str, str]] = {
         "telegram_not_allowed": (
             "Sorry, this is a private assistant and I can't chat with you. Nothing you send here is kept."
         ),
+        # -- voice notes and audio (bot/media.py) --
+        "voice_too_large": (
+            "That voice note is too large for me (my limit is {limit}). Please send a shorter one, or write your "
+            "message."
+        ),
+        "voice_too_long": (
+            "That voice note is too long for me ({seconds} s; my limit is {limit} s). Please send a shorter one, or "
+            "write your message."
+        ),
+        "voice_not_configured": (
+            "I can't listen to voice notes here yet (transcription is not set up). I kept your voice note; please "
+            "write your message."
+        ),
+        "voice_failed": (
+            "Sorry, I couldn't transcribe your voice note just now. I kept it; please try again in a moment, or "
+            "write your message."
+        ),
+        "voice_empty": "I couldn't make out any words in that voice note. Could you say it again, or write it?",
         # -- whatsapp --
         "whatsapp_media_only": (
             "I can only read text for now. Please write your message (I do read the caption of a photo)."
@@ -278,6 +296,24 @@ MESSAGES: dict[str, dict[str, str]] = {
             "Lo siento, este es un asistente privado y no puedo hablar contigo. "
             "No guardo nada de lo que envíes aquí."
         ),
+        # -- notas de voz y audio (bot/media.py) --
+        "voice_too_large": (
+            "Esa nota de voz es demasiado grande para mí (mi límite es {limit}). Envíame una más corta, o "
+            "escríbeme tu mensaje."
+        ),
+        "voice_too_long": (
+            "Esa nota de voz es demasiado larga para mí ({seconds} s; mi límite es {limit} s). Envíame una más "
+            "corta, o escríbeme tu mensaje."
+        ),
+        "voice_not_configured": (
+            "Aquí todavía no puedo escuchar notas de voz (la transcripción no está configurada). He guardado tu "
+            "nota de voz; escríbeme tu mensaje, por favor."
+        ),
+        "voice_failed": (
+            "Lo siento, ahora mismo no he podido transcribir tu nota de voz. La he guardado; inténtalo de nuevo en "
+            "un momento, o escríbeme tu mensaje."
+        ),
+        "voice_empty": "No he entendido ninguna palabra en esa nota de voz. ¿Puedes repetirla, o escribirla?",
         # -- whatsapp --
         "whatsapp_media_only": (
             "Por ahora solo puedo leer texto. Escríbeme tu mensaje (el pie de una foto sí lo leo)."

@@ -40,3 +40,12 @@ def without_nul_in(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [without_nul_in(v) for v in value]
     return value
+
+
+def size_text(size: int) -> str:
+    """A byte count as people read it: "900 B", "120 KB", "5.0 MB"."""
+    if size < 1024:
+        return f"{size} B"
+    if size < 1024 * 1024:
+        return f"{round(size / 1024)} KB"
+    return f"{size / (1024 * 1024):.1f} MB"

@@ -425,6 +425,32 @@ class SqlStore:
 
         return await self._tx("write", retention.purge, surface, days, batch)
 
+    async def keep_media(self, user_id: int, message_id: int, row: dict[str, Any]) -> int:
+        from memory import sql_media
+
+        return await self._tx("write", sql_media.keep, user_id, message_id, row)
+
+    async def keep_transcript(self, user_id: int, message_id: int, text: str, token_count: int,
+                              row: dict[str, Any]) -> int | None:
+        from memory import sql_media
+
+        return await self._tx("write", sql_media.transcribed, user_id, message_id, text, token_count, row)
+
+    async def expired_media(self, before: datetime, limit: int) -> list[tuple[int, str]]:
+        from memory import sql_media
+
+        return await self._tx("read", sql_media.expired, before, limit)
+
+    async def drop_media_files(self, media_ids: list[int]) -> int:
+        from memory import sql_media
+
+        return await self._tx("write", sql_media.dropped, media_ids)
+
+    async def media_paths(self, handle: str) -> list[str]:
+        from memory import sql_media
+
+        return await self._tx("read", sql_media.paths_of, handle)
+
     async def retention_runs(self, limit: int = 100) -> list[dict[str, Any]]:
         from memory import sql_retention as retention
 

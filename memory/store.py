@@ -355,6 +355,24 @@ class Store(Protocol):
         first, with their vectors, search terms and emptied episodes; (messages, vectors, episodes) deleted,
         also kept as a `retention_runs` row when something was (memory/sql_retention.py)."""
 
+    async def keep_media(self, user_id: int, message_id: int, row: dict[str, Any]) -> int:
+        """A media row (migration 0035) of the person's message: `row` holds surface, kind, mime, bytes,
+        duration_s, path, transcriber and status (memory/sql_media.py). Its id."""
+
+    async def keep_transcript(self, user_id: int, message_id: int, text: str, token_count: int,
+                              row: dict[str, Any]) -> int | None:
+        """The transcript becomes the person's message's content (index terms, episode, no stale vector) and its
+        media row is kept, in one transaction: the row's id, or None when the message is not the person's."""
+
+    async def expired_media(self, before: datetime, limit: int) -> list[tuple[int, str]]:
+        """Media files kept since before `before`, oldest first: (media id, path)."""
+
+    async def drop_media_files(self, media_ids: list[int]) -> int:
+        """These media rows' files are deleted: their path becomes NULL."""
+
+    async def media_paths(self, handle: str) -> list[str]:
+        """The person's kept media files (read before `forget` deletes their rows)."""
+
     async def retention_runs(self, limit: int = 100) -> list[dict[str, Any]]:
         """The retention job's latest deletions, newest first: ran_at, surface, days and the counts."""
 

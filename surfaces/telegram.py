@@ -33,7 +33,7 @@ from telegram import Update
 from telegram.error import TelegramError
 from telegram.ext import Application
 
-from bot import export, metrics
+from bot import export, media, metrics
 from bot.config import Settings
 from bot.keyed import KeyedLocks
 from bot.outbox import with_route
@@ -41,9 +41,10 @@ from bot.pipeline import Taken
 from bot.readiness import cached
 from bot.runtime import Runtime
 from kernel import catalog, log
-from kernel.errors import ConfigError, Draining, StoreError
+from kernel.errors import ConfigError, Draining, ServiceUnavailable, StoreError
 from kernel.types import InboundMessage
 from surfaces.http_body import BodyTooLarge, parse_json, read_body
+from surfaces.media_fetch import download
 from surfaces.telegram_inbound import Allowlist, BotIdentity, classify
 from surfaces.telegram_outbound import Say, SendPolicy, TelegramTransport, show_typing
 from surfaces.telegram_polling import Poller
@@ -139,6 +140,7 @@ class TelegramSurface:
         self._accepting = True
         runtime.pipeline.outbox.register(TelegramTransport(app.bot))  # replies and notices go out through it
         runtime.intake.register(self.name, self._run, self._spawn)
+        runtime.listener.register(self.name, self._fetch)  # a recovered voice note is downloaded here too
         logger.info("telegram.started", mode=self.mode, bot_id=app.bot.id, allowlist=bool(self.allowlist))
 
     async def ready(self) -> dict[str, Any]:
@@ -171,6 +173,7 @@ class TelegramSurface:
         finally:
             if self._runtime is not None:  # what the drained updates queued goes out before the bot closes
                 self._runtime.intake.unregister(self.name)
+                self._runtime.listener.unregister(self.name)
                 outbox = self._runtime.pipeline.outbox
                 await outbox.flush(self.name, timeout=FLUSH_S)
                 outbox.unregister(self.name)  # later parts stay queued for the next start
@@ -258,6 +261,8 @@ class TelegramSurface:
                 self._spawn(self._in_order(chat_id, say), "telegram.say")
                 return
             assert d.msg is not None
+            if await self._refused_media(update, d.msg, d.lang, d.reply_to):
+                return
             # the reply goes out through the outbox, to this chat (kept with the message: recovery too)
             msg = with_route(d.msg, str(chat_id), d.reply_to)
             taken = await rt.intake.take(msg)
@@ -265,6 +270,33 @@ class TelegramSurface:
                 logger.info("telegram.redelivery_dropped", update_id=update.update_id)
                 return
             rt.intake.spawn(msg, taken)
+
+    async def _refused_media(self, update: Update, msg: InboundMessage, lang: str, reply_to: int | None) -> bool:
+        """A voice note whose stated size or duration is over the caps: refused (recorded, told) before anything
+        is downloaded or stored. False for everything else."""
+        found = media.voice_of(msg.metadata)
+        refusal = media.refusal(self.settings, found[0]) if found is not None else None
+        if found is None or refusal is None or self._runtime is None:
+            return False
+        if await self._runtime.intake.record(self.name, msg.external_id, "refused", msg.sender):
+            logger.info("telegram.refused", update_id=update.update_id, reason=refusal.key, bytes=found[0].bytes,
+                        duration_s=found[0].duration_s)
+            say = self._say(int(msg.metadata["chat_id"]), catalog.t(refusal.key, lang, **refusal.params), reply_to,
+                            sender=msg.sender)
+            self._spawn(self._in_order(int(msg.metadata["chat_id"]), say), "telegram.say")
+        return True
+
+    def _fetch(self, file_id: str) -> media.Fetch:
+        """Downloads a file of the Bot API (getFile, then its URL), within the size cap."""
+        async def fetch(limit: int) -> bytes:
+            file = await self.application.bot.get_file(file_id)
+            if file.file_size is not None and file.file_size > limit:
+                raise media.MediaTooLarge(file.file_size)
+            if not file.file_path:
+                raise ServiceUnavailable("the Bot API gave no file path (a file over 20 MB?)")
+            return await download(file.file_path, limit)
+
+        return fetch
 
     def _track(self, task: asyncio.Task[Any]) -> None:
         self._inflight.add(task)
@@ -340,7 +372,7 @@ class TelegramSurface:
             return
         try:
             async with show_typing(self.application.bot, chat_id):
-                out = await rt.pipeline.run(msg, taken)
+                out = await rt.listener.run(msg, taken, self._fetch)  # a voice note: on its transcript
         except StoreError as exc:  # the message is stored; its context or reply could not be had
             logger.error("telegram.store_failed", error=type(exc).__name__, chars=len(msg.text))
             await self._say(chat_id, catalog.t("store_unavailable", lang), reply_to)

@@ -8,8 +8,12 @@ Pure (no I/O), so each rule is tested on its own:
   their own conversation of that group (conversation_ref "group:<chat id>", metadata audience "group", so
   the pipeline keeps their private memory out of an answer others read);
 - the allowlist (HILO_TELEGRAM_ALLOWED_USERS) is checked before anything is stored;
-- text, or a caption (photo, document...) as the text; other content (voice, sticker, a bare photo) gets a
-  clear answer and no turn; service messages (someone joined, a pin) and other bots are ignored.
+- text, or a caption (photo, video...) as the text; a location, venue, contact, document or sticker becomes
+  short structured text (surfaces/media_text.py: "[location: 39.47, -0.38]"), followed by its caption; a voice
+  note, audio or video note is a turn whose text is a placeholder ("[voice note: 12 s]") until its transcript
+  replaces it (bot/media.py; metadata "voice" holds its file_id, size and duration); other
+  content (a bare photo or video) gets a clear answer and no turn; service messages (someone joined, a pin) and
+  other bots are ignored.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Literal
 
 from telegram import Message, User
@@ -24,8 +29,10 @@ from telegram.constants import ChatType, MessageEntityType
 
 from bot import commands
 from bot.commands import Command
+from bot.media import Voice
 from kernel import catalog
 from kernel.types import InboundMessage
+from surfaces import media_text
 
 Action = Literal["ignore", "refuse", "non_text", "command", "turn"]
 
@@ -87,6 +94,12 @@ def classify(message: Message, me: BotIdentity, allow: Allowlist, *, default_lan
         return Decision("refuse", lang, reply_to=reply_to)
     text = message.text if message.text is not None else message.caption
     attachment = _attachment_kind(message)
+    described = structured(message)
+    if described is not None:
+        text = media_text.with_caption(described, message.caption)
+    voice = voice_of(message)
+    if voice is not None:
+        text = media_text.voice(voice[0].duration_s)
     if text is None:
         if attachment is None:
             return Decision("ignore", lang, reason="service message")
@@ -100,6 +113,8 @@ def classify(message: Message, me: BotIdentity, allow: Allowlist, *, default_lan
         metadata["first_name"] = user.first_name
     if attachment is not None:
         metadata["attachment"] = attachment
+    if voice is not None:
+        metadata["voice"] = voice[0].as_metadata(voice[1], text)
     if group:
         metadata["audience"] = "group"
     msg = InboundMessage(
@@ -140,6 +155,43 @@ def strip_mention(text: str, me: BotIdentity) -> str:
         return text
     stripped = re.sub(rf"(?<!\w)@{re.escape(me.username)}(?!\w)", " ", text, flags=re.IGNORECASE)
     return re.sub(r"[ \t]{2,}", " ", stripped).strip()
+
+
+def structured(message: Message) -> str | None:
+    """A location, venue, contact, document or sticker as short structured text (None: none of these)."""
+    if message.venue is not None:
+        v = message.venue
+        return media_text.location(v.location.latitude, v.location.longitude, v.title, v.address)
+    if message.location is not None:
+        return media_text.location(message.location.latitude, message.location.longitude)
+    if message.contact is not None:
+        c = message.contact
+        return media_text.contact(" ".join(n for n in (c.first_name, c.last_name) if n), c.phone_number)
+    if message.document is not None:
+        d = message.document
+        return media_text.document(d.file_name, d.mime_type, d.file_size)
+    if message.sticker is not None:
+        return media_text.sticker(message.sticker.emoji)
+    return None
+
+
+def voice_of(message: Message) -> tuple[Voice, str] | None:
+    """A voice note, audio file or video note, and its file_id (None: none of these)."""
+    if message.voice is not None:
+        v = message.voice
+        return Voice("voice", v.mime_type or "audio/ogg", v.file_size, _seconds(v.duration)), v.file_id
+    if message.audio is not None:
+        a = message.audio
+        return Voice("audio", a.mime_type, a.file_size, _seconds(a.duration)), a.file_id
+    if message.video_note is not None:
+        n = message.video_note
+        return Voice("video_note", "video/mp4", n.file_size, _seconds(n.duration)), n.file_id
+    return None
+
+
+def _seconds(duration: int | timedelta | None) -> int | None:
+    """python-telegram-bot gives durations as int seconds, or as timedelta when PTB_TIMEDELTA is set."""
+    return int(duration.total_seconds()) if isinstance(duration, timedelta) else duration
 
 
 def _attachment_kind(message: Message) -> str | None:

@@ -31,10 +31,12 @@ from twilio.request_validator import RequestValidator
 
 from bot import metrics
 from bot.config import Settings
+from bot.media import Voice
 from bot.runtime import Runtime
 from kernel import log
 from kernel.errors import ConfigError, Draining, StoreError
 from kernel.types import InboundMessage
+from surfaces import media_text
 from surfaces.http_body import BodyTooLarge, read_body
 from surfaces.whatsapp_inbox import EMPTY_TWIML, SURFACE, Inbox, twiml
 from surfaces.whatsapp_ready import AccountCheck
@@ -84,10 +86,30 @@ def inbound(form: Form) -> InboundMessage:
     ]
     if media:
         metadata["media"] = media
+    body = form.get("Body", "")
     if form.get("Latitude") and form.get("Longitude"):
         metadata["location"] = {"latitude": form["Latitude"], "longitude": form["Longitude"]}
-    return InboundMessage(surface=SURFACE, sender=sender, external_id=sid, text=form.get("Body", ""),
-                          metadata=metadata)
+        place = media_text.location(form["Latitude"], form["Longitude"], form.get("Label"), form.get("Address"))
+        body = "" if body in (form.get("Label"), form.get("Address")) else body  # Twilio repeats the place there
+        body = media_text.with_caption(place, body)
+    described = [line for m in media if (line := structured(m["content_type"])) is not None]
+    if described:
+        body = media_text.with_caption("\n".join(described), body)
+    audio = next((m for m in media if m["content_type"].lower().startswith("audio/")), None)
+    if audio is not None:  # a voice note: transcribed in the turn's task (bot/media.py), this text until then
+        body = media_text.with_caption(media_text.voice(None), body)
+        metadata["voice"] = Voice("audio", audio["content_type"]).as_metadata(audio["url"], body)
+    return InboundMessage(surface=SURFACE, sender=sender, external_id=sid, text=body, metadata=metadata)
+
+
+def structured(content_type: str) -> str | None:
+    """A shared contact (a vCard) or a document as structured text; None for what is not text (a photo)."""
+    mime = content_type.split(";", 1)[0].strip().lower()
+    if mime in ("text/vcard", "text/x-vcard"):
+        return media_text.contact(None, None)
+    if mime.startswith(("application/", "text/")):
+        return media_text.document(None, mime, None)
+    return None
 
 
 class WhatsAppSurface:
@@ -130,6 +152,7 @@ class WhatsAppSurface:
         self._runtime = self.inbox.runtime = runtime
         runtime.pipeline.outbox.register(TwilioTransport(self.sender))  # replies and notices go out through it
         runtime.intake.register(SURFACE, self.inbox.run, self._spawn)
+        runtime.listener.register(SURFACE, self.inbox.fetch)  # a recovered voice note is downloaded here too
         logger.info("whatsapp.started", webhook=self.settings.public_url + WEBHOOK_PATH)
 
     async def stop(self) -> None:
@@ -138,6 +161,7 @@ class WhatsAppSurface:
         if self._runtime is not None:  # the turns in flight stop waiting for their replies' sends
             self._runtime.pipeline.outbox.closing(SURFACE)
             self._runtime.intake.unregister(SURFACE)
+            self._runtime.listener.unregister(SURFACE)
         for task in self._inflight:
             if task.get_name().startswith("whatsapp-status:"):
                 task.cancel()  # a late status for a part never recorded: not worth holding the shutdown

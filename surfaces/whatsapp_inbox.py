@@ -14,7 +14,10 @@ Decisions:
 - STOP / UNSUBSCRIBE / BAJA / ... (whole message; the policy is bot/opt_out.py): the number is opted out; no
   turn and no reply (on numbers with Twilio's opt-out handling, Twilio sends the confirmation itself). While
   opted out, nothing new is stored and nothing is sent. START / ALTA / ... resumes, with a short confirmation.
-- Media without text gets the catalogue's "text only" answer and no turn; a caption is the message text.
+- Media without text gets the catalogue's "text only" answer and no turn; a caption is the message text. A
+  location, contact or document is structured text (surfaces/whatsapp.py), and a voice note (audio) is a turn
+  on its transcript: stored with its MediaUrl before Twilio hears 200, downloaded with the account's credentials
+  and transcribed in the turn's task (bot/media.py, `fetch`).
 
 What hilo says goes out through the outbox (bot/outbox.py, surfaces.whatsapp_send.TwilioTransport): a turn's
 reply queued with it, and what is said outside a turn (command answers, refusals, the START confirmation, errors:
@@ -29,25 +32,34 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
 from typing import Any
+from urllib.parse import urlsplit
 
 from starlette.responses import PlainTextResponse, Response
 
 from bot.config import Settings
 from bot.keyed import KeyedLocks
+from bot.media import Fetch
 from bot.opt_out import keyword
 from bot.outbox import with_route
 from bot.pipeline import Taken
 from bot.runtime import Runtime
 from kernel import catalog, log
-from kernel.errors import StoreError
+from kernel.errors import ServiceUnavailable, StoreError
 from kernel.types import InboundMessage
+from surfaces.media_fetch import download
 from surfaces.whatsapp_send import TwilioSender, deliver
 
 logger = log.get("hilo.whatsapp")
 
 SURFACE = "whatsapp"
+TWILIO_API = "https://api.twilio.com"
 EMPTY_TWIML = '<?xml version="1.0" encoding="UTF-8"?><Response></Response>'
 Spawn = Callable[[Coroutine[Any, Any, Any], str], bool]
+
+
+def _origin(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    return parts.scheme.lower(), parts.netloc.lower()
 
 
 def twiml() -> Response:
@@ -78,6 +90,17 @@ class Inbox:
         assert self.runtime is not None
         if not await self.runtime.pipeline.notices.say(SURFACE, recipient, text, user_id=user_id, sender=recipient):
             await self.reply(recipient, text, None, None)
+
+    def fetch(self, url: str) -> Fetch:
+        """Downloads a MediaUrl with the account's credentials (HTTP Basic: account SID and auth token), within
+        the size cap; only from Twilio's API host (or TWILIO_API_BASE_URL's), so the credentials go nowhere else."""
+        async def fetch(limit: int) -> bytes:
+            if _origin(url) != _origin(self.settings.twilio_api_base_url or TWILIO_API):
+                raise ServiceUnavailable("a MediaUrl not on Twilio's API host: not fetched with the credentials")
+            return await download(url, limit, auth=(self.settings.twilio_account_sid,
+                                                    self.settings.twilio_auth_token))
+
+        return fetch
 
     async def _in_order(self, sender: str, work: Coroutine[Any, Any, Any]) -> None:
         """`work` after what the number's earlier messages do (asyncio.Lock: first come, first served)."""
@@ -167,7 +190,7 @@ class Inbox:
                 self.runtime.pipeline.release(taken)
                 logger.info("whatsapp.dropped_opted_out", message_sid=sid)
                 return
-            out = await self.runtime.pipeline.run(msg, taken)
+            out = await self.runtime.listener.run(msg, taken, self.fetch)  # a voice note: on its transcript
         except StoreError as exc:
             logger.error("whatsapp.store_unavailable", message_sid=sid, error=type(exc).__name__)
             await self.reply(msg.sender, catalog.t("store_unavailable", lang), None, None)  # said directly

@@ -547,3 +547,37 @@ async def test_a_notice_is_kept_in_the_persons_conversation_on_its_surface(store
     assert [m.content for m in await store.messages(uid, web.conversation_id)] == [
         "hello", "note one", "note two", "note three"]
     assert [m.content for m in await store.messages(stranger.user_id, stranger.conversation_id)] == ["mine"]
+
+
+async def test_a_transcript_becomes_the_message_found_by_recall_and_its_media_rows_are_the_persons(
+    store: Store,
+) -> None:
+    voice = {"kind": "voice", "ref": "file-1", "duration_s": 4}
+    note = await put(store, msg("telegram", "1", "v1", "[voice note: 4 s]", handle="ana", voice=voice))
+    other = await put(store, msg("telegram", "2", "b1", "[voice note: 2 s]", handle="bob"))
+    current = await put(store, msg("cli", "ana", "c1", "anything", T0 + timedelta(hours=3), handle="ana"))
+    probe = {"search_text": "plumber Ramiro", "current_message_id": current.message.id, "conversation_id": None,
+             "cross_since": T0 + timedelta(hours=2)}  # the voice note is older than the cross-surface window
+    assert (await store.load_context(query(current, **probe))).recalled == []
+    row = {"surface": "telegram", "kind": "voice", "mime": "audio/ogg", "bytes": 5120, "duration_s": 4,
+           "path": "/data/media/1/1-voice.ogg", "transcriber": "openai:whisper-1", "status": "transcribed"}
+    text = "the plumber Ramiro comes on Thursday"
+    media_id = await store.keep_transcript(note.user_id, note.message.id, text, 6, row)
+    assert media_id is not None
+    # another person's message is never rewritten through ids that are not theirs
+    assert await store.keep_transcript(note.user_id, other.message.id, "hijacked", 1, row) is None
+    recalled = (await store.load_context(query(current, **probe))).recalled
+    assert [(m.external_id, m.content, m.token_count) for m in recalled][:1] == [("v1", text, 6)]
+    assert recalled[0].metadata["voice"]["ref"] == "file-1"  # the media reference stays with the message
+    failed = await store.keep_media(note.user_id, note.message.id, {**row, "status": "failed", "path": None})
+    assert failed != media_id
+    assert await store.media_paths(note.handle) == ["/data/media/1/1-voice.ogg"]
+    assert await store.expired_media(LATER + timedelta(days=1), 10) == [(media_id, "/data/media/1/1-voice.ogg")]
+    assert await store.expired_media(T0, 10) == []
+    assert await store.drop_media_files([media_id]) == 1
+    assert await store.media_paths(note.handle) == [] and await store.expired_media(LATER + timedelta(days=1), 10) == []
+    exported = await store.export(note.handle)
+    assert exported is not None and len(exported["tables"]["media"]) == 2
+    assert await store.forget(note.handle) is True
+    assert await store.export(note.handle) is None
+    assert (await store.inspect(other.handle)) is not None

@@ -415,6 +415,17 @@ async def test_media_input_errors_and_failed_turns_get_catalogue_answers(
         assert data["conversations"][0]["messages"][-1]["content"] == "are you up?"  # kept for later
 
 
+async def test_a_location_is_a_turn_stored_as_structured_text_never_a_refusal(
+    daemon: httpx.AsyncClient, twilio_api: fake_twilio.FakeTwilioApi,
+) -> None:
+    await post(daemon, "/webhooks/whatsapp", incoming("SMloc", "", Latitude="39.47", Longitude="-0.38"))
+    (answer,) = await twilio_api.wait_for(1)
+    assert "only read text" not in answer.body and "[location: 39.47, -0.38]" in answer.body  # echo saw it
+    await idle(daemon)
+    (user_msg, reply) = (await inspect(daemon))["conversations"][0]["messages"]
+    assert user_msg["content"] == "[location: 39.47, -0.38]" and reply["role"] == "assistant"
+
+
 async def test_the_webhook_answers_at_once_while_the_model_is_slow(
     tmp_path: Path, twilio_api: fake_twilio.FakeTwilioApi, model_server: fake_model.FakeModelServer,
 ) -> None:

@@ -1,7 +1,8 @@
 """A loopback fake of the OpenAI and Anthropic HTTP APIs, scriptable per request, for the real SDKs to talk to.
 
 Routes: POST /v1/chat/completions (JSON, or SSE ending in `data: [DONE]` with a usage chunk), POST /v1/messages
-(JSON, or SSE events message_start .. message_stop with usage) and POST /v1/embeddings (tests/fakes/embeddings_api.py).
+(JSON, or SSE events message_start .. message_stop with usage), POST /v1/embeddings (tests/fakes/embeddings_api.py)
+and POST /v1/audio/transcriptions (multipart in, JSON {"text"} out: tests/fakes/transcriptions_api.py).
 It listens on 127.0.0.1 only, on a free port, served by uvicorn in a background thread.
 
 Scripting: each request takes the next behaviour from its model's queue (`script(model=...)`), else from the
@@ -39,7 +40,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tests.fakes import embeddings_api, tool_answers
+from tests.fakes import embeddings_api, multipart, tool_answers, transcriptions_api
 from tests.fakes.loopback import ThreadedServer
 from tests.fakes.model_behaviours import (
     BREAKS,
@@ -123,6 +124,7 @@ class FakeModelServer:
             Route("/v1/chat/completions", self._openai, methods=["POST"]),
             Route("/v1/messages", self._anthropic, methods=["POST"]),
             Route("/v1/embeddings", self._embeddings, methods=["POST"]),
+            Route("/v1/audio/transcriptions", self._transcriptions, methods=["POST"]),
         ])
         self._loopback = ThreadedServer(self.app, name="fake-model-server")
 
@@ -196,8 +198,10 @@ class FakeModelServer:
         self._loopback.stop()
 
     # -- routes -------------------------------------------------------------------------------------------
-    async def _receive(self, request: Request, path: str) -> tuple[RecordedRequest, Behaviour]:
-        body = json.loads(await request.body() or b"{}")
+    async def _receive(self, request: Request, path: str,
+                       body: dict[str, Any] | None = None) -> tuple[RecordedRequest, Behaviour]:
+        if body is None:
+            body = json.loads(await request.body() or b"{}")
         record = RecordedRequest(path, str(body.get("model", "")), body, dict(request.headers))
         with self._lock:
             self.requests.append(record)
@@ -269,6 +273,14 @@ class FakeModelServer:
     async def _embeddings(self, request: Request) -> Response:
         record, b = await self._receive(request, "/v1/embeddings")
         return embeddings_api.answer(record.body, b)
+
+    async def _transcriptions(self, request: Request) -> Response:
+        fields, files = multipart.parse(request.headers.get("content-type", ""), await request.body())
+        # recorded: the fields, and the file's name and size (its bytes stay out of the record)
+        seen = {**fields, "file": {"filename": files["file"][0], "bytes": len(files["file"][1])}} if "file" in files \
+            else dict(fields)
+        _, b = await self._receive(request, "/v1/audio/transcriptions", seen)
+        return transcriptions_api.answer(fields, files, b)
 
     async def _anthropic(self, request: Request) -> Response:
         record, b = await self._receive(request, "/v1/messages")

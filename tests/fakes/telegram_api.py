@@ -3,9 +3,10 @@
 Serves `/bot{token}/{method}` on 127.0.0.1 (uvicorn in a background thread): getMe, getUpdates (hands out the
 queued updates from `offset` on; long-polls up to `timeout` seconds, capped at `max_long_poll`, waking as soon
 as one is queued; 409 while a webhook is set, like Telegram), sendMessage (held while `hold(gate)` says so),
-sendChatAction, sendDocument, setWebhook, deleteWebhook, getWebhookInfo, setMyCommands. Any other method is 404;
+sendChatAction, sendDocument, setWebhook, deleteWebhook, getWebhookInfo, setMyCommands, getFile, and the files
+it names at /file/bot{token}/{path} (`add_file`; chunked, with no size stated, when asked). Any other method is 404;
 another token is 401. Bodies are form-urlencoded (as the library sends them), JSON, or multipart/form-data (the
-library's upload of a file: sendDocument), parsed with the standard library's MIME parser.
+library's upload of a file: sendDocument), parsed by tests/fakes/multipart.py.
 
 Every call is recorded (`calls`), sent messages in order (`sent`), uploaded files (`documents`).
 `fail("sendMessage", ...)` scripts the next answers of a method: a 429 with retry_after, a 502, a 403...
@@ -16,14 +17,12 @@ daemon (webhook).
 from __future__ import annotations
 
 import asyncio
-import email.parser
-import email.policy
 import itertools
 import json
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
@@ -31,9 +30,10 @@ from urllib.parse import parse_qsl
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from tests.fakes import multipart
 from tests.fakes.loopback import HeldSends, ThreadedServer
 
 TOKEN = "123456:TEST-token_for-the-fake"
@@ -83,23 +83,8 @@ class _State:
     failures: dict[str, deque[Failure]] = field(default_factory=dict)
     webhook: dict[str, Any] = field(default_factory=dict)
     confirmed: int = 0  # the highest update_id confirmed by an offset
-
-
-def _multipart(content_type: str, body: bytes) -> tuple[dict[str, Any], dict[str, tuple[str, bytes]]]:
-    """A multipart/form-data body: its fields (as form values) and its files (name -> (filename, bytes))."""
-    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
-        b"Content-Type: " + content_type.encode() + b"\r\n\r\n" + body)
-    fields: dict[str, Any] = {}
-    files: dict[str, tuple[str, bytes]] = {}
-    for part in message.iter_parts():
-        name = str(part.get_param("name", header="content-disposition"))
-        data = part.get_payload(decode=True)
-        assert isinstance(data, bytes)
-        if part.get_filename() is not None:
-            files[name] = (str(part.get_filename()), data)
-        else:
-            fields[name] = _param(data.decode())
-    return fields, files
+    files: dict[str, tuple[str, bytes, bool]] = field(default_factory=dict)  # file_id -> (path, bytes, size stated)
+    downloads: list[str] = field(default_factory=list)  # the file paths fetched
 
 
 def _param(value: str) -> Any:
@@ -122,7 +107,8 @@ class FakeBotApi(HeldSends):
         self._state = _State()
         self._update_ids = itertools.count(1000)
         self._message_ids = itertools.count(5000)
-        self.app = Starlette(routes=[Route("/bot{token}/{method}", self._dispatch, methods=["GET", "POST"])])
+        self.app = Starlette(routes=[Route("/bot{token}/{method}", self._dispatch, methods=["GET", "POST"]),
+                                     Route("/file/bot{token}/{path:path}", self._file, methods=["GET"])])
         self._loopback = ThreadedServer(self.app, name="fake-bot-api")
 
     @property
@@ -208,6 +194,17 @@ class FakeBotApi(HeldSends):
                 raise AssertionError("condition not met in time")
             await asyncio.sleep(0.01)
 
+    def add_file(self, file_id: str, data: bytes, *, state_size: bool = True) -> None:
+        """A file getFile knows and /file/bot<token>/<path> serves; `state_size=False`: getFile and the download
+        do not say its size (the download is chunked), as a self-hosted Bot API server may not."""
+        with self._lock:
+            self._state.files[file_id] = (f"voice/file_{len(self._state.files)}.oga", data, state_size)
+
+    @property
+    def downloads(self) -> list[str]:
+        with self._lock:
+            return list(self._state.downloads)
+
     def reset(self) -> None:
         with self._lock:
             self._state = _State()
@@ -260,6 +257,13 @@ class FakeBotApi(HeldSends):
             extra["caption"] = caption
         return self.update(self.message(None, **kw, **extra))
 
+    def voice_update(self, file_id: str, data: bytes, duration: int, *, size: int | None = None,
+                     **kw: Any) -> dict[str, Any]:
+        """A voice note (Telegram's Voice object: Ogg Opus); `size` the file_size it states (default: the real one)."""
+        voice = {"file_id": file_id, "file_unique_id": f"u-{file_id}", "duration": duration,
+                 "mime_type": "audio/ogg", "file_size": len(data) if size is None else size}
+        return self.update(self.message(None, **kw, voice=voice))
+
     def mention(self, text: str) -> tuple[str, list[dict[str, Any]]]:
         """`text` with "@bot" in front, and its mention entity (offsets in UTF-16 units, as Telegram counts)."""
         handle = f"@{BOT_USERNAME}"
@@ -279,7 +283,8 @@ class FakeBotApi(HeldSends):
         if content_type.startswith("application/json"):
             params = json.loads(raw or b"{}")
         elif content_type.startswith("multipart/form-data"):
-            params, files = _multipart(content_type, raw)
+            fields, files = multipart.parse(content_type, raw)
+            params = {name: _param(value) for name, value in fields.items()}
             params.update({name: {"filename": f[0], "data": f[1]} for name, f in files.items()})
         else:
             params = {k: _param(v) for k, v in parse_qsl(raw.decode())}
@@ -303,6 +308,34 @@ class FakeBotApi(HeldSends):
         if isinstance(result, JSONResponse):
             return result
         return JSONResponse({"ok": True, "result": result})
+
+    async def _m_getFile(self, params: dict[str, Any]) -> Any:
+        with self._lock:
+            found = self._state.files.get(str(params.get("file_id")))
+        if found is None:
+            return _error(400, "Bad Request: invalid file_id")
+        path, data, stated = found
+        result = {"file_id": params["file_id"], "file_unique_id": f"u-{params['file_id']}", "file_path": path}
+        return {**result, "file_size": len(data)} if stated else result
+
+    async def _file(self, request: Request) -> Response:
+        if request.path_params["token"] != self.token:
+            return Response(status_code=401)
+        path = request.path_params["path"]
+        with self._lock:
+            found = next(((d, stated) for p, d, stated in self._state.files.values() if p == path), None)
+            self._state.downloads.append(path)
+        if found is None:
+            return Response(status_code=404)
+        data, stated = found
+        if stated:
+            return Response(data, media_type="application/octet-stream")
+
+        async def chunks() -> AsyncIterator[bytes]:
+            for start in range(0, len(data), 64 * 1024):
+                yield data[start:start + 64 * 1024]
+
+        return StreamingResponse(chunks(), media_type="application/octet-stream")
 
     async def _m_getMe(self, params: dict[str, Any]) -> Any:
         return {"id": BOT_ID, "is_bot": True, "first_name": "hilo", "username": BOT_USERNAME,

@@ -4,6 +4,10 @@ GET /2010-04-01/Accounts/{AccountSid}.json: the account resource (Basic auth che
 readiness check fetches it once at start (surfaces/whatsapp_ready.py); `account_status` is what it says
 ("active", or "suspended" / "closed"), `account_fetches` counts the fetches.
 
+GET /2010-04-01/Accounts/{AccountSid}/Messages/{MessageSid}/Media/{MediaSid}: an inbound message's MediaUrl
+(`add_media`), Basic auth checked, answered with a 307 to /storage/{MediaSid}, which serves the bytes with their
+Content-Type and Content-Length; `media_fetches` records (media sid, authorized) per request.
+
 POST /2010-04-01/Accounts/{AccountSid}/Messages.json: checks HTTP Basic auth (account SID + auth token; 401
 with Twilio's error 20003 otherwise), records the form (To, From, Body, StatusCallback) in arrival order, and
 answers 201 with a message resource whose `sid` is a fresh "SM..." id. It listens on 127.0.0.1 only, on a free
@@ -114,7 +118,12 @@ class FakeTwilioApi(HeldSends):
         self.app = Starlette(routes=[
             Route("/2010-04-01/Accounts/{account_sid}.json", self._account, methods=["GET"]),
             Route("/2010-04-01/Accounts/{account_sid}/Messages.json", self._messages, methods=["POST"]),
+            Route("/2010-04-01/Accounts/{account_sid}/Messages/{message_sid}/Media/{media_sid}", self._media,
+                  methods=["GET"]),
+            Route("/storage/{media_sid}", self._storage, methods=["GET"]),
         ])
+        self._media_files: dict[str, tuple[bytes, str]] = {}
+        self.media_fetches: list[tuple[str, bool]] = []  # (media sid, Basic auth given) of each media request
         self._loopback = ThreadedServer(self.app, name="fake-twilio-api")
 
     @property
@@ -135,11 +144,19 @@ class FakeTwilioApi(HeldSends):
         with self._lock:
             self._queue.extend(behaviours)
 
+    def add_media(self, message_sid: str, media_sid: str, data: bytes, content_type: str = "audio/ogg") -> str:
+        """A media file of an inbound message; its MediaUrl (what Twilio's webhook form carries)."""
+        with self._lock:
+            self._media_files[media_sid] = (data, content_type)
+        return f"{self.base_url}/2010-04-01/Accounts/{self.account_sid}/Messages/{message_sid}/Media/{media_sid}"
+
     def reset(self) -> None:
         with self._lock:
             self._queue.clear()
             self.requests = []
             self.account_status, self.account_fetches = "active", 0
+            self._media_files.clear()
+            self.media_fetches = []
         self.hold(None)
 
     async def wait_for(self, count: int, timeout: float = 10.0) -> list[RecordedSend]:
@@ -205,6 +222,28 @@ class FakeTwilioApi(HeldSends):
             "status": "queued", "subresource_uris": {}, "to": form.get("To"),
             "uri": f"/2010-04-01/Accounts/{account_sid}/Messages/{sid}.json",
         }, status_code=201)
+
+    async def _media(self, request: Request) -> Response:
+        """A MediaUrl, as Twilio answers it: Basic auth checked (when the account requires it: always here), then a
+        307 to the file's storage, which serves it with its Content-Type and Content-Length."""
+        media_sid = request.path_params["media_sid"]
+        authorized = self._authorized(request, request.path_params["account_sid"])
+        with self._lock:
+            self.media_fetches.append((media_sid, authorized))
+            known = media_sid in self._media_files
+        if not authorized:
+            return _unauthenticated()
+        if not known:
+            return JSONResponse({"code": 20404, "message": "not found", "status": 404}, status_code=404)
+        return Response(status_code=307, headers={"location": f"/storage/{media_sid}"})
+
+
+    async def _storage(self, request: Request) -> Response:
+        with self._lock:
+            found = self._media_files.get(request.path_params["media_sid"])
+        if found is None:
+            return Response(status_code=404)
+        return Response(found[0], media_type=found[1])
 
 
 def _unauthenticated() -> JSONResponse:

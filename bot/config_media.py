@@ -1,0 +1,42 @@
+"""The media area's settings (issue 15: voice notes and audio), read from HILO_* names into Settings' media block.
+
+Transcription is off unless HILO_TRANSCRIBE_MODEL names a model of an OpenAI-compatible `/audio/transcriptions`
+endpoint (OpenAI `whisper-1` or `gpt-4o-mini-transcribe`, Groq `whisper-large-v3`, a local Whisper server's model):
+HILO_TRANSCRIBE_URL (a server for transcriptions only), else OPENAI_BASE_URL, else OpenAI; HILO_TRANSCRIBE_API_KEY,
+and OPENAI_API_KEY only when HILO_TRANSCRIBE_URL is not set (the OpenAI key is never sent to another server),
+as HILO_EMBEDDING_URL / HILO_EMBEDDING_API_KEY do. Every malformed value is a ConfigError naming its setting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from bot.config_costs import number
+from kernel.errors import ConfigError
+
+
+def _whole(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    return int(number(env, name, default, minimum))
+
+
+def media_from(env: Mapping[str, str], *, openai_key: str, openai_base: str) -> dict[str, Any]:
+    """Settings' media fields from the environment."""
+    url = env.get("HILO_TRANSCRIBE_URL", "").strip().rstrip("/")
+    if url and not url.startswith(("https://", "http://")):
+        raise ConfigError(f"HILO_TRANSCRIBE_URL={url!r} is not a URL: set it to e.g. http://127.0.0.1:8000/v1 "
+                          "(an OpenAI-compatible server with /audio/transcriptions)")
+    model = env.get("HILO_TRANSCRIBE_MODEL", "").strip()
+    key = env.get("HILO_TRANSCRIBE_API_KEY", "").strip() or ("" if url else openai_key)
+    if model and not (key or url or openai_base):
+        raise ConfigError(f"HILO_TRANSCRIBE_MODEL={model!r} needs OPENAI_API_KEY (or HILO_TRANSCRIBE_URL with "
+                          "HILO_TRANSCRIBE_API_KEY for Groq or a local Whisper server); or unset it")
+    return {
+        "transcribe_model": model,
+        "transcribe_url": url or openai_base,
+        "transcribe_api_key": key,
+        "transcribe_timeout": float(_whole(env, "HILO_TRANSCRIBE_TIMEOUT", 120, 1)),
+        "media_max_bytes": _whole(env, "HILO_MEDIA_MAX_BYTES", 20 * 1024 * 1024, 1024),
+        "media_max_seconds": _whole(env, "HILO_MEDIA_MAX_SECONDS", 600, 1),
+        "media_retention_days": _whole(env, "HILO_MEDIA_RETENTION_DAYS", 30, 0),
+    }

@@ -38,9 +38,9 @@ def env_example_settings() -> set[str]:
 
 
 def code_settings() -> set[str]:
-    """The environment names bot/config.py (and the costs area's bot/config_costs.py, the routes'
-    bot/config_routes.py) read (each appears there as a quoted string)."""
-    text = "".join((REPO / "bot" / name).read_text() for name in ("config.py", "config_costs.py", "config_routes.py"))
+    """The environment names bot/config.py and its areas' modules (bot/config_*.py: costs, routes, tools, media)
+    read (each appears there as a quoted string)."""
+    text = "".join(path.read_text() for path in sorted((REPO / "bot").glob("config*.py")))
     return set(re.findall(rf'"({_NAME})"', text))
 
 

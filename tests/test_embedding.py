@@ -115,7 +115,7 @@ async def test_the_embed_job_embeds_new_messages_in_one_process(store: Store, fa
     for i in range(4):
         await say(store, f"m{i}", f"message number {i}", i)
     jobs = registry(Settings(embed_batch=3), store, embedder=fake_openai)
-    assert [j.name for j in jobs] == ["cleanup", "memory_expiry", "embed"]
+    assert [j.name for j in jobs] == ["cleanup", "memory_expiry", "media_retention", "embed"]
     assert "embed" not in [j.name for j in registry(Settings(), store, embedder=NoEmbedder())]
     scheduler = Scheduler(store, jobs)
     await scheduler.start()

@@ -274,12 +274,13 @@ async def test_echo_means_no_extraction_said_once_at_start(store: Store, capsys:
     assert logged.count("extract.off") == 1 and "the echo model is offline" in logged
     off = Settings.from_mapping({"HILO_MODEL": "openai:m1", "OPENAI_API_KEY": "x", "HILO_EXTRACT_EVERY": "0"})
     chain = build_chain(off)
-    assert [job.name for job in job_list.registry(off, store, chain)] == ["cleanup", "memory_expiry", "summarize"]
+    names = [job.name for job in job_list.registry(off, store, chain)]
+    assert names == ["cleanup", "memory_expiry", "media_retention", "summarize"]
     assert "HILO_EXTRACT_EVERY=0" in "".join(capsys.readouterr())
     await chain.aclose()
     on = Settings.from_mapping({"HILO_MODEL": "openai:m1", "OPENAI_API_KEY": "x"})
     assert on.extract_every == 6
     chain = build_chain(on)
     names = [job.name for job in job_list.registry(on, store, chain)]
-    assert names == ["cleanup", "memory_expiry", "extract", "summarize"]
+    assert names == ["cleanup", "memory_expiry", "media_retention", "extract", "summarize"]
     await chain.aclose()

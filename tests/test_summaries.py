@@ -182,10 +182,12 @@ async def test_no_summaries_with_echo_or_when_turned_off(store: Store, capsys: p
     log.configure()  # info lines on, whatever an in-process `hilo` command set before (it logs warnings only)
     echo = Settings()
     capsys.readouterr()
-    assert [job.name for job in job_list.registry(echo, store, build_chain(echo))] == ["cleanup", "memory_expiry"]
+    names = [job.name for job in job_list.registry(echo, store, build_chain(echo))]
+    assert names == ["cleanup", "memory_expiry", "media_retention"]
     logged = "".join(capsys.readouterr())
     assert logged.count("extract.off") == 1 and logged.count("summary.off") == 1
     off = Settings.from_mapping({"HILO_MODEL": "openai:m1", "OPENAI_API_KEY": "x", "HILO_SUMMARY_MIN_MESSAGES": "0"})
     chain = build_chain(off)
-    assert [job.name for job in job_list.registry(off, store, chain)] == ["cleanup", "memory_expiry", "extract"]
+    names = [job.name for job in job_list.registry(off, store, chain)]
+    assert names == ["cleanup", "memory_expiry", "media_retention", "extract"]
     await chain.aclose()

@@ -15,7 +15,7 @@ from pathlib import Path
 from bot import retention
 from bot.config_costs import costs_from
 from bot.config_media import media_from
-from bot.config_routes import Route, routes_from
+from bot.config_routes import Route, every_model, routes_from
 from bot.config_tools import HttpToolSpec, tools_from
 from bot.prices import PriceTable
 from kernel.errors import ConfigError
@@ -337,7 +337,7 @@ class Settings:
     @property
     def every_model(self) -> tuple[ModelSpec, ...]:
         """The default chain's models and the routes', each once, in order of appearance."""
-        return tuple(dict.fromkeys([*self.models, *(m for r in self.model_routes for m in r.models)]))
+        return every_model(self.models, self.model_routes)
 
     def with_(self, **changes: object) -> Settings:
         return replace(self, **changes)  # type: ignore[arg-type]
@@ -364,7 +364,7 @@ class Settings:
             if part.strip()
         )
         routes = routes_from(env, ModelSpec.parse, fallbacks)
-        for spec in dict.fromkeys([model, *fallbacks, *(m for r in routes for m in r.models)]):
+        for spec in every_model((model, *fallbacks), routes):
             if spec.provider == "openai" and not (openai_key or openai_base):
                 raise ConfigError(
                     f"{spec.label} needs OPENAI_API_KEY (or OPENAI_BASE_URL for a local OpenAI-compatible "

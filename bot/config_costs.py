@@ -17,7 +17,7 @@ from kernel.errors import ConfigError
 CAPS = ("HILO_CAP_PERSON_DAILY_USD", "HILO_CAP_PERSON_MONTHLY_USD", "HILO_CAP_DAILY_USD", "HILO_CAP_MONTHLY_USD")
 
 
-def _usd(env: Mapping[str, str], name: str) -> float:
+def usd(env: Mapping[str, str], name: str) -> float:
     raw = env.get(name, "").strip()
     try:
         value = float(raw) if raw else 0.0
@@ -26,6 +26,11 @@ def _usd(env: Mapping[str, str], name: str) -> float:
     if not math.isfinite(value) or value < 0:
         raise ConfigError(f"{name}={raw!r}: set it to a cap in USD of 0 or more (0: no cap)")
     return value
+
+
+def whole(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    """A setting that counts something (number's checks, then its whole part)."""
+    return int(number(env, name, default, minimum))
 
 
 def number(env: Mapping[str, str], name: str, default: float, minimum: float) -> float:
@@ -68,12 +73,12 @@ def costs_from(env: Mapping[str, str]) -> dict[str, Any]:
     if any("@" not in a for a in (*to, *([sender] if sender else []))):
         raise ConfigError("HILO_ALERT_EMAIL_TO / HILO_ALERT_EMAIL_FROM: write email addresses, e.g. ops@example.com")
     prices = PriceTable.parse(env.get("HILO_PRICES", ""))
-    person_daily, person_monthly, daily, monthly = (_usd(env, name) for name in CAPS)
+    person_daily, person_monthly, daily, monthly = (usd(env, name) for name in CAPS)
     return {
         "prices": prices, "cap_person_daily_usd": person_daily, "cap_person_monthly_usd": person_monthly,
         "cap_daily_usd": daily, "cap_monthly_usd": monthly,
         "alert_webhook_url": webhook, "alert_smtp_url": smtp, "alert_email_to": to,
         "alert_email_from": sender or (f"hilo@{urlsplit(smtp).hostname}" if smtp else ""),
         "alert_min_interval": number(env, "HILO_ALERT_MIN_INTERVAL", 300.0, 0.0),
-        "alert_delivery_failures": int(number(env, "HILO_ALERT_DELIVERY_FAILURES", 5, 1)),
+        "alert_delivery_failures": whole(env, "HILO_ALERT_DELIVERY_FAILURES", 5, 1),
     }

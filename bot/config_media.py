@@ -12,12 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from bot.config_costs import number
+from bot.config_costs import whole
 from kernel.errors import ConfigError
-
-
-def _whole(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
-    return int(number(env, name, default, minimum))
 
 
 def media_from(env: Mapping[str, str], *, openai_key: str, openai_base: str) -> dict[str, Any]:
@@ -35,8 +31,8 @@ def media_from(env: Mapping[str, str], *, openai_key: str, openai_base: str) -> 
         "transcribe_model": model,
         "transcribe_url": url or openai_base,
         "transcribe_api_key": key,
-        "transcribe_timeout": float(_whole(env, "HILO_TRANSCRIBE_TIMEOUT", 120, 1)),
-        "media_max_bytes": _whole(env, "HILO_MEDIA_MAX_BYTES", 20 * 1024 * 1024, 1024),
-        "media_max_seconds": _whole(env, "HILO_MEDIA_MAX_SECONDS", 600, 1),
-        "media_retention_days": _whole(env, "HILO_MEDIA_RETENTION_DAYS", 30, 0),
+        "transcribe_timeout": float(whole(env, "HILO_TRANSCRIBE_TIMEOUT", 120, 1)),
+        "media_max_bytes": whole(env, "HILO_MEDIA_MAX_BYTES", 20 * 1024 * 1024, 1024),
+        "media_max_seconds": whole(env, "HILO_MEDIA_MAX_SECONDS", 600, 1),
+        "media_retention_days": whole(env, "HILO_MEDIA_RETENTION_DAYS", 30, 0),
     }

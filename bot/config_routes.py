@@ -16,13 +16,13 @@ microseconds. Each model call records the route that chose it (model_calls.route
 from __future__ import annotations
 
 import re
-import unicodedata
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bot import config_file
 from kernel.errors import ConfigError
+from memory.search_terms import WORD, fold
 
 if TYPE_CHECKING:
     from bot.config import ModelSpec
@@ -31,12 +31,6 @@ SETTING = "HILO_MODEL_ROUTES"
 EXAMPLE = '[{"name": "quick", "model": "openai:gpt-4o-mini", "max_chars": 160}]'
 KEYS = frozenset({"name", "model", "fallbacks", "min_chars", "max_chars", "keywords"})
 CONDITIONS = ("min_chars", "max_chars", "keywords")
-_WORD = re.compile(r"\w+")
-
-
-def fold(text: str) -> str:
-    """Lowercase, accents off: "Código" and "codigo" are one keyword."""
-    return "".join(c for c in unicodedata.normalize("NFKD", text.casefold()) if not unicodedata.combining(c))
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +49,13 @@ class Route:
             return False
         if self.max_chars is not None and len(text) > self.max_chars:
             return False
-        return not self.keywords or not self.keywords.isdisjoint(_WORD.findall(fold(text)))
+        return not self.keywords or not self.keywords.isdisjoint(WORD.findall(fold(text)))
+
+
+def every_model(models: Iterable[ModelSpec], routes: Iterable[Route]) -> tuple[ModelSpec, ...]:
+    """The default chain's models and the routes', each once, in order of appearance: what providers are built,
+    keys checked and circuit breakers kept for."""
+    return tuple(dict.fromkeys([*models, *(m for r in routes for m in r.models)]))
 
 
 def routes_from(env: Mapping[str, str], parse: Callable[..., ModelSpec],
@@ -103,6 +103,6 @@ def _route(i: int, entry: Any, parse: Callable[..., ModelSpec], fallbacks: tuple
     words = entry.get("keywords", [])
     if "keywords" in entry and not words:
         raise ConfigError(f'{where}: "keywords" is empty; list the words, e.g. ["python", "sql"], or leave it out')
-    if not (isinstance(words, list) and all(isinstance(w, str) and _WORD.fullmatch(fold(w.strip())) for w in words)):
+    if not (isinstance(words, list) and all(isinstance(w, str) and WORD.fullmatch(fold(w.strip())) for w in words)):
         raise ConfigError(f'{where}: "keywords" must be a list of single words, e.g. ["python", "sql"]')
     return Route(name, models, bounds["min_chars"], bounds["max_chars"], frozenset(fold(w.strip()) for w in words))

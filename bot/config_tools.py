@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bot import config_file
-from bot.config_costs import _usd, number
+from bot.config_costs import number, usd, whole
 from kernel.errors import ConfigError
 
 #: The built-in tools, in the order they are offered (bot/tools/builtin.py implements each).
@@ -103,9 +103,9 @@ def tools_from(env: Mapping[str, str]) -> dict[str, Any]:
     """Settings' tools fields from the environment."""
     return {
         "tools": tool_names(env.get("HILO_TOOLS", "")),
-        "tool_steps": int(number(env, "HILO_TOOL_STEPS", 4, 1)),
+        "tool_steps": whole(env, "HILO_TOOL_STEPS", 4, 1),
         "tool_seconds": number(env, "HILO_TOOL_SECONDS", 30.0, 1.0),
         "tool_timeout": number(env, "HILO_TOOL_TIMEOUT", 10.0, 0.1),
-        "tool_cost_usd": _usd(env, "HILO_TOOL_COST_USD"),
+        "tool_cost_usd": usd(env, "HILO_TOOL_COST_USD"),
         "http_tools": http_tools(env),
     }

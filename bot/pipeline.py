@@ -44,7 +44,15 @@ from bot.tools.registry import ToolContext
 from kernel import catalog, log
 from kernel.errors import InputError
 from kernel.text import blank
-from kernel.types import ChatMessage, InboundMessage, OutboundMessage, utcnow
+from kernel.types import (
+    ChatMessage,
+    InboundMessage,
+    ModelCallRecord,
+    OutboundMessage,
+    Outgoing,
+    StoredMessage,
+    utcnow,
+)
 from memory.context import AssembledContext
 from memory.store import Ingested, Store, StoreError
 
@@ -258,15 +266,9 @@ class Pipeline:
             reply_tokens = await assembly.count_tokens(reply) if reply is not None else 0
             said = reply if reply is not None else catalog.t(
                 f"cap_reached_{failure.period}" if isinstance(failure, CapReached) else "model_unavailable", lang)
-            # Telegram, WhatsApp: the parts are queued in the outbox in finish_turn's transaction
-            outgoing = self.outbox.outgoing_for(msg, said)
-            try:
-                stored = await self.store.finish_turn(turn, reply, reply_tokens, calls, memory_ids=ctx.memory_ids(),
-                                                      outgoing=outgoing, tool_messages=await _counted(ran.messages))
-            except StoreError as exc:
-                # The person's message is already stored; an answer they can read beats no answer at all.
-                logger.error("turn.reply_not_stored", message_id=turn.message.id, error=type(exc).__name__)
-                stored, outgoing = None, None
+            stored, outgoing = await self._finish(msg, turn, said, reply, reply_tokens, calls,
+                                                  memory_ids=ctx.memory_ids(),
+                                                  tool_messages=await _counted(ran.messages))
         outcome = completion.outcome if completion is not None else "failed"
         metrics.observe_turn(msg.surface, outcome, time.perf_counter() - started, pre_model_ms / 1000, calls)
         metrics.observe_context(ctx)
@@ -291,16 +293,28 @@ class Pipeline:
             metadata={"outcome": completion.outcome, **queued},
         )
 
+    async def _finish(
+        self, msg: InboundMessage, turn: Ingested, said: str, reply: str | None, reply_tokens: int,
+        calls: Sequence[ModelCallRecord], *, memory_ids: Sequence[int] = (),
+        tool_messages: Sequence[ChatMessage] = (),
+    ) -> tuple[StoredMessage | None, Outgoing | None]:
+        """The turn's last write (Store.finish_turn, with the memories it used and its tool messages): the reply and, on
+        Telegram and WhatsApp, `said`'s parts queued in the outbox in the same transaction. (None, None) when the
+        store fails: the person's message is already stored, and an answer they can read (the surface says it
+        directly) beats no answer at all."""
+        outgoing = self.outbox.outgoing_for(msg, said)
+        try:
+            stored = await self.store.finish_turn(turn, reply, reply_tokens, calls, memory_ids=memory_ids,
+                                                  outgoing=outgoing, tool_messages=tool_messages)
+        except StoreError as exc:
+            logger.error("turn.reply_not_stored", message_id=turn.message.id, error=type(exc).__name__)
+            return None, None
+        return stored, outgoing
+
     async def _said(self, msg: InboundMessage, turn: Ingested, text: str) -> OutboundMessage:
         """Answer the turn's message with `text` and no model call (`prepare` said so: a voice note that could not
         be transcribed): stored as the reply, so the message counts as answered, and queued in the outbox with it."""
-        outgoing = self.outbox.outgoing_for(msg, text)
-        try:
-            stored = await self.store.finish_turn(turn, text, await assembly.count_tokens(text), [],
-                                                  outgoing=outgoing)
-        except StoreError as exc:  # the message is stored: the surface says it directly
-            logger.error("turn.reply_not_stored", message_id=turn.message.id, error=type(exc).__name__)
-            stored, outgoing = None, None
+        stored, outgoing = await self._finish(msg, turn, text, text, await assembly.count_tokens(text), [])
         if outgoing is not None:
             self.outbox.wake()
         return OutboundMessage(

@@ -29,7 +29,7 @@ import time
 from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
 
 from bot.config import ModelSpec
-from bot.config_routes import Route
+from bot.config_routes import Route, every_model
 from bot.models.base import (
     AllModelsFailed,
     CapReached,
@@ -106,7 +106,7 @@ class ModelChain:
         if not specs:
             raise ConfigError("no model configured: set HILO_MODEL (or leave it unset for the offline echo model)")
         self.routes = tuple(routes)
-        every = tuple(dict.fromkeys([*specs, *(m for r in self.routes for m in r.models)]))
+        every = every_model(specs, self.routes)
         missing = sorted({s.provider for s in every} - set(providers))
         if missing:
             raise ConfigError(f"no provider built for {', '.join(missing)}: check HILO_MODEL / HILO_FALLBACK_MODELS "

@@ -135,7 +135,7 @@ class Listener:
         self.settings = settings
         self.pipeline = pipeline
         self.transcriber = transcriber
-        self.files = pipeline.media_files
+        self.files = MediaFiles(settings.data_dir)
         self._fetchers: dict[str, Callable[[str], Fetch]] = {}
 
     def register(self, surface: str, fetch: Callable[[str], Fetch]) -> None:

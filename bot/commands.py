@@ -1,4 +1,5 @@
-"""Commands a person can send on any surface: /start, /help, /remember, /memory, /forget, /link, /unlink, /export.
+"""Commands a person can send on any surface: /start, /help, /remember, /memory, /forget, /link, /unlink, /export,
+/timezone.
 
 Surface-agnostic: a surface parses the text (`parse`), decides whether the command is addressed to hilo, and
 hands the person's InboundMessage and the store to `run`, which returns the reply text in the person's
@@ -16,6 +17,8 @@ stored as a message and never reaches the model.
   confirmation is kept in the store: only the identity that was shown the prompt can confirm it.
 - /export: everything stored about the person (bot/export.py): here a download link of theirs only, signed and
   short-lived; on Telegram the surface sends the JSON itself as a document instead.
+- /timezone shows the person's time zone (what the time tool and reminders use; UTC until known); "/timezone
+  Madrid" (a city, or an IANA name: kernel/zones.py) sets it. The web widget's browser zone is remembered too.
 """
 
 from __future__ import annotations
@@ -23,13 +26,16 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING
+from zoneinfo import ZoneInfo
 
 from bot import memory_commands
 from bot.export import ExportLinks
 from bot.notices import Notices
 from kernel import catalog
 from kernel.types import InboundMessage, Memory
+from kernel.zones import MAX_CHARS, find_zone, zone_name
 from memory.store import Inspection, Store
 
 if TYPE_CHECKING:
@@ -111,14 +117,18 @@ async def memory(ctx: CommandContext) -> str:
     return describe_memory(data, await ctx.store.memories(data["user"]["id"]), ctx.lang)
 
 
+async def _person(ctx: CommandContext, *, create: bool) -> int | None:
+    """The id of the person who sent the command (created when `create` and not stored yet)."""
+    m = ctx.msg
+    if m.handle:
+        return await ctx.store.user_id(m.handle, create=create)
+    return await ctx.store.identity_user(m.surface, m.sender, create=create)
+
+
 async def remember(ctx: CommandContext) -> str:
     if not ctx.args.strip():
         return ctx.t("cmd_remember_usage")
-    m = ctx.msg
-    if m.handle:
-        user_id = await ctx.store.user_id(m.handle, create=True)
-    else:
-        user_id = await ctx.store.identity_user(m.surface, m.sender, create=True)
+    user_id = await _person(ctx, create=True)
     assert user_id is not None
     return await memory_commands.remember(ctx.store, user_id, ctx.args, ctx.lang)
 
@@ -136,6 +146,27 @@ async def forget(ctx: CommandContext) -> str:
 
     existed = handle is not None and await forget_all(ctx.store, ctx.media, handle) is not None
     return ctx.t("cmd_forget_done" if existed else "cmd_forget_nothing")
+
+
+async def timezone(ctx: CommandContext) -> str:
+    words = ctx.args.strip()
+    seen = zone_name(ctx.msg.metadata.get("timezone"))  # the browser's, from the web widget
+    if not words:
+        handle = await ctx.handle()
+        user_id = await ctx.store.user_id(handle) if handle else None
+        zone = await ctx.store.person_zone(user_id, seen) if user_id is not None else None
+        return ctx.t("cmd_timezone_is", zone=zone, time=_local_time(zone)) if zone else ctx.t("cmd_timezone_unknown")
+    zone = find_zone(words)
+    if zone is None:
+        return ctx.t("cmd_timezone_not_found", words=words[:MAX_CHARS])
+    user_id = await _person(ctx, create=True)
+    assert user_id is not None
+    await ctx.store.set_person_zone(user_id, zone)
+    return ctx.t("cmd_timezone_set", zone=zone, time=_local_time(zone))
+
+
+def _local_time(zone: str) -> str:
+    return datetime.now(ZoneInfo(zone)).strftime("%H:%M")
 
 
 async def link(ctx: CommandContext) -> str:
@@ -195,10 +226,10 @@ async def export(ctx: CommandContext) -> str:
 
 HANDLERS: dict[str, Handler] = {
     "start": start, "help": help_, "remember": remember, "memory": memory, "forget": forget, "link": link,
-    "unlink": unlink, "export": export,
+    "unlink": unlink, "export": export, "timezone": timezone,
 }
 #: Commands that show or change the person's private data: never answered in a shared place.
-PRIVATE_ONLY = frozenset({"remember", "memory", "forget", "link", "unlink", "export"})
+PRIVATE_ONLY = frozenset({"remember", "memory", "forget", "link", "unlink", "export", "timezone"})
 
 
 async def run(

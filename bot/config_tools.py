@@ -1,8 +1,8 @@
 """The tools' settings (issue 15 item 5), read from HILO_* names into Settings' tools block.
 
 HILO_TOOLS chooses the built-in tools (bot/tools/builtin.py): a comma list of `now`, `remember`, `forget`,
-`search_memory`, or `all`; unset or `none`: no tools (the model is offered none, as before). The tool loop
-(bot/tools/loop.py) is bounded by HILO_TOOL_STEPS (rounds of tool calls in one turn), HILO_TOOL_SECONDS (the
+`search_memory`, `set_timezone`, or `all`; unset or `none`: no tools (the model is offered none, as before). The
+tool loop (bot/tools/loop.py) is bounded by HILO_TOOL_STEPS (rounds of tool calls in one turn), HILO_TOOL_SECONDS (the
 turn's time for tools and the model calls between them) and HILO_TOOL_COST_USD (what the turn's model calls may
 cost before no more tools are offered; 0: no cost bound); HILO_TOOL_TIMEOUT bounds one call of a tool.
 
@@ -24,7 +24,7 @@ from bot.config_costs import number, usd, whole
 from kernel.errors import ConfigError
 
 #: The built-in tools, in the order they are offered (bot/tools/builtin.py implements each).
-TOOLS = ("now", "remember", "forget", "search_memory")
+TOOLS = ("now", "remember", "forget", "search_memory", "set_timezone")
 HTTP_EXAMPLE = '[{"name": "weather", "description": "...", "url": "https://tools.example.com/weather"}]'
 
 

@@ -53,6 +53,7 @@ from kernel.types import (
     StoredMessage,
     utcnow,
 )
+from kernel.zones import zone_name
 from memory.context import AssembledContext
 from memory.store import Ingested, Store, StoreError
 
@@ -381,7 +382,9 @@ class Pipeline:
         m = turn.message
         # In a group others read the answer: no tool that reads or writes the person's memory is offered there.
         offer = self.tools.offer(private=m.metadata.get("audience") != "group") if self.tools else None
-        tool_ctx = ToolContext(turn.user_id, self.store, utcnow(), timezone=str(m.metadata.get("timezone") or "UTC"),
+        # The person's time zone (the widget's browser zone is remembered): one statement, on turns with tools.
+        zone = await self.store.person_zone(turn.user_id, zone_name(m.metadata.get("timezone"))) if offer else None
+        tool_ctx = ToolContext(turn.user_id, self.store, utcnow(), timezone=zone or "UTC", zone_known=zone is not None,
                                language=lang)
         loop = ToolLoop(self.chain, self.tools, steps=self.settings.tool_steps, seconds=self.settings.tool_seconds,
                         cost_usd=self.settings.tool_cost_usd)

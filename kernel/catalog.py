@@ -48,7 +48,15 @@ MESSAGES: dict[str, dict[str, str]] = {
             "/link - connect this chat with your other accounts\n"
             "/unlink - disconnect this chat from them\n"
             "/export - everything I keep about you, as a file\n"
+            "/timezone Madrid - tell me your time zone (for times and reminders)\n"
             "/help - this list"
+        ),
+        "cmd_timezone_is": "Your time zone: {zone} (it is {time} there now).",
+        "cmd_timezone_set": "Done: your time zone is {zone} (it is {time} there now).",
+        "cmd_timezone_unknown": "I don't know your time zone yet, so I use UTC. Tell me with e.g. /timezone Madrid",
+        "cmd_timezone_not_found": (
+            "I don't know a time zone called \"{words}\". Try a big city near you (/timezone Madrid) or a zone "
+            "name such as /timezone America/Argentina/Buenos_Aires"
         ),
         "cmd_unknown": "I don't know the command /{name}. Send /help to see the ones I understand.",
         "cmd_private_only": "For your privacy, /{name} only works in a private chat with me.",
@@ -255,7 +263,15 @@ MESSAGES: dict[str, dict[str, str]] = {
             "/link - conectar este chat con tus otras cuentas\n"
             "/unlink - desconectar este chat de ellas\n"
             "/export - todo lo que guardo sobre ti, en un archivo\n"
+            "/timezone Madrid - decirme tu zona horaria (para horas y recordatorios)\n"
             "/help - esta lista"
+        ),
+        "cmd_timezone_is": "Tu zona horaria: {zone} (allí son las {time}).",
+        "cmd_timezone_set": "Hecho: tu zona horaria es {zone} (allí son las {time}).",
+        "cmd_timezone_unknown": "Todavía no sé tu zona horaria, así que uso UTC. Dímela, por ejemplo: /timezone Madrid",
+        "cmd_timezone_not_found": (
+            "No conozco ninguna zona horaria llamada \"{words}\". Prueba con una ciudad grande cerca de ti "
+            "(/timezone Madrid) o con el nombre de una zona, como /timezone America/Argentina/Buenos_Aires"
         ),
         "cmd_unknown": "No conozco el comando /{name}. Envía /help para ver los que entiendo.",
         "cmd_private_only": "Por tu privacidad, /{name} solo funciona en un chat privado conmigo.",

@@ -36,6 +36,21 @@ def delivery_rank(status: str) -> int:
     return _DELIVERY_RANK.get(status, 2)
 
 
+async def zone(db: Db, user_id: int, seen: str | None) -> str | None:
+    """The person's time zone; `seen` (one their client named just now: the web widget's) is stored when it is new
+    and answered (one statement either way)."""
+    if seen is None:
+        stored = await db.value("SELECT timezone FROM users WHERE id = $1", user_id)
+        return None if stored is None else str(stored)
+    await db.run("UPDATE users SET timezone = $1 WHERE id = $2 AND (timezone IS NULL OR timezone <> $1)",
+                 seen, user_id)
+    return seen
+
+
+async def set_zone(db: Db, user_id: int, name: str | None) -> None:
+    await db.run("UPDATE users SET timezone = $1 WHERE id = $2", name, user_id)
+
+
 async def set_opt_out(db: Db, surface: str, ext: str, opted_out: bool) -> int:
     now = db.ts(db.clock())
     user_id = await identity_user(db, surface, ext, now)

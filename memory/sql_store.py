@@ -284,6 +284,16 @@ class SqlStore:
 
         return await self._tx("write" if create else "read", find)
 
+    async def person_zone(self, user_id: int, seen: str | None = None) -> str | None:
+        from memory import sql_people as people
+
+        return await self._tx("read" if seen is None else "write", people.zone, user_id, seen)
+
+    async def set_person_zone(self, user_id: int, name: str | None) -> None:
+        from memory import sql_people as people
+
+        await self._tx("write", people.set_zone, user_id, name)
+
     async def find_conversation(self, user_id: int, surface: str) -> int | None:
         return await self._tx("read", lambda db: db.value(
             "SELECT id FROM conversations WHERE user_id = $1 AND surface = $2 "

@@ -299,6 +299,13 @@ class Store(Protocol):
     async def user_id(self, handle: str, *, create: bool = False) -> int | None:
         """The user with this handle (created when `create`), or None."""
 
+    async def person_zone(self, user_id: int, seen: str | None = None) -> str | None:
+        """The person's time zone (an IANA name; None: not known). `seen`: a zone their client named with this
+        message (the web widget's), stored when it is new and answered."""
+
+    async def set_person_zone(self, user_id: int, name: str | None) -> None:
+        """The person's time zone is `name` (checked by the caller: kernel/zones.py); None: not known."""
+
     async def find_conversation(self, user_id: int, surface: str) -> int | None:
         """The user's singleton conversation on a surface, or (web) their latest one."""
 

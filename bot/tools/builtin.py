@@ -1,4 +1,5 @@
-"""The built-in tools, chosen with HILO_TOOLS (bot/config.py): `now`, `remember`, `forget`, `search_memory`.
+"""The built-in tools, chosen with HILO_TOOLS (bot/config.py): `now`, `remember`, `forget`, `search_memory`,
+`set_timezone`.
 
 Each reads and writes only the turn's person (ToolContext.user_id, from the pipeline): the memories store is the
 one /remember, /memory and /forget use (bot/memory_commands.py), so what the model remembers the person can list
@@ -16,7 +17,7 @@ from zoneinfo import ZoneInfo
 from bot import memory_commands
 from bot.tools.registry import Registry, Tool, ToolContext, ToolError
 from kernel.types import MemoryDraft, ToolSpec
-from kernel.zones import zone_name
+from kernel.zones import MAX_CHARS, find_zone, zone_name
 
 #: The longest fact the model may store in one call (a memory is a sentence, not a document).
 FACT_CHARS = 500
@@ -32,8 +33,21 @@ async def now(ctx: ToolContext, arguments: Mapping[str, Any]) -> str:
     zone: Any = ZoneInfo(name) if name is not None else UTC
     local = ctx.now.astimezone(zone)
     offset = local.strftime("%z")
-    return (f"{local:%Y-%m-%d %H:%M} ({local:%A}), time zone {getattr(zone, 'key', 'UTC')} "
+    said = (f"{local:%Y-%m-%d %H:%M} ({local:%A}), time zone {getattr(zone, 'key', 'UTC')} "
             f"(UTC{offset[:3]}:{offset[3:]})")
+    if not ctx.zone_known:
+        said += "; the person's time zone is not known: ask where they are if it matters, then call set_timezone"
+    return said
+
+
+async def set_timezone(ctx: ToolContext, arguments: Mapping[str, Any]) -> str:
+    """The person's time zone is the one they named (a city or an IANA name), as /timezone does."""
+    words = str(arguments["zone"]).strip()
+    found = find_zone(words)
+    if found is None:
+        raise ToolError(f"no time zone is called {words!r}: ask for a big city near them, or an IANA name")
+    await ctx.store.set_person_zone(ctx.user_id, found)
+    return f"time zone set to {found}; it is {ctx.now.astimezone(ZoneInfo(found)):%Y-%m-%d %H:%M} there now"
 
 
 async def remember(ctx: ToolContext, arguments: Mapping[str, Any]) -> str:
@@ -88,6 +102,11 @@ BUILTIN: dict[str, Tool] = {t.spec.name: t for t in (
                   _object({"query": {"type": "string", "maxLength": FACT_CHARS,
                                      "description": "words to look for"}}, ["query"])),
          search_memory),
+    Tool(ToolSpec("set_timezone", "Set the person's time zone when they say where they are (it is UTC until then).",
+                  _object({"zone": {"type": "string", "maxLength": MAX_CHARS,
+                                    "description": "a city (Madrid) or an IANA zone name (America/Bogota)"}},
+                          ["zone"])),
+         set_timezone),
 )}
 
 

@@ -37,13 +37,15 @@ class ToolError(HiloError):
 @dataclass(frozen=True, slots=True)
 class ToolContext:
     """What a tool knows of the turn, from the pipeline: whose it is (`user_id`: every read and write of a tool is
-    this person's), the store, the moment, the person's time zone (an IANA name, "UTC" when unknown) and language."""
+    this person's), the store, the moment, the person's time zone (an IANA name, "UTC" when unknown: `zone_known`
+    says) and language."""
 
     user_id: int
     store: Store
     now: datetime
     timezone: str = "UTC"
     language: str = "en"
+    zone_known: bool = True
 
 
 Run = Callable[[ToolContext, Mapping[str, Any]], Awaitable[str]]

@@ -75,8 +75,11 @@ def _http_tool(env: Mapping[str, str], i: int, entry: Any) -> HttpToolSpec:
     if not url.startswith(("https://", "http://")):
         raise ConfigError(f"{where}: url must be an http(s) URL, e.g. https://tools.example.com/{name}")
     parameters = entry.get("parameters") or {"type": "object", "properties": {}}
-    if not isinstance(parameters, dict) or parameters.get("type") != "object":
+    if not isinstance(parameters, dict):
         raise ConfigError(f"{where}: parameters must be a JSON schema of type object")
+    from bot.tools.registry import validator  # (jsonschema: imported only when there are HTTP tools)
+
+    validator(parameters, where)
     header, secret_env = str(entry.get("secret_header", "")), str(entry.get("secret_env", ""))
     secret = env.get(secret_env, "").strip() if secret_env else ""
     if bool(header) != bool(secret):

@@ -253,6 +253,40 @@ async def test_the_time_bound_stops_the_loop(store: Any, model_server: FakeModel
     assert [m.role for m in ran.messages] == ["assistant", "tool", "assistant", "tool"]
 
 
+async def test_arguments_are_checked_against_the_whole_schema(store: Any) -> None:
+    """The operator's schema is checked in full (jsonschema): ranges, nested objects, patterns, not only the
+    top-level names and types; the model reads which rule its arguments broke."""
+    ran: list[Mapping[str, Any]] = []
+
+    async def forecast(ctx: ToolContext, arguments: Mapping[str, Any]) -> str:
+        ran.append(arguments)
+        return "sunny"
+
+    schema = {"type": "object", "additionalProperties": False, "required": ["place"], "properties": {
+        "days": {"type": "integer", "minimum": 1, "maximum": 14},
+        "place": {"type": "object", "required": ["city"], "properties": {
+            "city": {"type": "string"}, "country": {"type": "string", "pattern": "^[A-Z]{2}$"}}}}}
+    registry = Registry([Tool(ToolSpec("forecast", "the weather", schema), forecast)])
+    ctx = ToolContext(1, store, datetime.now(UTC))
+    said = [(await registry.call(ToolCall(f"c{i}", "forecast", args), ctx)).content for i, args in enumerate([
+        {"place": {"city": "Valencia", "country": "ES"}, "days": 3},
+        {"place": {"city": "Valencia"}, "days": 90},
+        {"place": {"country": "ES"}},
+        {"place": {"city": "Valencia", "country": "Spain"}},
+        {"days": 2},
+        {"place": {"city": "Valencia"}, "user_id": 7},
+    ])]
+    assert said == [
+        "sunny",
+        "error: argument days: 90 is greater than the maximum of 14",
+        "error: argument place: 'city' is a required property",
+        "error: argument place.country: 'Spain' does not match '^[A-Z]{2}$'",
+        "error: missing argument(s): place",
+        "error: unknown argument(s): user_id",
+    ]
+    assert ran == [{"place": {"city": "Valencia", "country": "ES"}, "days": 3}]
+
+
 async def test_a_tool_past_its_time_limit_is_an_error_result(store: Any) -> None:
     never = asyncio.Event()
 
@@ -339,6 +373,11 @@ async def test_an_operator_http_tool_is_called_with_its_secret_and_its_result_ke
     ({"name": "now", "url": "https://x.example"}, "used twice or by a built-in"),
     ({"name": "w", "url": "ftp://x.example"}, "url must be"),
     ({"name": "w", "url": "https://x.example", "secret_header": "X-Key"}, "secret_header needs secret_env"),
+    ({"name": "w", "url": "https://x.example", "parameters": {"type": "array"}}, "JSON schema of type object"),
+    ({"name": "w", "url": "https://x.example",
+      "parameters": {"type": "object", "properties": {"days": {"type": "integr"}}}}, "not a valid JSON schema"),
+    ({"name": "w", "url": "https://x.example", "parameters": {"type": "object", "required": "city"}},
+     "not a valid JSON schema"),
 ])
 def test_a_wrong_http_tool_is_refused_at_start(entry: dict[str, Any], says: str) -> None:
     with pytest.raises(ConfigError, match=says):

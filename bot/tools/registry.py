@@ -14,17 +14,21 @@ sizes, never the arguments or the result.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.models.base import ToolOffer
 from kernel import log
-from kernel.errors import HiloError
+from kernel.errors import ConfigError, HiloError
 from kernel.types import ToolCall, ToolSpec
 from memory.store import Store
+
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
 
 logger = log.get("hilo.tools")
 
@@ -70,30 +74,47 @@ class ToolResult:
     error: bool = False
 
 
-_TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,), "number": (int, float),
-                                       "boolean": (bool,), "object": (dict,), "array": (list,)}
+#: The longest explanation of a wrong argument the model reads (jsonschema quotes the value it refused).
+ERROR_CHARS = 300
 
 
-def check_arguments(schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> None:
-    """ToolError when `arguments` break the parts of an object schema that tools here use: `required`,
-    `additionalProperties: false`, each property's `type`, `maxLength` and `enum`."""
-    properties: Mapping[str, Any] = schema.get("properties", {})
-    missing = [name for name in schema.get("required", ()) if name not in arguments]
+def validator(schema: Mapping[str, Any], where: str) -> Draft202012Validator:
+    """A JSON Schema (2020-12) validator of a tool's arguments: the whole standard, by the jsonschema package
+    (imported only where tools are on). A schema that is not one is a ConfigError saying `where`."""
+    from jsonschema import Draft202012Validator, SchemaError
+
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        raise ConfigError(f"{where}: parameters is not a valid JSON schema: {exc.message}") from None
+    if schema.get("type") != "object":
+        raise ConfigError(f"{where}: parameters must be a JSON schema of type object")
+    return Draft202012Validator(schema)
+
+
+def check_arguments(checker: Draft202012Validator, arguments: Mapping[str, Any]) -> None:
+    """ToolError when `arguments` break the tool's schema (`checker`: its validator): the missing and the unknown
+    arguments by name, any other rule by jsonschema's explanation of the error that matters most."""
+    from jsonschema.exceptions import best_match
+
+    errors = list(checker.iter_errors(arguments))
+    if not errors:
+        return
+    top = [e for e in errors if not e.absolute_path]
+    missing = sorted({str(m) for e in top if e.validator == "required" for m in e.validator_value
+                      if m not in arguments})
     if missing:
         raise ToolError(f"missing argument(s): {', '.join(missing)}")
-    if schema.get("additionalProperties") is False:
-        extra = sorted(set(arguments) - set(properties))
-        if extra:
-            raise ToolError(f"unknown argument(s): {', '.join(extra)}")
-    for name, value in arguments.items():
-        rule = properties.get(name, {})
-        kinds = _TYPES.get(rule.get("type", ""), (object,))
-        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-            raise ToolError(f"argument {name} must be of type {rule.get('type')}")
-        if isinstance(value, str) and len(value) > rule.get("maxLength", len(value)):
-            raise ToolError(f"argument {name} is longer than {rule['maxLength']} characters")
-        if "enum" in rule and value not in rule["enum"]:
-            raise ToolError(f"argument {name} must be one of {', '.join(map(str, rule['enum']))}")
+    schema = checker.schema if isinstance(checker.schema, Mapping) else {}
+    known, patterns = schema.get("properties", {}), schema.get("patternProperties", {})
+    extra = sorted(n for n in arguments if n not in known and not any(re.search(p, n) for p in patterns)
+                   ) if any(e.validator == "additionalProperties" for e in top) else []
+    if extra:
+        raise ToolError(f"unknown argument(s): {', '.join(extra)}")
+    error = best_match(errors)
+    where = ".".join(str(p) for p in error.absolute_path)
+    said = f"argument {where}: {error.message}" if where else error.message
+    raise ToolError(said if len(said) <= ERROR_CHARS else said[:ERROR_CHARS - 1] + "…")
 
 
 class Registry:
@@ -101,6 +122,7 @@ class Registry:
 
     def __init__(self, tools: Iterable[Tool] = (), *, timeout: float = 10.0) -> None:
         self.tools = {t.spec.name: t for t in tools}
+        self._checkers = {name: validator(t.spec.parameters, f"tool {name}") for name, t in self.tools.items()}
         #: a single call's time limit, in seconds (the loop's own bound may cut it shorter)
         self.timeout = timeout
 
@@ -119,7 +141,7 @@ class Registry:
         try:
             if tool is None:
                 raise ToolError(f"there is no tool named {call.name!r}")
-            check_arguments(tool.spec.parameters, call.arguments)
+            check_arguments(self._checkers[call.name], call.arguments)
             limit = self.timeout if timeout is None else min(timeout, self.timeout)
             content = await asyncio.wait_for(tool.run(ctx, call.arguments), max(limit, 0.0))
             result = ToolResult(call, content)

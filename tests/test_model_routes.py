@@ -1,11 +1,12 @@
 """A model per request (issue 15, item 6): HILO_MODEL_ROUTES sends each message to the first route whose rules it
-meets (its length, its words), else to HILO_MODEL; each route's chain falls back like the default one; every model
-call records its route. Through the real SDKs against the fake provider, on both store backends, and the
-setting's every malformed form a ConfigError naming it."""
+meets (its length, its words, whether a tool of the turn ran), else to HILO_MODEL; each route's chain falls back
+like the default one; every model call records its route. Through the real SDKs against the fake provider, on
+both store backends, and the setting's every malformed form a ConfigError naming it."""
 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,9 @@ from bot.retry import RetryPolicy
 from kernel.errors import ConfigError
 from kernel.types import ChatMessage, InboundMessage
 from memory.store import Store
-from tests.fakes.model_server import FakeModelServer, status
+from tests.fakes.model_server import FakeModelServer, calls_tool, ok, status
 from tests.test_prompt_as_data import pipeline
+from tests.test_tools import tool_results
 from tests.waiting import no_sleep
 
 __all__ = ["pipeline"]  # the fixture: a pipeline answered by a model of the fake provider
@@ -78,6 +80,27 @@ async def test_a_streamed_answer_is_routed_too(model_server: FakeModelServer) ->
     assert [r.model for r in model_server.requests] == ["deep"] and model_server.requests[0].stream
 
 
+async def test_the_calls_after_a_tool_ran_take_their_own_route(
+    store: Store, pipeline: Any, model_server: FakeModelServer,
+) -> None:
+    """A cheap model decides to call a tool; once the tool ran, a stronger one (another provider) reads its result
+    and answers: the tool call the first made reaches the second in the second's wire format."""
+    routes = json.dumps([{"name": "after-tools", "model": "anthropic:deep", "tools": True},
+                         {"name": "first", "model": "openai:small", "tools": False}])
+    p = pipeline(store, "openai:big", HILO_MODEL_ROUTES=routes, HILO_TOOLS="now")
+    model_server.script("small", [calls_tool("now", {}), ok("Hello there.")])
+    model_server.script("deep", [ok("It is the afternoon.")])
+    assert (await p.handle(say(1, "what time is it?"))).text == "It is the afternoon."
+    assert (await p.handle(say(2, "thanks"))).text == "Hello there."  # no tool ran: the first route again
+    assert [r.model for r in model_server.requests] == ["small", "deep", "small"]
+    [result] = tool_results(model_server.requests[1])
+    assert result["content"].startswith(datetime.now(UTC).strftime("%Y-%m-%d"))
+    uid = await store.user_id("ana")
+    assert uid is not None
+    assert [(c["model"], c["route"]) for c in await store.model_calls(uid)] == [
+        ("openai:small", "first"), ("anthropic:deep", "after-tools"), ("openai:small", "first")]
+
+
 def test_rules_match_on_length_and_whole_words_folded() -> None:
     spec = ModelSpec("openai", "m")
     short = Route("short", (spec,), max_chars=5)
@@ -118,6 +141,7 @@ def test_routes_from_a_toml_file_and_their_chains(tmp_path: Path) -> None:
     ('[{"name": "a", "model": "openai:m", "max_chars": 5}, {"name": "a", "model": "openai:n", "min_chars": 5}]',
      "share a name"),
     ('[{"name": "bad name!", "model": "openai:m", "max_chars": 5}]', "name"),
+    ('[{"model": "openai:m", "tools": "yes"}]', '"tools" must be true'),
     ("/no/such/routes.toml", "no such file"),
 ])
 def test_a_malformed_route_names_the_setting(raw: str, says: str) -> None:

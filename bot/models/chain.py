@@ -128,10 +128,13 @@ class ModelChain:
         """(the route's name, its chain) for these messages: the first route that matches the message being
         answered, else (None, the default chain)."""
         if self.routes:
-            news = [m for m in messages if m.block == "new_message"] or [m for m in messages if m.role == "user"]
-            text = news[-1].content if news else ""
+            at = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].block == "new_message"), None)
+            if at is None:
+                at = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "user"), None)
+            text = messages[at].content if at is not None else ""
+            tool_ran = at is not None and any(m.role == "tool" for m in messages[at + 1:])
             for route in self.routes:
-                if route.matches(text):
+                if route.matches(text, tool_ran=tool_ran):
                     return route.name, route.models
         return None, self.specs
 

@@ -40,7 +40,7 @@ from bot.config import Settings
 from bot.embedders.base import Embedder
 from bot.embedding import active, embed_pending
 from bot.jobs import JobContext, JobRegistry
-from bot.media import MediaFiles
+from bot.media_store import media_files
 from bot.models.base import Chain
 from kernel import log
 from kernel.errors import StoreError
@@ -96,7 +96,7 @@ def registry(settings: Settings, store: Store, chain: Chain | None = None,
             return bool(await retention.run(store, policy, ctx.run_id))
 
         jobs.add("retention", retention_job, every=retention.EVERY_SECONDS)
-    files = MediaFiles(settings.data_dir)
+    files = media_files(settings)
 
     async def media_retention(ctx: JobContext) -> bool:
         return bool(await retention.run_media(store, files, settings.media_retention_days, ctx.run_id))

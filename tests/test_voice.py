@@ -226,7 +226,7 @@ async def test_media_files_are_exported_deleted_by_retention_and_by_forget(
     tmp_path: Path, bot_api: FakeBotApi, model_server: fake_model.FakeModelServer,
 ) -> None:
     from bot import retention
-    from bot.media import MediaFiles
+    from bot.media_store import LocalFiles
     from memory.open import open_store
 
     for n, words in enumerate(["first note about the garden", "second note about the garage"]):
@@ -242,7 +242,7 @@ async def test_media_files_are_exported_deleted_by_retention_and_by_forget(
     store = open_store(f"sqlite:///{tmp_path / 'hilo.db'}")
     await store.open()
     try:
-        files = MediaFiles(tmp_path)
+        files = LocalFiles(tmp_path)
         assert await retention.run_media(store, files, 1, "r1") == 0  # kept for a day: nothing old enough
         assert Path(first).exists()
         assert await retention.run_media(store, files, 0, "r2") == 1

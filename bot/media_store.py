@@ -157,7 +157,7 @@ class SupabaseFiles:
         # the headers the supabase client sends for a key: apikey, and the key as the bearer (service role)
         headers = {"apikey": self.key, "Authorization": f"Bearer {self.key}"}
         async with httpx.AsyncClient(headers=headers, timeout=self.timeout, follow_redirects=True) as http:
-            client = AsyncStorageClient(f"{self.url}/storage/v1", headers, http_client=http)
+            client = AsyncStorageClient(f"{self.url}/storage/v1/", headers, http_client=http)
             try:
                 result: object = await getattr(client.from_(bucket), method)(*args)
             except StorageException as exc:

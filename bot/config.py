@@ -301,7 +301,7 @@ class Settings:
     media_max_bytes: int = 20 * 1024 * 1024
     #: HILO_MEDIA_MAX_SECONDS: the longest voice note or audio (where the platform says its duration).
     media_max_seconds: int = 600
-    #: HILO_MEDIA_RETENTION_DAYS: downloaded media files (HILO_DATA_DIR/media) older than this are deleted by
+    #: HILO_MEDIA_RETENTION_DAYS: downloaded media files (HILO_DATA_DIR/media or Supabase) older are deleted by
     #: the `retention` job; the transcript and the media reference stay. 0: deleted once transcribed.
     media_retention_days: int = 30
     #: HILO_MEDIA_STORE: where downloaded media is kept (bot/media_store.py): local (HILO_DATA_DIR/media) or

@@ -6,7 +6,7 @@
   HILO_INBOUND_RETENTION_DAYS, and the spend caps' windows (memory/sql_spend.py) that began over SPEND_KEPT ago.
 - retention (hourly, only with HILO_RETENTION_DAYS): deletes each surface's messages older than its days, with
   their vectors, search terms and emptied episodes, and logs and keeps the counts (bot/retention.py).
-- media_retention (hourly): deletes the downloaded media files (voice notes, HILO_DATA_DIR/media) kept longer than
+- media_retention (hourly): deletes the downloaded media files (voice notes, bot/media_store.py) kept longer than
   HILO_MEDIA_RETENTION_DAYS; their media rows stay, without a path (bot/retention.py `run_media`).
 - memory_expiry (daily): ends the memories whose expiry date passed, and those less important than
   HILO_MEMORY_EXPIRY_IMPORTANCE that no context used for HILO_MEMORY_EXPIRY_DAYS (memory/sql_memories.py).

@@ -127,7 +127,7 @@ class SupabaseFiles:
 
     async def write(self, user_id: int, message_id: int, item: Named, data: bytes) -> str:
         name = _name(user_id, message_id, item)
-        kind = mimetypes.guess_type(item.filename)[0] or "application/octet-stream"
+        kind = getattr(item, "mime", None) or mimetypes.guess_type(item.filename)[0] or "application/octet-stream"
         # upsert: a voice note heard again (recovery after a crash) replaces its own object
         await self._call(self.bucket, "upload", name, data, {"content-type": kind, "upsert": "true"})
         return f"{SCHEME}{self.bucket}/{name}"

@@ -116,6 +116,8 @@ async def test_a_voice_note_lands_in_the_bucket_and_export_retention_and_forget_
         await bot_api.wait_sent(2)
     assert len(storage.keys()) == 1
     local = {**env, "HILO_MEDIA_STORE": "local"}
+    refused = hilo(tmp_path, {**local, "SUPABASE_SERVICE_ROLE_KEY": "not-the-key"}, "forget", "--user", "telegram:42")
+    assert refused.returncode == 1 and "nothing was forgotten" in refused.stderr and len(storage.keys()) == 1
     out = hilo(tmp_path, local, "forget", "--user", "telegram:42")
     assert out.returncode == 0 and "media_files 1" in out.stdout, out.stderr
     assert storage.keys() == [] and voice.rows(tmp_path, "SELECT count(*) FROM media") == [(0,)]
@@ -219,3 +221,25 @@ async def test_retention_and_forget_reach_the_bucket_on_every_backend(
         counts = await forget(store, listener.files, "telegram:42")
         assert counts is not None and counts["media_files"] == 1
         assert storage.keys() == [] and backend.count("media") == 0
+
+
+async def test_forget_yes_while_the_storage_refuses_forgets_nothing_and_says_to_try_again(
+    tmp_path: Path, bot_api: FakeBotApi, model_server: fake_model.FakeModelServer, storage: FakeStorage,
+) -> None:
+    from kernel import catalog
+
+    bot_api.add_file("v", audio("a note to forget"))
+    async with running_daemon(voice.settings(tmp_path, bot_api, model_server, **supabase_env(storage.base_url))):
+        bot_api.enqueue(bot_api.voice_update("v", audio("a note to forget"), duration=2))
+        await bot_api.wait_sent(1)
+        assert len(storage.keys()) == 1
+        storage.key = "rotated"
+        bot_api.enqueue(bot_api.text_update("/forget yes"))
+        await bot_api.wait_sent(2)
+        assert bot_api.sent[1].text == catalog.t("cmd_forget_failed", "en")
+        assert len(storage.keys()) == 1 and voice.rows(tmp_path, "SELECT count(*) FROM media") == [(1,)]
+        storage.key = KEY
+        bot_api.enqueue(bot_api.text_update("/forget yes"))
+        await bot_api.wait_sent(3)
+    assert bot_api.sent[2].text == catalog.t("cmd_forget_done", "en")
+    assert storage.keys() == [] and voice.rows(tmp_path, "SELECT count(*) FROM media") == [(0,)]

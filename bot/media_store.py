@@ -184,10 +184,6 @@ class Media:
         self.local, self.supabase = local, supabase
         self.target: MediaFiles = supabase if store == "supabase" and supabase is not None else local
 
-    @property
-    def root(self) -> Path:
-        return self.local.root
-
     async def write(self, user_id: int, message_id: int, item: Named, data: bytes) -> str:
         return await self.target.write(user_id, message_id, item, data)
 

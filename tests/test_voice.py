@@ -238,6 +238,9 @@ async def test_media_files_are_exported_deleted_by_retention_and_by_forget(
     exported = json.loads(hilo(tmp_path, "export", "--user", "telegram:42"))
     [row] = exported["tables"]["media"]
     assert (row["path"], row["status"], row["transcriber"]) == (first, "transcribed", "openai:whisper-1")
+    hilo(tmp_path, "export", "--user", "telegram:42", "--output", "out.json", "--media", "copies")
+    [copy] = (tmp_path / "copies").iterdir()  # the file itself, named by its media row and message
+    assert copy.read_bytes() == Path(first).read_bytes() and copy.name == f"{row['id']}-{Path(first).name}"
 
     store = open_store(f"sqlite:///{tmp_path / 'hilo.db'}")
     await store.open()

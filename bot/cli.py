@@ -202,10 +202,16 @@ def cmd_forget(args: argparse.Namespace) -> int:
             from bot.cli_memory import forget_memory
 
             return await forget_memory(store, args.user, args.memory)
-        from bot.media import MediaFiles, forget
+        from bot.media import forget
+        from bot.media_store import MediaStoreError, media_files
 
-        # every table, counted (memory/sql_forget.py), and the person's media files
-        counts = await forget(store, MediaFiles(settings.data_dir), args.user)
+        # every table, counted (memory/sql_forget.py), and the person's media files (deleted first)
+        try:
+            counts = await forget(store, media_files(settings), args.user)
+        except MediaStoreError as exc:
+            print(f"hilo: {args.user}'s media files could not be deleted ({exc}); nothing was forgotten: "
+                  "try again when the media store answers", file=sys.stderr)
+            return 1
         print(catalog.t("forgotten" if counts else "nothing_to_forget", settings.language, handle=args.user))
         if counts:
             from bot.cli_export import deleted_counts

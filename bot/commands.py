@@ -39,7 +39,7 @@ from kernel.zones import MAX_CHARS, find_zone, zone_name
 from memory.store import Inspection, Store
 
 if TYPE_CHECKING:
-    from bot.media import MediaFiles
+    from bot.media_store import MediaFiles
 
 #: "/forget yes", "/forget sí": the words that confirm a deletion, in any catalogue language.
 CONFIRM_WORDS = frozenset({"yes", "y", "si", "sí", "confirm", "confirmar"})
@@ -143,8 +143,12 @@ async def forget(ctx: CommandContext) -> str:
         return ctx.t("cmd_forget_confirm")
     handle = await ctx.handle()
     from bot.media import forget as forget_all  # the person's rows, and their media files
+    from bot.media_store import MediaStoreError
 
-    existed = handle is not None and await forget_all(ctx.store, ctx.media, handle) is not None
+    try:
+        existed = handle is not None and await forget_all(ctx.store, ctx.media, handle) is not None
+    except MediaStoreError:  # nothing forgotten yet (logged where it failed): they can ask again
+        return ctx.t("cmd_forget_failed")
     return ctx.t("cmd_forget_done" if existed else "cmd_forget_nothing")
 
 

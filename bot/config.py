@@ -301,9 +301,15 @@ class Settings:
     media_max_bytes: int = 20 * 1024 * 1024
     #: HILO_MEDIA_MAX_SECONDS: the longest voice note or audio (where the platform says its duration).
     media_max_seconds: int = 600
-    #: HILO_MEDIA_RETENTION_DAYS: downloaded media files (HILO_DATA_DIR/media) older than this are deleted by
+    #: HILO_MEDIA_RETENTION_DAYS: downloaded media files (HILO_DATA_DIR/media or Supabase) older are deleted by
     #: the `retention` job; the transcript and the media reference stay. 0: deleted once transcribed.
     media_retention_days: int = 30
+    #: HILO_MEDIA_STORE: where downloaded media is kept (bot/media_store.py): local (HILO_DATA_DIR/media) or
+    #: supabase (the private bucket HILO_MEDIA_BUCKET of SUPABASE_URL, with SUPABASE_SERVICE_ROLE_KEY).
+    media_store: str = "local"
+    media_bucket: str = "hilo-media"
+    supabase_url: str = ""
+    supabase_key: str = field(default="", repr=False)
     # -- issue 13, data: the retention policy and the export's download links ---------------------------------
     #: HILO_RETENTION_DAYS: (surface, days) pairs; messages older are deleted by the `retention` job
     #: (bot/retention.py). Empty (unset): everything is kept.

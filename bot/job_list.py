@@ -6,7 +6,7 @@
   HILO_INBOUND_RETENTION_DAYS, and the spend caps' windows (memory/sql_spend.py) that began over SPEND_KEPT ago.
 - retention (hourly, only with HILO_RETENTION_DAYS): deletes each surface's messages older than its days, with
   their vectors, search terms and emptied episodes, and logs and keeps the counts (bot/retention.py).
-- media_retention (hourly): deletes the downloaded media files (voice notes, HILO_DATA_DIR/media) kept longer than
+- media_retention (hourly): deletes the downloaded media files (voice notes, bot/media_store.py) kept longer than
   HILO_MEDIA_RETENTION_DAYS; their media rows stay, without a path (bot/retention.py `run_media`).
 - memory_expiry (daily): ends the memories whose expiry date passed, and those less important than
   HILO_MEMORY_EXPIRY_IMPORTANCE that no context used for HILO_MEMORY_EXPIRY_DAYS (memory/sql_memories.py).
@@ -40,7 +40,7 @@ from bot.config import Settings
 from bot.embedders.base import Embedder
 from bot.embedding import active, embed_pending
 from bot.jobs import JobContext, JobRegistry
-from bot.media import MediaFiles
+from bot.media_store import media_files
 from bot.models.base import Chain
 from kernel import log
 from kernel.errors import StoreError
@@ -96,7 +96,7 @@ def registry(settings: Settings, store: Store, chain: Chain | None = None,
             return bool(await retention.run(store, policy, ctx.run_id))
 
         jobs.add("retention", retention_job, every=retention.EVERY_SECONDS)
-    files = MediaFiles(settings.data_dir)
+    files = media_files(settings)
 
     async def media_retention(ctx: JobContext) -> bool:
         return bool(await retention.run_media(store, files, settings.media_retention_days, ctx.run_id))

@@ -5,10 +5,11 @@ placeholder text ("[voice note: 12 s]") and, in its metadata under "voice", the 
 file_id, Twilio's MediaUrl), size, duration and type. Sizes and durations the platform states are refused at once,
 before anything is downloaded (`refusal`). The rest happens in the turn's tracked task (`Listener.run`), never
 while the platform waits: the surface's `fetch` downloads the audio (stopping past HILO_MEDIA_MAX_BYTES: a
-MediaTooLarge), the file is kept under HILO_DATA_DIR/media (`MediaFiles`, for HILO_MEDIA_RETENTION_DAYS), the
-transcriber turns it into text, and that text becomes the stored message's content in one transaction (its
-search terms, episode and vector follow: memory/sql_media.py) before the turn runs on it, so memory, context and
-search treat it like typed text. A media row (migration 0035) records what became of it.
+MediaTooLarge), the file is kept (bot/media_store.py: HILO_DATA_DIR/media or Supabase Storage, for
+HILO_MEDIA_RETENTION_DAYS; a place that cannot keep it loses the file, not the message), the transcriber turns
+it into text, and that text becomes the stored message's content in one transaction (its search terms, episode
+and vector follow: memory/sql_media.py) before the turn runs on it, so memory, context and search treat it like
+typed text. A media row (migration 0035) records what became of it.
 
 When transcription is not configured, the download fails, the audio is too large, or the transcriber fails or hears
 nothing, the person is told so in their language, and that notice is stored as hilo's answer to the message (so
@@ -20,14 +21,12 @@ Logs carry ids, sizes and durations, never the transcript nor a media URL (a Bot
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bot import assembly
+from bot.media_store import MediaFiles, MediaStoreError, media_files
 from kernel import catalog, log
 from kernel.errors import HiloError, InputError
 from kernel.text import size_text
@@ -98,36 +97,6 @@ def refusal(settings: Settings, voice: Voice) -> InputError | None:
     return None
 
 
-class MediaFiles:
-    """Downloaded media under HILO_DATA_DIR/media/<user id>/ (directories 0700, files 0600). Blocking file work:
-    callers run it on a thread."""
-
-    def __init__(self, data_dir: str | Path) -> None:
-        self.root = Path(data_dir) / "media"
-
-    def write(self, user_id: int, message_id: int, voice: Voice, data: bytes) -> str:
-        folder = self.root / str(user_id)
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        path = folder / f"{message_id}-{voice.filename}"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        return str(path)
-
-    def delete(self, paths: list[str]) -> int:
-        """Delete these files (one already gone counts as deleted); only files under the media folder."""
-        done = 0
-        for raw in paths:
-            path = Path(raw)
-            if self.root.resolve() not in path.resolve().parents:
-                logger.warning("media.delete_refused", reason="outside the media folder")
-                continue
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-            done += 1
-        return done
-
-
 class Listener:
     """Runs a taken voice note's turn on its transcript (`run`); other messages go straight to the pipeline."""
 
@@ -135,7 +104,7 @@ class Listener:
         self.settings = settings
         self.pipeline = pipeline
         self.transcriber = transcriber
-        self.files = MediaFiles(settings.data_dir)
+        self.files: MediaFiles = media_files(settings)
         self._fetchers: dict[str, Callable[[str], Fetch]] = {}
 
     def register(self, surface: str, fetch: Callable[[str], Fetch]) -> None:
@@ -199,7 +168,7 @@ class Listener:
                          error=type(exc).__name__)
             return await self._not_heard(turn, row, "failed", "voice_failed", lang)
         row["bytes"] = len(data)
-        row["path"] = await asyncio.to_thread(self.files.write, user_id, message_id, voice, data)
+        row["path"] = await self._keep(user_id, message_id, voice, data)
         transcriber = self.transcriber
         row["transcriber"] = transcriber.name
         try:
@@ -211,19 +180,39 @@ class Listener:
         if not text:
             return await self._not_heard(turn, row, "empty", "voice_empty", lang)
         tokens = await assembly.count_tokens(text)
-        if self.settings.media_retention_days == 0:  # kept only until transcribed
-            await asyncio.to_thread(self.files.delete, [row.pop("path")])
+        if self.settings.media_retention_days == 0 and row["path"]:  # kept only until transcribed
+            row["path"] = None if await self._drop(message_id, row["path"]) else row["path"]
         kept = await self.pipeline.store.keep_transcript(user_id, message_id, text, tokens,
                                                          {**row, "status": "transcribed"})
         if kept is None:  # the person was forgotten meanwhile: nothing to answer, nothing to keep
             if row.get("path"):
-                await asyncio.to_thread(self.files.delete, [row["path"]])
+                await self._drop(message_id, row["path"])
             logger.info("media.forgotten_meanwhile", message_id=message_id)
             return None
         logger.info("media.transcribed", message_id=message_id, media_id=kept, transcriber=transcriber.name,
                     bytes=len(data), duration_s=voice.duration_s, chars=len(text))
         heard = replace(turn, message=replace(turn.message, content=text, token_count=tokens))
         return replace(msg, text=text), heard
+
+    async def _keep(self, user_id: int, message_id: int, voice: Voice, data: bytes) -> str | None:
+        """The file kept (its path); None when its place failed: the message is still heard (logged, ids only)."""
+        try:
+            return await self.files.write(user_id, message_id, voice, data)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # MediaStoreError, or the data directory's OSError
+            logger.error("media.store_failed", user_id=user_id, message_id=message_id, bytes=len(data),
+                         error=type(exc).__name__, status=getattr(exc, "status", None))
+            return None
+
+    async def _drop(self, message_id: int, path: str) -> bool:
+        """Delete one file now; False (logged) when its place failed: the retention job deletes it later."""
+        try:
+            await self.files.delete([path])
+        except MediaStoreError as exc:
+            logger.error("media.delete_failed", message_id=message_id, status=exc.status)
+            return False
+        return True
 
     async def _not_heard(self, turn: Ingested, row: dict[str, Any], status: str, key: str, lang: str,
                          **params: object) -> str:
@@ -234,12 +223,19 @@ class Listener:
 
 
 async def forget(store: Store, files: MediaFiles | None, handle: str) -> dict[str, int] | None:
-    """Forget the person `handle` (Store.erase: every row, counted) and delete their media files: the counts, with
-    "media_files" when some were deleted; None when nobody has that handle. `hilo forget` and `/forget yes`."""
+    """Forget the person `handle`: their media files deleted first, then every row (Store.erase, counted): the
+    counts, with "media_files" when some were deleted; None when nobody has that handle. `hilo forget` and
+    `/forget yes`. MediaStoreError when a file's place cannot delete it: then nothing is forgotten yet (the rows
+    still name the files, so trying again finds them; no object is left behind unrecorded)."""
     paths = await store.media_paths(handle) if files is not None else []
+    try:
+        deleted = await files.delete(paths) if paths and files is not None else 0
+    except MediaStoreError as exc:
+        logger.error("media.forget_failed", files=len(paths), status=exc.status, error=str(exc))
+        raise
     counts = await store.erase(handle)
-    if counts is not None and paths and files is not None:
-        counts["media_files"] = await asyncio.to_thread(files.delete, paths)
+    if counts is not None and paths:
+        counts["media_files"] = deleted
     return counts
 
 

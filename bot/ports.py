@@ -75,4 +75,6 @@ class Transport(Protocol):
     max_part_chars: int
 
     async def send(self, recipient: str, text: str, reply_to: str | None) -> str:
-        """Send `text` (at most `max_part_chars` UTF-16 units) to `recipient`; the provider's message id."""
+        """Send `text` (at most `max_part_chars` UTF-16 units) to `recipient`; the provider's message id.
+        A transport that sends approved templates (WhatsApp) also has `send_template(recipient, template, text)`
+        (the outbox calls it for a part queued with a template; `text` fills its variable)."""

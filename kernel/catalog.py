@@ -51,6 +51,7 @@ MESSAGES: dict[str, dict[str, str]] = {
             "/timezone Madrid - tell me your time zone (for times and reminders)\n"
             "/help - this list"
         ),
+        "reminder": "⏰ Reminder: {text}",
         "cmd_timezone_is": "Your time zone: {zone} (it is {time} there now).",
         "cmd_timezone_set": "Done: your time zone is {zone} (it is {time} there now).",
         "cmd_timezone_unknown": "I don't know your time zone yet, so I use UTC. Tell me with e.g. /timezone Madrid",
@@ -270,6 +271,7 @@ MESSAGES: dict[str, dict[str, str]] = {
             "/timezone Madrid - decirme tu zona horaria (para horas y recordatorios)\n"
             "/help - esta lista"
         ),
+        "reminder": "⏰ Recordatorio: {text}",
         "cmd_timezone_is": "Tu zona horaria: {zone} (allí son las {time}).",
         "cmd_timezone_set": "Hecho: tu zona horaria es {zone} (allí son las {time}).",
         "cmd_timezone_unknown": "Todavía no sé tu zona horaria, así que uso UTC. Dímela, por ejemplo: /timezone Madrid",

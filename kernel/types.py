@@ -207,6 +207,9 @@ class Outgoing:
     recipient: str
     parts: tuple[str, ...]
     reply_to: str | None = None
+    #: an approved WhatsApp template's Content SID: the part is sent as that template, its text the variable
+    #: {{1}} (a reminder outside the 24-hour window); None: free-form text
+    template: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +227,7 @@ class OutboxItem:
     text: str
     reply_to: str | None
     attempts: int
+    template: str | None = None
 
 #: The kinds of memory (a closed set: the `memories.kind` CHECK of migration 0016 lists the same).
 MEMORY_KINDS = ("fact", "preference", "event", "plan", "relationship")

@@ -223,9 +223,11 @@ async def unlink_identity(db: Db, surface: str, ext: str, actor: str) -> tuple[s
 
 
 async def post_notice(db: Db, user_id: int, surface: str, ref: str | None, text: str, token_count: int,
-                      outgoing: Outgoing | None = None) -> StoredMessage:
+                      outgoing: Outgoing | None = None, metadata: dict[str, Any] | None = None) -> StoredMessage:
     """Store.post_notice: an assistant message in the user's conversation on `surface`, and its parts queued in
-    the outbox (`outgoing`, memory/sql_outbox.py) in the same transaction."""
+    the outbox (`outgoing`, memory/sql_outbox.py) in the same transaction. `metadata`: the message's (default
+    {"notice": true})."""
+    meta = dict(NOTICE if metadata is None else metadata)
     moment = db.clock()
     at = db.ts(moment)
     if surface in SINGLETON_SURFACES:
@@ -243,9 +245,9 @@ async def post_notice(db: Db, user_id: int, surface: str, ref: str | None, text:
     terms = index_terms(text)
     episode = await episodes.join(db, user_id, int(conv), surface, moment, token_count, terms)
     message_id = await db.value(INSERT_MESSAGE, conv, user_id, surface, "assistant", text, token_count, None, at,
-                                dump_metadata(NOTICE), None, terms, episode)
+                                dump_metadata(meta), None, terms, episode)
     if outgoing is not None and outgoing.parts:
         await sql_outbox.enqueue(db, user_id, int(message_id), outgoing)
     return StoredMessage(id=int(message_id), conversation_id=int(conv), user_id=user_id, surface=surface,
                          role="assistant", content=text, token_count=token_count, external_id=None,
-                         created_at=as_dt(at), metadata=dict(NOTICE))
+                         created_at=as_dt(at), metadata=meta)

@@ -22,8 +22,8 @@ from memory.store import Ingested
 
 _INSERT = (
     "INSERT INTO deliveries(user_id, message_id, surface, recipient, part, parts, status, body, reply_to, "
-    "attempts, next_at, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, 0, $9, $9, $9) "
-    "RETURNING id"
+    "attempts, next_at, created_at, updated_at, template) "
+    "VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, 0, $9, $9, $9, $10) RETURNING id"
 )
 #: The due heads of `surface` ($1 now, $2 surface, $3 limit): a recipient's lowest undelivered part, pending and
 #: due, or sending with an expired lease.
@@ -38,7 +38,7 @@ _HEADS = (
 _LEASE = (
     "UPDATE deliveries SET status = 'sending', lease_owner = $2, lease_until = $3, attempts = attempts + 1, "
     "updated_at = $4 WHERE id = ANY($1::bigint[]) "
-    "RETURNING id, user_id, message_id, surface, recipient, part, parts, body, reply_to, attempts"
+    "RETURNING id, user_id, message_id, surface, recipient, part, parts, body, reply_to, attempts, template"
 )
 _DONE = ("UPDATE deliveries SET status = $2, provider_ref = $3, error = $4, next_at = $5, lease_owner = NULL, "
          "lease_until = NULL, updated_at = $6 WHERE id = $1 AND status = 'sending' AND lease_owner = $7")
@@ -52,7 +52,7 @@ async def enqueue(db: Db, user_id: int, message_id: int | None, out: Outgoing) -
     at = db.ts(db.clock())
     n = len(out.parts)
     return [int(await db.value(_INSERT, user_id, message_id, out.surface, out.recipient, i, n, text,
-                               out.reply_to if i == 1 else None, at))
+                               out.reply_to if i == 1 else None, at, out.template))
             for i, text in enumerate(out.parts, 1)]
 
 
@@ -63,8 +63,8 @@ async def claim(db: Db, surface: str, owner: str, ttl: float, limit: int) -> lis
     if not ids:
         return []
     rows = await db.all(_LEASE, db.ids(ids), owner, db.ts(now + timedelta(seconds=ttl)), db.ts(now))
-    items = [OutboxItem(int(r[0]), int(r[1]), r[2], r[3], r[4], int(r[5]), int(r[6]), r[7] or "", r[8], int(r[9]))
-             for r in rows]
+    items = [OutboxItem(int(r[0]), int(r[1]), r[2], r[3], r[4], int(r[5]), int(r[6]), r[7] or "", r[8], int(r[9]),
+                        r[10]) for r in rows]
     return sorted(items, key=lambda i: i.id)
 
 

@@ -51,6 +51,7 @@ if TYPE_CHECKING:  # in the signatures only: at run time the methods import what
     from memory import sql_extract as extract
     from memory import sql_spend as spend
     from memory import sql_summaries as summaries
+    from memory.sql_reminders import Reminder
 
 T = TypeVar("T")
 Logic = Callable[..., Coroutine[Any, Any, T]]
@@ -536,6 +537,44 @@ class SqlStore:
 
         return await self._tx("write", linking.post_notice, user_id, surface, conversation_ref, text, token_count,
                               outgoing)
+
+    async def add_reminder(self, user_id: int, message_id: int | None, text: str, due_at: datetime,
+                           limit: int) -> Reminder | None:
+        from memory import sql_reminders
+
+        return await self._tx("write", sql_reminders.add, user_id, message_id, text, due_at, limit)
+
+    async def reminders(self, user_id: int) -> list[Reminder]:
+        from memory import sql_reminders
+
+        return await self._tx("read", sql_reminders.pending, user_id)
+
+    async def cancel_reminder(self, user_id: int, reminder_id: int) -> Reminder | None:
+        from memory import sql_reminders
+
+        return await self._tx("write", sql_reminders.cancel, user_id, reminder_id)
+
+    async def due_reminders(self, limit: int = 50) -> list[Reminder]:
+        from memory import sql_reminders
+
+        return await self._tx("read", sql_reminders.due, limit)
+
+    async def last_messages(self, user_id: int, surfaces: Sequence[str]) -> list[StoredMessage]:
+        from memory import sql_reminders
+
+        return await self._tx("read", sql_reminders.last_messages, user_id, surfaces)
+
+    async def deliver_reminder(self, reminder: Reminder, surface: str, conversation_ref: str | None, text: str,
+                               token_count: int, outgoing: Outgoing | None) -> StoredMessage | None:
+        from memory import sql_reminders
+
+        return await self._tx("write", sql_reminders.deliver, reminder, surface, conversation_ref, text,
+                              token_count, outgoing)
+
+    async def fail_reminder(self, reminder: Reminder, error: str) -> bool:
+        from memory import sql_reminders
+
+        return await self._tx("write", sql_reminders.fail, reminder, error)
 
     async def link_identity(self, handle: str, surface: str, external_user_id: str, actor: str) -> int | None:
         from memory import sql_linking as linking

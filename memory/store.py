@@ -35,6 +35,7 @@ from memory.link_policy import LinkPolicy as LinkPolicy  # re-exported: part of 
 if TYPE_CHECKING:
     from memory.jobs import JobClaim, JobEnd, JobState
     from memory.sql_extract import ExtractionDue, ExtractionMark
+    from memory.sql_reminders import Reminder
     from memory.sql_spend import Refused, Window
     from memory.sql_summaries import EpisodeDue
 
@@ -443,6 +444,31 @@ class Store(Protocol):
         `surface`: the singleton one, or on the web the conversation `conversation_ref` if it is the user's,
         else their latest, else a new one. The conversation counts as updated. `outgoing`: its parts, queued in
         the outbox in the same transaction."""
+
+    async def add_reminder(self, user_id: int, message_id: int | None, text: str, due_at: datetime,
+                           limit: int) -> Reminder | None:
+        """A pending reminder of the person's (`message_id`: the message whose turn scheduled it); None when they
+        have `limit` pending already (memory/sql_reminders.py)."""
+
+    async def reminders(self, user_id: int) -> list[Reminder]:
+        """The person's pending reminders, soonest first."""
+
+    async def cancel_reminder(self, user_id: int, reminder_id: int) -> Reminder | None:
+        """The person's pending reminder, cancelled; None when there is no such pending one of theirs."""
+
+    async def due_reminders(self, limit: int = 50) -> list[Reminder]:
+        """Everyone's pending reminders whose time came (the `reminders` job's), oldest first."""
+
+    async def last_messages(self, user_id: int, surfaces: Sequence[str]) -> list[StoredMessage]:
+        """The person's latest message on each of `surfaces` (where they were last active), latest first."""
+
+    async def deliver_reminder(self, reminder: Reminder, surface: str, conversation_ref: str | None, text: str,
+                               token_count: int, outgoing: Outgoing | None) -> StoredMessage | None:
+        """One transaction: the reminder marked sent, stored as hilo's message on `surface` (as post_notice) and
+        its parts queued; None (nothing written) when it was not pending any more."""
+
+    async def fail_reminder(self, reminder: Reminder, error: str) -> bool:
+        """The reminder could not be delivered (`error`: why, never its text); False when not pending."""
 
     async def link_identity(self, handle: str, surface: str, external_user_id: str, actor: str) -> int | None:
         """Operator link: the identity joins the user with `handle` (None if there is no such user)."""

@@ -50,6 +50,8 @@ class ToolContext:
     timezone: str = "UTC"
     language: str = "en"
     zone_known: bool = True
+    #: the person's message whose turn this is (a reminder records it); None outside a turn
+    message_id: int | None = None
 
 
 Run = Callable[[ToolContext, Mapping[str, Any]], Awaitable[str]]

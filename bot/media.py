@@ -25,9 +25,10 @@ import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from bot import assembly
+from bot.vision import Seer
 from kernel import catalog, log
 from kernel.errors import HiloError, InputError
 from kernel.text import size_text
@@ -98,6 +99,13 @@ def refusal(settings: Settings, voice: Voice) -> InputError | None:
     return None
 
 
+class Named(Protocol):
+    """What a kept file is named after: a Voice, or a photo (bot/vision.py's Photo)."""
+
+    @property
+    def filename(self) -> str: ...
+
+
 class MediaFiles:
     """Downloaded media under HILO_DATA_DIR/media/<user id>/ (directories 0700, files 0600). Blocking file work:
     callers run it on a thread."""
@@ -105,7 +113,7 @@ class MediaFiles:
     def __init__(self, data_dir: str | Path) -> None:
         self.root = Path(data_dir) / "media"
 
-    def write(self, user_id: int, message_id: int, voice: Voice, data: bytes) -> str:
+    def write(self, user_id: int, message_id: int, voice: Named, data: bytes) -> str:
         folder = self.root / str(user_id)
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         path = folder / f"{message_id}-{voice.filename}"
@@ -136,6 +144,7 @@ class Listener:
         self.pipeline = pipeline
         self.transcriber = transcriber
         self.files = MediaFiles(settings.data_dir)
+        self.seer = Seer(settings, pipeline.store, self.files)  # photos (bot/vision.py)
         self._fetchers: dict[str, Callable[[str], Fetch]] = {}
 
     def register(self, surface: str, fetch: Callable[[str], Fetch]) -> None:
@@ -160,9 +169,11 @@ class Listener:
     def preparer(self, msg: InboundMessage, fetch: Callable[[str], Fetch] | None = None) -> Prepare | None:
         """What hears `msg` inside its turn (None: not a voice note, or no way to download it). A voice note heard
         already (its stored text is no longer the placeholder: a resumed redelivery, a recovery after the
-        transcript was kept) is not heard again."""
+        transcript was kept) is not heard again. A photo is the Seer's (bot/vision.py)."""
         found = voice_of(msg.metadata)
         fetch = fetch if fetch is not None else self._fetchers.get(msg.surface)
+        if fetch is not None and found is None:
+            return self.seer.preparer(msg, fetch)
         if found is None or fetch is None:
             return None
         voice, ref, placeholder = found

@@ -130,8 +130,9 @@ class ModelChain:
         if self.routes:
             news = [m for m in messages if m.block == "new_message"] or [m for m in messages if m.role == "user"]
             text = news[-1].content if news else ""
+            images = bool(news and news[-1].images)
             for route in self.routes:
-                if route.matches(text):
+                if route.matches(text, images):
                     return route.name, route.models
         return None, self.specs
 

@@ -200,5 +200,18 @@ class Seer:
         media_id = await self.store.keep_media(user_id, message_id, {**row, "bytes": len(data), "path": path,
                                                                      "status": "seen"})
         logger.info("vision.seen", message_id=message_id, media_id=media_id, bytes=len(data))
-        return replace(msg, images=(ImagePart(photo.mime, data),)), turn
+        return replace(msg, images=(ImagePart(sniffed(data) or photo.mime, data),)), turn
+
+
+def sniffed(data: bytes) -> str | None:
+    """The image type its first bytes say (a provider refuses an image whose stated type is not its own)."""
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data.startswith((b"GIF87a", b"GIF89a")):
+        return "image/gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
 

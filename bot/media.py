@@ -144,7 +144,7 @@ class Listener:
         self.pipeline = pipeline
         self.transcriber = transcriber
         self.files = MediaFiles(settings.data_dir)
-        self.seer = Seer(settings, pipeline.store, self.files)  # photos (bot/vision.py)
+        self.seer = Seer(settings, pipeline, self.files)  # photos (bot/vision.py)
         self._fetchers: dict[str, Callable[[str], Fetch]] = {}
 
     def register(self, surface: str, fetch: Callable[[str], Fetch]) -> None:

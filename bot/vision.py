@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from bot.config import ModelSpec, Settings
     from bot.media import Fetch, MediaFiles
     from bot.models.base import Completion
-    from bot.pipeline import Prepare
+    from bot.pipeline import Pipeline, Prepare
     from memory.context import AssembledContext
     from memory.store import Store
 
@@ -147,10 +147,14 @@ class Seer:
     """What a photo's turn runs first (bot/media.py's Listener hands it the message): the photo downloaded for a
     model that sees, or the note for one that does not."""
 
-    def __init__(self, settings: Settings, store: Store, files: MediaFiles) -> None:
+    def __init__(self, settings: Settings, pipeline: Pipeline, files: MediaFiles) -> None:
         self.settings = settings
-        self.store = store
+        self.pipeline = pipeline  # (its store: a runtime may hold no pipeline yet when this is built)
         self.files = files
+
+    @property
+    def store(self) -> Store:
+        return self.pipeline.store
 
     def preparer(self, msg: InboundMessage, fetch: Callable[[str], Fetch]) -> Prepare | None:
         """What sees `msg` inside its turn (`fetch(ref)` downloads it); None: not a photo."""

@@ -200,7 +200,8 @@ class Seer:
                          error=type(exc).__name__)
             await self.store.keep_media(user_id, message_id, {**row, "status": "failed"})
             return catalog.t("image_failed", lang)
-        path = await asyncio.to_thread(self.files.write, user_id, message_id, photo, data)
+        path = (await asyncio.to_thread(self.files.write, user_id, message_id, photo, data)
+                if self.settings.media_retention_days > 0 else None)  # 0: kept only while its turn runs
         media_id = await self.store.keep_media(user_id, message_id, {**row, "bytes": len(data), "path": path,
                                                                      "status": "seen"})
         logger.info("vision.seen", message_id=message_id, media_id=media_id, bytes=len(data))

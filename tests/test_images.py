@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -300,3 +303,65 @@ async def test_a_description_becomes_the_persons_message_found_by_recall(store: 
     assert [(m.external_id, m.content, m.token_count) for m in recalled][:1] == [("p1", text, 11)]
     assert recalled[0].metadata["image"]["ref"] == "file-1"
     assert [m.content for m in await store.messages(other.user_id, other.conversation_id)] == ["[photo]"]
+
+
+@asynccontextmanager
+async def seeing(s: Settings) -> AsyncIterator[tuple[Any, Any]]:
+    """A pipeline on these settings and its Listener (no transcriber): (pipeline, listener), closed afterwards."""
+    from bot.media import Listener
+    from bot.models.factory import build_chain
+    from bot.pipeline import Pipeline
+    from memory.open import open_store
+
+    store = open_store(s.database_url)
+    await store.open()
+    chain = build_chain(s)
+    try:
+        yield (pipeline := Pipeline(s, store, chain)), Listener(s, pipeline, None)
+    finally:
+        await chain.aclose()
+        await store.close()
+
+
+async def test_recovery_sees_a_photo_a_crash_left_unseen_and_never_fetches_one_twice(
+    tmp_path: Path, model_server: FakeModelServer,
+) -> None:
+    from bot import vision
+    from kernel.types import InboundMessage
+
+    fetched: list[str] = []
+
+    def fetch(ref: str) -> Any:
+        async def download(limit: int) -> bytes:
+            fetched.append(ref)
+            return JPEG
+        return download
+
+    model_server.script("gpt-4o", [ok("[photo: a boiler with a red light]\nCall the technician.")])
+    s = Settings.from_mapping({**models(model_server, "openai:gpt-4o"), "HILO_MEDIA_RETENTION_DAYS": "0",
+                               "HILO_DATABASE_URL": f"sqlite:///{tmp_path / 'hilo.db'}"})
+    async with seeing(s) as (pipeline, listener):
+        listener.register("telegram", fetch)
+        meta = vision.Photo("image/jpeg", len(JPEG)).as_metadata("f1", "why is it blinking?")
+        msg = InboundMessage(surface="telegram", sender="42", external_id="42:1", text=meta["placeholder"],
+                             metadata={"image": meta})
+        taken = await pipeline.take(msg)  # stored, then the process "died": its turn never ran
+        assert taken.turn is not None
+        pipeline.release(taken)
+        out = await pipeline.answer_stored(taken.turn)  # the recover job's call
+        assert out.status == "ok" and out.text == "Call the technician."
+        assert fetched == ["f1"]
+        (request,) = model_server.requests
+        assert request.body["messages"][-1]["content"][1] == {"type": "image_url",
+                                                              "image_url": {"url": data_url(JPEG)}}
+        described = "[photo: a boiler with a red light]\nwhy is it blinking?"
+        assert voice.user_messages(tmp_path)[0][1] == described
+        # described, then a crash before the reply: on its stored text, not fetched again
+        stored = replace(taken.turn, message=replace(taken.turn.message, content=described))
+        again = await listener.preparer(msg)(msg, stored)  # type: ignore[misc]
+        assert again is not None and not isinstance(again, str)
+        assert again[0].text == described and again[0].images == ()
+        assert fetched == ["f1"] and len(model_server.requests) == 1
+    [row] = voice.media_rows(tmp_path)
+    assert (row["status"], row["path"]) == ("seen", None)  # HILO_MEDIA_RETENTION_DAYS=0: no file kept
+    assert not (tmp_path / "media").exists()

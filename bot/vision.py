@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +34,7 @@ from bot import assembly
 from kernel import catalog, log
 from kernel.errors import InputError
 from kernel.text import size_text
-from kernel.types import ImagePart, InboundMessage, Ingested
+from kernel.types import ChatMessage, ImagePart, InboundMessage, Ingested
 
 if TYPE_CHECKING:
     from bot.config import ModelSpec, Settings
@@ -118,6 +118,22 @@ def accepts(settings: Settings, caption: str) -> bool:
     if settings.vision != "auto":
         return settings.vision == "on"
     return model_sees(image_model(settings, caption))
+
+
+def sent_to(settings: Settings) -> Callable[[ModelSpec, Sequence[ChatMessage]], Sequence[ChatMessage]] | None:
+    """What each model of a chain is sent of a turn's messages (bot/models/chain.py): with HILO_VISION=auto, a
+    model not known to see images (a fallback after the vision model) gets the note instead of the photo and of the
+    request to describe it. None (as they are) with HILO_VISION on or off."""
+    if settings.vision != "auto":
+        return None
+
+    def messages_for(spec: ModelSpec, messages: Sequence[ChatMessage]) -> Sequence[ChatMessage]:
+        if model_sees(spec) or not any(m.images for m in messages):
+            return messages
+        return [replace(m, images=(), content=m.content.replace(f"\n\n{_ASK}", "").replace(PLACEHOLDER, NOT_SEEN, 1))
+                if m.images else m for m in messages]
+
+    return messages_for
 
 
 def seeing(ctx: AssembledContext, images: tuple[ImagePart, ...]) -> AssembledContext:

@@ -365,3 +365,22 @@ async def test_recovery_sees_a_photo_a_crash_left_unseen_and_never_fetches_one_t
     [row] = voice.media_rows(tmp_path)
     assert (row["status"], row["path"]) == ("seen", None)  # HILO_MEDIA_RETENTION_DAYS=0: no file kept
     assert not (tmp_path / "media").exists()
+
+
+async def test_a_fallback_that_reads_text_only_gets_the_note_instead_of_the_photo(
+    tmp_path: Path, bot_api: FakeBotApi, model_server: FakeModelServer,
+) -> None:
+    bot_api.add_file("p", JPEG)
+    model_server.script("gpt-4o", default=fake_model.status(503))
+    env = {**models(model_server, "openai:gpt-4o"), "HILO_FALLBACK_MODELS": "openai:text-only-model",
+           "HILO_MODEL_ATTEMPTS": "1"}
+    async with running_daemon(tg_settings(tmp_path, bot_api, **env)):
+        bot_api.enqueue(photo_update(bot_api, [("p", len(JPEG), 800)], "what is this?"))
+        [reply] = await bot_api.wait_sent(1)
+    vision_call, text_call = model_server.requests
+    assert vision_call.model == "gpt-4o" and vision_call.body["messages"][-1]["content"][1]["type"] == "image_url"
+    note = "[photo: not seen, this model reads text only]\nwhat is this?"
+    assert text_call.model == "text-only-model" and text_call.body["messages"][-1] == {"role": "user",
+                                                                                        "content": note}
+    assert reply.text == f"fake reply to: {note}"
+    assert voice.user_messages(tmp_path)[0][1] == "[photo]\nwhat is this?"  # no description came: the placeholder

@@ -218,8 +218,14 @@ class Seer:
             return catalog.t("image_failed", lang)
         path = (await asyncio.to_thread(self.files.write, user_id, message_id, photo, data)
                 if self.settings.media_retention_days > 0 else None)  # 0: kept only while its turn runs
-        media_id = await self.store.keep_media(user_id, message_id, {**row, "bytes": len(data), "path": path,
-                                                                     "status": "seen"})
+        # (its text rewritten as it is: the row is kept only while the message is the person's)
+        media_id = await self.store.keep_transcript(user_id, message_id, turn.message.content, turn.message.token_count,
+                                                    {**row, "bytes": len(data), "path": path, "status": "seen"})
+        if media_id is None:  # the person was forgotten meanwhile: nothing to answer, nothing to keep
+            if path is not None:
+                await asyncio.to_thread(self.files.delete, [path])
+            logger.info("media.forgotten_meanwhile", message_id=message_id)
+            return None
         logger.info("vision.seen", message_id=message_id, media_id=media_id, bytes=len(data))
         return replace(msg, images=(ImagePart(sniffed(data) or photo.mime, data),)), turn
 

@@ -384,3 +384,31 @@ async def test_a_fallback_that_reads_text_only_gets_the_note_instead_of_the_phot
                                                                                         "content": note}
     assert reply.text == f"fake reply to: {note}"
     assert voice.user_messages(tmp_path)[0][1] == "[photo]\nwhat is this?"  # no description came: the placeholder
+
+
+async def test_a_person_forgotten_while_their_photo_downloaded_gets_no_turn_and_no_file_kept(
+    tmp_path: Path, model_server: FakeModelServer,
+) -> None:
+    from bot import vision
+    from kernel.types import InboundMessage
+
+    s = Settings.from_mapping({**models(model_server, "openai:gpt-4o"), "HILO_DATA_DIR": str(tmp_path),
+                               "HILO_DATABASE_URL": f"sqlite:///{tmp_path / 'hilo.db'}"})
+    async with seeing(s) as (pipeline, listener):
+        meta = vision.Photo("image/jpeg", len(JPEG)).as_metadata("f", None)
+        msg = InboundMessage(surface="telegram", sender="42", external_id="42:1", text="[photo]",
+                             metadata={"image": meta})
+        taken = await pipeline.take(msg)
+        assert taken.turn is not None
+
+        def fetch(ref: str) -> Any:
+            async def download(limit: int) -> bytes:
+                assert await pipeline.store.forget(taken.turn.handle)  # type: ignore[union-attr]  # meanwhile
+                return JPEG
+            return download
+
+        out = await listener.run(msg, taken, fetch)
+    assert out.status == "duplicate" and model_server.requests == []
+    assert voice.rows(tmp_path, "SELECT count(*) FROM messages") == [(0,)]
+    assert voice.rows(tmp_path, "SELECT count(*) FROM media") == [(0,)]
+    assert not any((tmp_path / "media").rglob("*.jpg"))

@@ -310,6 +310,12 @@ class Settings:
     media_bucket: str = "hilo-media"
     supabase_url: str = ""
     supabase_key: str = field(default="", repr=False)
+    #: HILO_VISION: whether photos go to the model as images (bot/vision.py): "auto" (when the model image turns
+    #: go to is a known vision model), "on" or "off" (the model gets the caption and a note instead).
+    vision: str = "auto"
+    #: HILO_IMAGE_MAX_BYTES: the largest photo downloaded and sent to the model (refused like media over
+    #: HILO_MEDIA_MAX_BYTES: stated size, Content-Length, bytes read). Vision APIs take about 5 MB per image.
+    image_max_bytes: int = 5 * 1024 * 1024
     # -- issue 13, data: the retention policy and the export's download links ---------------------------------
     #: HILO_RETENTION_DAYS: (surface, days) pairs; messages older are deleted by the `retention` job
     #: (bot/retention.py). Empty (unset): everything is kept.

@@ -1,4 +1,5 @@
-"""The media area's settings (issue 15: voice notes and audio), read from HILO_* names into Settings' media block.
+"""The media area's settings (issue 15: voice notes and audio; photos: HILO_VISION, HILO_IMAGE_MAX_BYTES), read
+from HILO_* names into Settings' media block.
 
 Transcription is off unless HILO_TRANSCRIBE_MODEL names a model of an OpenAI-compatible `/audio/transcriptions`
 endpoint (OpenAI `whisper-1` or `gpt-4o-mini-transcribe`, Groq `whisper-large-v3`, a local Whisper server's model):
@@ -37,7 +38,12 @@ def media_from(env: Mapping[str, str], *, openai_key: str, openai_base: str) -> 
     if model and not (key or url or openai_base):
         raise ConfigError(f"HILO_TRANSCRIBE_MODEL={model!r} needs OPENAI_API_KEY (or HILO_TRANSCRIBE_URL with "
                           "HILO_TRANSCRIBE_API_KEY for Groq or a local Whisper server); or unset it")
+    vision = env.get("HILO_VISION", "auto").strip().lower() or "auto"
+    if vision not in ("auto", "on", "off"):
+        raise ConfigError(f"HILO_VISION={vision!r}: set it to auto (known vision models see photos), on or off")
     return {
+        "vision": vision,
+        "image_max_bytes": whole(env, "HILO_IMAGE_MAX_BYTES", 5 * 1024 * 1024, 1024),
         "transcribe_model": model,
         "transcribe_url": url or openai_base,
         "transcribe_api_key": key,

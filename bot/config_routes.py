@@ -2,17 +2,18 @@
 
     HILO_MODEL_ROUTES='[{"name": "quick", "model": "openai:gpt-4o-mini", "max_chars": 160},
                         {"name": "deep", "model": "anthropic:claude-sonnet-4", "min_chars": 800},
-                        {"name": "code", "model": "openai:gpt-4.1", "keywords": ["python", "sql", "código"]}]'
+                        {"name": "code", "model": "openai:gpt-4.1", "keywords": ["python", "sql", "código"]},
+                        {"name": "photos", "model": "openai:gpt-4o", "images": true}]'
 
 Inline JSON, or the path of a JSON file (a list, or {"routes": [...]}) or a TOML file (`[[routes]]` tables).
 Each route names a model (`provider:model`, as HILO_MODEL) and, optionally, its `fallbacks` (a list; by default
 HILO_FALLBACK_MODELS): the chain that answers the turns it matches, retried and circuit-broken like the default
 one. A route matches the message being answered when every condition it states holds: `min_chars` / `max_chars`
-(its length), `keywords` (any of these words, whole, case- and accent-insensitive), `tools` (true: the calls of
-a turn after one of its tools ran, when the model reads tool results and answers from them; false: the calls
-before). The first route that matches wins; a message no route matches goes to HILO_MODEL and its fallbacks. No
-model is called to choose: a rule costs microseconds. Each model call records the route that chose it
-(model_calls.route).
+(its length), `keywords` (any of these words, whole, case- and accent-insensitive), `images` (true: the message
+brings a photo the model sees, bot/vision.py; false: it does not), `tools` (true: the calls of a turn after one
+of its tools ran, when the model reads tool results and answers from them; false: the calls before). The first
+route that matches wins; a message no route matches goes to HILO_MODEL and its fallbacks. No model is called to
+choose: a rule costs microseconds. Each model call records the route that chose it (model_calls.route).
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ if TYPE_CHECKING:
 
 SETTING = "HILO_MODEL_ROUTES"
 EXAMPLE = '[{"name": "quick", "model": "openai:gpt-4o-mini", "max_chars": 160}]'
-KEYS = frozenset({"name", "model", "fallbacks", "min_chars", "max_chars", "keywords", "tools"})
-CONDITIONS = ("min_chars", "max_chars", "keywords", "tools")
+KEYS = frozenset({"name", "model", "fallbacks", "min_chars", "max_chars", "keywords", "images", "tools"})
+CONDITIONS = ("min_chars", "max_chars", "keywords", "images", "tools")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,12 +45,16 @@ class Route:
     min_chars: int | None = None
     max_chars: int | None = None
     keywords: frozenset[str] = frozenset()
+    images: bool | None = None
     #: True: only the calls after a tool of the turn ran; False: only those before; None: either
     tools: bool | None = None
 
-    def matches(self, text: str, *, tool_ran: bool = False) -> bool:
+    def matches(self, text: str, images: bool = False, *, tool_ran: bool = False) -> bool:
         """Whether the call meets every condition this route states: `text` is the message being answered,
-        `tool_ran` whether a tool of its turn ran already (the call reads its result)."""
+        `images` whether it brings a photo, `tool_ran` whether a tool of its turn ran already (the call reads
+        its result)."""
+        if self.images is not None and images != self.images:
+            return False
         if self.tools is not None and tool_ran != self.tools:
             return False
         if self.min_chars is not None and len(text) < self.min_chars:
@@ -112,8 +117,11 @@ def _route(i: int, entry: Any, parse: Callable[..., ModelSpec], fallbacks: tuple
         raise ConfigError(f'{where}: "keywords" is empty; list the words, e.g. ["python", "sql"], or leave it out')
     if not (isinstance(words, list) and all(isinstance(w, str) and WORD.fullmatch(fold(w.strip())) for w in words)):
         raise ConfigError(f'{where}: "keywords" must be a list of single words, e.g. ["python", "sql"]')
+    images = entry.get("images")
+    if images is not None and not isinstance(images, bool):
+        raise ConfigError(f'{where}: "images" must be true (messages with a photo) or false (without one)')
     tools = entry.get("tools")
     if tools is not None and not isinstance(tools, bool):
         raise ConfigError(f'{where}: "tools" must be true (the calls after a tool ran) or false (those before)')
     return Route(name, models, bounds["min_chars"], bounds["max_chars"], frozenset(fold(w.strip()) for w in words),
-                 tools)
+                 images, tools)

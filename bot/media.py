@@ -26,7 +26,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from bot import assembly
-from bot.media_store import MediaFiles, MediaStoreError, media_files
+from bot.media_store import MediaFiles, MediaStoreError, Named, media_files
+from bot.vision import Seer
 from kernel import catalog, log
 from kernel.errors import HiloError, InputError
 from kernel.text import size_text
@@ -105,6 +106,7 @@ class Listener:
         self.pipeline = pipeline
         self.transcriber = transcriber
         self.files: MediaFiles = media_files(settings)
+        self.seer = Seer(settings, pipeline, self.files)  # photos (bot/vision.py)
         self._fetchers: dict[str, Callable[[str], Fetch]] = {}
 
     def register(self, surface: str, fetch: Callable[[str], Fetch]) -> None:
@@ -129,9 +131,11 @@ class Listener:
     def preparer(self, msg: InboundMessage, fetch: Callable[[str], Fetch] | None = None) -> Prepare | None:
         """What hears `msg` inside its turn (None: not a voice note, or no way to download it). A voice note heard
         already (its stored text is no longer the placeholder: a resumed redelivery, a recovery after the
-        transcript was kept) is not heard again."""
+        transcript was kept) is not heard again. A photo is the Seer's (bot/vision.py)."""
         found = voice_of(msg.metadata)
         fetch = fetch if fetch is not None else self._fetchers.get(msg.surface)
+        if fetch is not None and found is None:
+            return self.seer.preparer(msg, fetch)
         if found is None or fetch is None:
             return None
         voice, ref, placeholder = found
@@ -195,24 +199,10 @@ class Listener:
         return replace(msg, text=text), heard
 
     async def _keep(self, user_id: int, message_id: int, voice: Voice, data: bytes) -> str | None:
-        """The file kept (its path); None when its place failed: the message is still heard (logged, ids only)."""
-        try:
-            return await self.files.write(user_id, message_id, voice, data)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # MediaStoreError, or the data directory's OSError
-            logger.error("media.store_failed", user_id=user_id, message_id=message_id, bytes=len(data),
-                         error=type(exc).__name__, status=getattr(exc, "status", None))
-            return None
+        return await keep_file(self.files, user_id, message_id, voice, data)
 
     async def _drop(self, message_id: int, path: str) -> bool:
-        """Delete one file now; False (logged) when its place failed: the retention job deletes it later."""
-        try:
-            await self.files.delete([path])
-        except MediaStoreError as exc:
-            logger.error("media.delete_failed", message_id=message_id, status=exc.status)
-            return False
-        return True
+        return await drop_file(self.files, message_id, path)
 
     async def _not_heard(self, turn: Ingested, row: dict[str, Any], status: str, key: str, lang: str,
                          **params: object) -> str:
@@ -220,6 +210,29 @@ class Listener:
         media_id = await self.pipeline.store.keep_media(turn.user_id, turn.message.id, {**row, "status": status})
         logger.info("media.not_transcribed", message_id=turn.message.id, media_id=media_id, status=status)
         return catalog.t(key, lang, **params)
+
+
+async def keep_file(files: MediaFiles, user_id: int, message_id: int, item: Named, data: bytes) -> str | None:
+    """The file kept (its path); None when its place failed: the message is still heard or seen (logged, ids
+    only). A voice note's and a photo's (bot/vision.py)."""
+    try:
+        return await files.write(user_id, message_id, item, data)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # MediaStoreError, or the data directory's OSError
+        logger.error("media.store_failed", user_id=user_id, message_id=message_id, bytes=len(data),
+                     error=type(exc).__name__, status=getattr(exc, "status", None))
+        return None
+
+
+async def drop_file(files: MediaFiles, message_id: int, path: str) -> bool:
+    """Delete one file now; False (logged) when its place failed: the retention job deletes it later."""
+    try:
+        await files.delete([path])
+    except MediaStoreError as exc:
+        logger.error("media.delete_failed", message_id=message_id, status=exc.status)
+        return False
+    return True
 
 
 async def forget(store: Store, files: MediaFiles | None, handle: str) -> dict[str, int] | None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from bot import answers, assembly, commands, metrics
+from bot import answers, assembly, commands, metrics, vision
 from bot.admin import Admin
 from bot.alerts import Alerts
 from bot.config import Settings
@@ -257,10 +257,16 @@ class Pipeline:
                     return await self._said(msg, turn, prepared)
                 msg, turn = prepared
             ctx = await self.context_for(turn)
+            if msg.images:  # a photo the model sees, on this turn only (bot/vision.py)
+                ctx = vision.seeing(ctx, msg.images)
             pre_model_ms = (time.perf_counter() - started) * 1000
             with paying(turn.user_id):  # the spend caps count this person's calls (bot/spend.py)
                 ran = await self._call_model(ctx, turn, lang, on_delta)
             completion, calls, failure = ran.completion, ran.calls, ran.failure
+            if msg.images and completion is not None:  # its first line described the photo: the message's text
+                description, completion = vision.split(completion)
+                if description is not None:
+                    await vision.described(self.store, msg, turn, description)
             self.alerts.after_turn(calls, failure, surface=msg.surface, user_id=turn.user_id,
                                    message_id=turn.message.id)
             reply = answers.reply_text(completion, lang) if completion is not None else None

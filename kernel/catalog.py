@@ -120,6 +120,15 @@ MESSAGES: dict[str, dict[str, str]] = {
             "write your message."
         ),
         "voice_empty": "I couldn't make out any words in that voice note. Could you say it again, or write it?",
+        # -- photos (bot/vision.py) --
+        "image_too_large": (
+            "That photo is too large for me (my limit is {limit}). Please send a smaller one, or describe it in "
+            "words."
+        ),
+        "image_failed": (
+            "Sorry, I couldn't get your photo just now. Please try sending it again in a moment, or describe it in "
+            "words."
+        ),
         # -- whatsapp --
         "whatsapp_media_only": (
             "I can only read text for now. Please write your message (I do read the caption of a photo)."
@@ -340,6 +349,15 @@ MESSAGES: dict[str, dict[str, str]] = {
             "un momento, o escríbeme tu mensaje."
         ),
         "voice_empty": "No he entendido ninguna palabra en esa nota de voz. ¿Puedes repetirla, o escribirla?",
+        # -- fotos (bot/vision.py) --
+        "image_too_large": (
+            "Esa foto es demasiado grande para mí (mi límite es {limit}). Envíame una más pequeña, o descríbemela "
+            "con palabras."
+        ),
+        "image_failed": (
+            "Lo siento, ahora mismo no he podido recibir tu foto. Vuelve a enviarla en un momento, o descríbemela "
+            "con palabras."
+        ),
         # -- whatsapp --
         "whatsapp_media_only": (
             "Por ahora solo puedo leer texto. Escríbeme tu mensaje (el pie de una foto sí lo leo)."

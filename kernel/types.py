@@ -56,6 +56,9 @@ class InboundMessage:
     language: str | None = None
     #: the caller's address on the web (rate limits, link-code lockouts); never stored
     client_ip: str | None = None
+    #: photos the model sees with this message, on its own turn only (bot/vision.py sets them once downloaded);
+    #: never stored (the message keeps a reference and, once the model described it, the description)
+    images: tuple[ImagePart, ...] = ()
 
     def __post_init__(self) -> None:
         # Every surface's input passes here once: a NUL (which Postgres cannot store, in text or jsonb) goes,
@@ -100,6 +103,15 @@ class ToolCall:
 
 
 @dataclass(frozen=True, slots=True)
+class ImagePart:
+    """A photo sent to a model beside a message's text: its MIME type (image/jpeg, image/png, image/webp,
+    image/gif) and bytes. Providers send it in their own format (base64); it is never logged nor stored here."""
+
+    mime: str
+    data: bytes = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
 class ToolSpec:
     """A tool as models are offered it: a name (letters, digits, `_`), what it does, and its arguments' JSON
     schema (an object schema)."""
@@ -128,6 +140,8 @@ class ChatMessage:
     tool_call_id: str | None = None
     tool_name: str = ""
     tool_error: bool = False
+    #: photos sent with this (user) message: the new message of a turn a photo arrived on (bot/vision.py)
+    images: tuple[ImagePart, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""Voice notes and audio in the store, written once (migration 0035): the media row of a downloaded file, the
+"""Voice notes, audio and photos in the store, written once (migration 0035): the media row of a downloaded file, the
 transcript that becomes its message's content, and the files the retention job or `hilo forget` deletes.
 
 `transcribed` rewrites the person's message as if they had typed the transcript: its content, token count and
@@ -37,14 +37,22 @@ async def transcribed(db: Db, user_id: int, message_id: int, text: str, token_co
                       ) -> int | None:
     """The transcript is now the message's content (and its media row says by whom): the media row's id, or None
     when the message is not the person's (forgotten meanwhile)."""
+    if not await rewrite(db, user_id, message_id, text, token_count):
+        return None
+    return await keep(db, user_id, message_id, row)
+
+
+async def rewrite(db: Db, user_id: int, message_id: int, text: str, token_count: int) -> bool:
+    """The person's message now says `text` (a transcript, a photo's description): its token count, index terms,
+    episode terms, and no stale vector. False when the message is not the person's (forgotten meanwhile)."""
     episode = await db.one(_REWRITE, text, token_count, index_terms(text), message_id, user_id)
     if episode is None:
-        return None
+        return False
     if episode[0] is not None:
         await episodes.refresh(db, {int(episode[0])})
-    if db.vectors:  # a vector of the placeholder text: the embed job embeds the transcript instead
+    if db.vectors:  # a vector of the placeholder text: the embed job embeds the new text instead
         await db.run("DELETE FROM message_vectors WHERE message_id = $1 AND user_id = $2", message_id, user_id)
-    return await keep(db, user_id, message_id, row)
+    return True
 
 
 async def expired(db: Db, before: datetime, limit: int) -> list[tuple[int, str]]:

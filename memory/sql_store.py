@@ -447,6 +447,11 @@ class SqlStore:
 
         return await self._tx("write", sql_media.transcribed, user_id, message_id, text, token_count, row)
 
+    async def rewrite_message(self, user_id: int, message_id: int, text: str, token_count: int) -> bool:
+        from memory import sql_media
+
+        return bool(await self._tx("write", sql_media.rewrite, user_id, message_id, text, token_count))
+
     async def expired_media(self, before: datetime, limit: int) -> list[tuple[int, str]]:
         from memory import sql_media
 

@@ -372,6 +372,10 @@ class Store(Protocol):
         """The transcript becomes the person's message's content (index terms, episode, no stale vector) and its
         media row is kept, in one transaction: the row's id, or None when the message is not the person's."""
 
+    async def rewrite_message(self, user_id: int, message_id: int, text: str, token_count: int) -> bool:
+        """The person's message now says `text` (a photo's description, bot/vision.py): its index terms, episode
+        and vector follow, in one transaction. False when the message is not the person's."""
+
     async def expired_media(self, before: datetime, limit: int) -> list[tuple[int, str]]:
         """Media files kept since before `before`, oldest first: (media id, path)."""
 

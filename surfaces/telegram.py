@@ -33,7 +33,7 @@ from telegram import Update
 from telegram.error import TelegramError
 from telegram.ext import Application
 
-from bot import export, media, metrics
+from bot import export, media, metrics, vision
 from bot.config import Settings
 from bot.keyed import KeyedLocks
 from bot.outbox import with_route
@@ -232,7 +232,8 @@ class TelegramSurface:
         message, rt, me = update.message, self._runtime, self._me
         if message is None or rt is None or me is None:
             return
-        d = classify(message, me, self.allowlist, default_language=rt.settings.language)
+        d = classify(message, me, self.allowlist, default_language=rt.settings.language,
+                     image_max_bytes=rt.settings.image_max_bytes)
         logger.debug("telegram.update", update_id=update.update_id, chat_type=message.chat.type, action=d.action,
                      reason=d.reason)
         if d.action == "ignore":
@@ -272,15 +273,18 @@ class TelegramSurface:
             rt.intake.spawn(msg, taken)
 
     async def _refused_media(self, update: Update, msg: InboundMessage, lang: str, reply_to: int | None) -> bool:
-        """A voice note whose stated size or duration is over the caps: refused (recorded, told) before anything
-        is downloaded or stored. False for everything else."""
+        """A voice note or photo whose stated size (or duration) is over the caps: refused (recorded, told) before
+        anything is downloaded or stored. False for everything else."""
         found = media.voice_of(msg.metadata)
-        refusal = media.refusal(self.settings, found[0]) if found is not None else None
-        if found is None or refusal is None or self._runtime is None:
+        photo = vision.photo_of(msg.metadata)
+        refusal = (media.refusal(self.settings, found[0]) if found is not None
+                   else vision.refusal(self.settings, photo[0]) if photo is not None else None)
+        if refusal is None or self._runtime is None:
             return False
         if await self._runtime.intake.record(self.name, msg.external_id, "refused", msg.sender):
-            logger.info("telegram.refused", update_id=update.update_id, reason=refusal.key, bytes=found[0].bytes,
-                        duration_s=found[0].duration_s)
+            logger.info("telegram.refused", update_id=update.update_id, reason=refusal.key,
+                        bytes=found[0].bytes if found else photo[0].bytes if photo else None,
+                        duration_s=found[0].duration_s if found else None)
             say = self._say(int(msg.metadata["chat_id"]), catalog.t(refusal.key, lang, **refusal.params), reply_to,
                             sender=msg.sender)
             self._spawn(self._in_order(int(msg.metadata["chat_id"]), say), "telegram.say")

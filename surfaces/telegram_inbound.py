@@ -11,9 +11,10 @@ Pure (no I/O), so each rule is tested on its own:
 - text, or a caption (photo, video...) as the text; a location, venue, contact, document or sticker becomes
   short structured text (surfaces/media_text.py: "[location: 39.47, -0.38]"), followed by its caption; a voice
   note, audio or video note is a turn whose text is a placeholder ("[voice note: 12 s]") until its transcript
-  replaces it (bot/media.py; metadata "voice" holds its file_id, size and duration); other
-  content (a bare photo or video) gets a clear answer and no turn; service messages (someone joined, a pin) and
-  other bots are ignored.
+  replaces it (bot/media.py; metadata "voice" holds its file_id, size and duration); a photo (its largest size
+  within HILO_IMAGE_MAX_BYTES) is a turn on "[photo]" and its caption until the model describes it (bot/vision.py;
+  metadata "image" holds its file_id and size); other content (a bare video) gets a clear answer and no turn;
+  service messages (someone joined, a pin) and other bots are ignored.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from telegram.constants import ChatType, MessageEntityType
 from bot import commands
 from bot.commands import Command
 from bot.media import Voice
+from bot.vision import PLACEHOLDER, Photo, with_caption
 from kernel import catalog
 from kernel.types import InboundMessage
 from surfaces import media_text
@@ -76,7 +78,8 @@ class Decision:
     reason: str = ""
 
 
-def classify(message: Message, me: BotIdentity, allow: Allowlist, *, default_language: str = "en") -> Decision:
+def classify(message: Message, me: BotIdentity, allow: Allowlist, *, default_language: str = "en",
+             image_max_bytes: int = 5 * 1024 * 1024) -> Decision:
     user, chat = message.from_user, message.chat
     if user is None or user.is_bot or message.sender_chat is not None:
         return Decision("ignore", reason="not a person")  # channels, anonymous admins, other bots
@@ -100,6 +103,10 @@ def classify(message: Message, me: BotIdentity, allow: Allowlist, *, default_lan
     voice = voice_of(message)
     if voice is not None:
         text = media_text.voice(voice[0].duration_s)
+    # a command in a photo's caption is a command (the photo is not looked at)
+    photo = None if message.caption and commands.parse(message.caption) else photo_of(message, image_max_bytes)
+    if photo is not None:
+        text = with_caption(PLACEHOLDER, message.caption)
     if text is None:
         if attachment is None:
             return Decision("ignore", lang, reason="service message")
@@ -115,6 +122,10 @@ def classify(message: Message, me: BotIdentity, allow: Allowlist, *, default_lan
         metadata["attachment"] = attachment
     if voice is not None:
         metadata["voice"] = voice[0].as_metadata(voice[1], text)
+    if photo is not None:
+        caption = strip_mention(message.caption, me) if group and message.caption else message.caption
+        metadata["image"] = photo[0].as_metadata(photo[1], caption)
+        text = metadata["image"]["placeholder"]
     if group:
         metadata["audience"] = "group"
     msg = InboundMessage(
@@ -187,6 +198,17 @@ def voice_of(message: Message) -> tuple[Voice, str] | None:
         n = message.video_note
         return Voice("video_note", "video/mp4", n.file_size, _seconds(n.duration)), n.file_id
     return None
+
+
+def photo_of(message: Message, limit: int) -> tuple[Photo, str] | None:
+    """A photo and the file_id of its largest size within `limit` bytes (of its smallest when none is: its stated
+    size is then refused before any download); None for other messages. Telegram sends photos as JPEG."""
+    if not message.photo:
+        return None
+    sizes = sorted(message.photo, key=lambda p: (p.file_size or 0, p.width * p.height))
+    fitting = [p for p in sizes if p.file_size is None or p.file_size <= limit]
+    chosen = max(fitting, key=lambda p: p.width * p.height) if fitting else sizes[0]
+    return Photo("image/jpeg", chosen.file_size), chosen.file_id
 
 
 def _seconds(duration: int | timedelta | None) -> int | None:

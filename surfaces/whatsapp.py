@@ -33,6 +33,7 @@ from bot import metrics
 from bot.config import Settings
 from bot.media import Voice
 from bot.runtime import Runtime
+from bot.vision import Photo
 from kernel import log
 from kernel.errors import ConfigError, Draining, StoreError
 from kernel.types import InboundMessage
@@ -99,6 +100,12 @@ def inbound(form: Form) -> InboundMessage:
     if audio is not None:  # a voice note: transcribed in the turn's task (bot/media.py), this text until then
         body = media_text.with_caption(media_text.voice(None), body)
         metadata["voice"] = Voice("audio", audio["content_type"]).as_metadata(audio["url"], body)
+    image = next((m for m in media if m["content_type"].lower().startswith("image/")), None)
+    if image is not None and audio is None:  # a photo: seen (or noted) in the turn's task (bot/vision.py)
+        caption = body
+        metadata["image"] = Photo(image["content_type"].split(";", 1)[0].strip().lower()).as_metadata(
+            image["url"], caption)
+        body = metadata["image"]["placeholder"]
     return InboundMessage(surface=SURFACE, sender=sender, external_id=sid, text=body, metadata=metadata)
 
 

@@ -54,7 +54,7 @@ def test_whatsapp_location_contact_and_document_become_structured_text() -> None
     assert inbound(Form(list(media.items()))).text == "[contact]\n[document: application/pdf]"
     photo = {**base, "Body": "", "NumMedia": "1", "MediaUrl0": "https://api.twilio.com/m/ME3",
              "MediaContentType0": "image/jpeg"}
-    assert inbound(Form(list(photo.items()))).text == ""  # photos: the caption only, as before
+    assert inbound(Form(list(photo.items()))).text == "[photo]"  # seen or noted in its turn (bot/vision.py)
 
 
 def test_sizes_and_coordinates_are_short() -> None:

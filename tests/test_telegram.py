@@ -161,9 +161,12 @@ def test_classify_private_group_and_content_rules() -> None:
     assert decide(api.message(f"/help@{BOT_USERNAME}", **group)).action == "command"
     assert decide(api.message("/help", **group)).action == "command"
 
-    assert decide(api.photo_update(None)["message"]).action == "non_text"
+    video = {"file_id": "vd", "file_unique_id": "vd", "width": 9, "height": 9, "duration": 2}
+    assert decide(api.message(None, video=video)).action == "non_text"
+    d = decide(api.photo_update(None)["message"])  # a photo is a turn, seen or noted in it (tests/test_images.py)
+    assert d.action == "turn" and d.msg.text == "[photo]" and d.msg.metadata["image"]["ref"] == "AgAD"
     d = decide(api.photo_update("what is this?")["message"])
-    assert d.action == "turn" and d.msg.text == "what is this?" and d.msg.metadata["attachment"] == "photo"
+    assert d.action == "turn" and d.msg.text == "[photo]\nwhat is this?" and d.msg.metadata["attachment"] == "photo"
     d = decide(api.message(None, voice={"file_id": "v", "file_unique_id": "v", "duration": 3}))
     assert d.action == "turn" and d.msg.text == "[voice note: 3 s]"  # transcribed in its turn (tests/test_voice.py)
     assert d.msg.metadata["voice"] == {"kind": "voice", "mime": "audio/ogg", "bytes": None, "duration_s": 3,
@@ -374,8 +377,9 @@ async def test_allowlist_refuses_others_and_keeps_nothing(tmp_path: Path, bot_ap
 async def test_non_text_edited_and_too_long_messages(tmp_path: Path, bot_api: FakeBotApi) -> None:
     async with running_daemon(tg_settings(tmp_path, bot_api, HILO_MAX_MESSAGE_CHARS="50")) as client:
         edited = bot_api.message("edited text")
+        video = {"file_id": "vd", "file_unique_id": "vd", "width": 9, "height": 9, "duration": 2}
         bot_api.enqueue(
-            bot_api.photo_update(None),
+            bot_api.update(bot_api.message(None, video=video)),
             bot_api.update(edited, kind="edited_message"),
             bot_api.photo_update("what is in this photo?"),
             bot_api.text_update("x" * 60, language_code="es"),
@@ -386,7 +390,9 @@ async def test_non_text_edited_and_too_long_messages(tmp_path: Path, bot_api: Fa
     assert sent[0].text == catalog.t("telegram_non_text", "en")
     assert "what is in this photo?" in sent[1].text
     assert sent[2].text == catalog.t("message_too_long", "es", length=60, limit=50)
-    assert [c for r, c in messages(data) if r == "user"] == ["what is in this photo?"]
+    # the echo model reads text only: the caption and a note (tests/test_images.py)
+    assert [c for r, c in messages(data) if r == "user"] == [
+        "[photo: not seen, this model reads text only]\nwhat is in this photo?"]
 
 
 async def test_all_models_down_sends_the_apology(

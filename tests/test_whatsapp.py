@@ -165,7 +165,9 @@ def test_normalization_keeps_profile_media_and_caption_in_metadata() -> None:
     form = Form(list(incoming("SM1", "look at this", NumMedia="1", MediaUrl0="https://api.twilio.com/m/ME1",
                               MediaContentType0="image/jpeg").items()))
     msg = inbound(form)
-    assert (msg.surface, msg.sender, msg.external_id, msg.text) == ("whatsapp", PERSON, "SM1", "look at this")
+    assert (msg.surface, msg.sender, msg.external_id, msg.text) == ("whatsapp", PERSON, "SM1", "[photo]\nlook at this")
+    assert msg.metadata["image"] == {"kind": "photo", "mime": "image/jpeg", "bytes": None, "caption": "look at this",
+                                     "ref": "https://api.twilio.com/m/ME1", "placeholder": "[photo]\nlook at this"}
     assert msg.metadata["profile_name"] == "Ana" and msg.metadata["wa_id"] == PERSON[1:]
     assert msg.metadata["media"] == [{"url": "https://api.twilio.com/m/ME1", "content_type": "image/jpeg"}]
     with pytest.raises(ValueError):
@@ -388,8 +390,8 @@ async def test_media_input_errors_and_failed_turns_get_catalogue_answers(
 ) -> None:
     settings = settings_for(tmp_path, twilio_api, HILO_MODEL="openai:m1", HILO_MODEL_ATTEMPTS="1",
                             OPENAI_BASE_URL=model_server.base_url + "/v1")
-    media = {"NumMedia": "1", "MediaUrl0": "https://api.twilio.com/m/ME1", "MediaContentType0": "image/jpeg"}
-    async with running_daemon(settings) as client:
+    media = {"NumMedia": "1", "MediaUrl0": "https://api.twilio.com/m/ME1", "MediaContentType0": "video/mp4"}
+    async with running_daemon(settings) as client:  # (a photo is a turn: tests/test_images.py)
         await post(client, "/webhooks/whatsapp", incoming("SMm1", "", **media))
         (notice,) = await twilio_api.wait_for(1)
         assert "only read text" in notice.body
@@ -400,7 +402,7 @@ async def test_media_input_errors_and_failed_turns_get_catalogue_answers(
         await twilio_api.wait_for(2)
         await idle(client)
         (user_msg, _) = (await inspect(client))["conversations"][0]["messages"]
-        assert user_msg["content"] == "my cat" and user_msg["metadata"]["media"][0]["content_type"] == "image/jpeg"
+        assert user_msg["content"] == "my cat" and user_msg["metadata"]["media"][0]["content_type"] == "video/mp4"
 
         await post(client, "/webhooks/whatsapp", incoming("SMm3", "x" * 5000))
         await twilio_api.wait_for(3)

@@ -21,6 +21,7 @@ blocks and their results as `tool_result` blocks of the next user turn.
 from __future__ import annotations
 
 import json
+from base64 import b64encode
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -56,6 +57,10 @@ def _content(m: ChatMessage) -> str | list[dict[str, Any]]:
     if m.tool_calls:
         text = [{"type": "text", "text": m.content}] if m.content.strip() else []
         return text + [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in m.tool_calls]
+    if m.images:  # a photo's turn: image blocks (base64), then the text, as Anthropic suggests
+        return [*({"type": "image", "source": {"type": "base64", "media_type": i.mime,
+                                               "data": b64encode(i.data).decode()}} for i in m.images),
+                {"type": "text", "text": m.content}]
     return m.content
 
 

@@ -102,6 +102,7 @@ class ModelChain:
         policy: RetryPolicy | None = None, timeout: float = 60.0, failure_threshold: int = 5,
         cooldown: float = 30.0, clock: Callable[[], float] = time.monotonic, meter: Meter | None = None,
         routes: Sequence[Route] = (),
+        sent_to: Callable[[ModelSpec, Sequence[ChatMessage]], Sequence[ChatMessage]] | None = None,
     ) -> None:
         if not specs:
             raise ConfigError("no model configured: set HILO_MODEL (or leave it unset for the offline echo model)")
@@ -119,6 +120,9 @@ class ModelChain:
         self.breakers = {s.label: CircuitBreaker(failure_threshold, cooldown, clock) for s in every}
         #: prices each call and keeps the spend caps (bot/spend.py); the pipeline gives it its store and caps
         self.meter = meter or Meter()
+        #: what one model is sent of the messages (bot/vision.py `sent_to`: a photo only to a model that sees
+        #: images, a note to one that does not); None: the messages as they are
+        self.sent_to = sent_to
 
     @property
     def primary(self) -> ModelSpec:
@@ -132,9 +136,10 @@ class ModelChain:
             if at is None:
                 at = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "user"), None)
             text = messages[at].content if at is not None else ""
+            images = at is not None and bool(messages[at].images)
             tool_ran = at is not None and any(m.role == "tool" for m in messages[at + 1:])
             for route in self.routes:
-                if route.matches(text, tool_ran=tool_ran):
+                if route.matches(text, images, tool_ran=tool_ran):
                     return route.name, route.models
         return None, self.specs
 
@@ -171,7 +176,10 @@ class ModelChain:
         threshold, cooldown, clock = self._breaker_settings
         return ModelChain(self.specs, self.providers, policy=self.policy, timeout=self.timeout,
                           failure_threshold=threshold, cooldown=cooldown, clock=clock, meter=self.meter,
-                          routes=self.routes)
+                          routes=self.routes, sent_to=self.sent_to)
+
+    def _for(self, spec: ModelSpec, messages: Sequence[ChatMessage]) -> Sequence[ChatMessage]:
+        return messages if self.sent_to is None else self.sent_to(spec, messages)
 
     def structured(self) -> bool:
         """Whether any model of the chain can answer with JSON following a schema."""
@@ -185,9 +193,9 @@ class ModelChain:
         for fallback_from, spec, breaker in self._available(calls, specs, route, structured=schema is not None):
             try:
                 completion = await complete_with_retry(
-                    self.providers[spec.provider], spec, messages, policy=self.policy, timeout=self.timeout,
-                    calls=calls, fallback_from=fallback_from, schema=schema, meter=self.meter, route=route,
-                    tools=tools,
+                    self.providers[spec.provider], spec, self._for(spec, messages), policy=self.policy,
+                    timeout=self.timeout, calls=calls, fallback_from=fallback_from, schema=schema, meter=self.meter,
+                    route=route, tools=tools,
                 )
             except OverCap as over:
                 breaker.abandon()
@@ -213,8 +221,9 @@ class ModelChain:
         for fallback_from, spec, breaker in self._available(calls, specs, route):
             completion: Completion | None = None
             events = stream_with_retry(
-                self.providers[spec.provider], spec, messages, policy=self.policy, timeout=self.timeout,
-                calls=calls, fallback_from=fallback_from, meter=self.meter, route=route, tools=tools,
+                self.providers[spec.provider], spec, self._for(spec, messages), policy=self.policy,
+                timeout=self.timeout, calls=calls, fallback_from=fallback_from, meter=self.meter, route=route,
+                tools=tools,
             )
             try:
                 async for event in events:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 
+from bot import vision
 from bot.config import Settings
 from bot.models.base import ModelProvider
 from bot.models.chain import ModelChain
@@ -57,4 +58,5 @@ def build_chain(
         failure_threshold=failure_threshold, cooldown=cooldown, clock=clock,
         meter=Meter(settings.prices),  # priced by HILO_PRICES; the pipeline adds the caps (bot/spend.py)
         routes=settings.model_routes,
+        sent_to=vision.sent_to(settings),  # a fallback that reads text only gets no photo (bot/vision.py)
     )

@@ -18,6 +18,7 @@ fragments per index) come back on the Completion; a tool's result goes as a role
 from __future__ import annotations
 
 import json
+from base64 import b64encode
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -56,6 +57,10 @@ def to_openai_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
                 {"id": c.id, "type": "function",
                  "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)}}
                 for c in m.tool_calls]})
+        elif m.images:  # a photo's turn: text and image parts (data URLs), as vision models take them
+            out.append({"role": m.role, "content": [{"type": "text", "text": m.content}, *(
+                {"type": "image_url", "image_url": {"url": f"data:{i.mime};base64,{b64encode(i.data).decode()}"}}
+                for i in m.images)]})
         else:
             out.append({"role": m.role, "content": m.content})
     return out

@@ -66,11 +66,13 @@ class Voice:
     bytes: int | None = None
     duration_s: int | None = None
 
-    def as_metadata(self, ref: str, placeholder: str) -> dict[str, Any]:
-        """metadata["voice"]: this, the platform's reference to download it by, and the message's text until its
-        transcript replaces it (a stored message whose text is still that was never heard)."""
+    def as_metadata(self, ref: str, placeholder: str, caption: str | None = None) -> dict[str, Any]:
+        """metadata["voice"]: this, the platform's reference to download it by, the message's text until its
+        transcript replaces it (a stored message whose text is still that was never heard), and the caption sent
+        with it (kept after the transcript)."""
+        caption = caption.strip() if caption and caption.strip() else None
         return {"kind": self.kind, "mime": self.mime, "bytes": self.bytes, "duration_s": self.duration_s, "ref": ref,
-                "placeholder": placeholder}
+                "placeholder": placeholder, "caption": caption}
 
     @property
     def filename(self) -> str:
@@ -183,6 +185,10 @@ class Listener:
             return await self._not_heard(turn, row, "failed", "voice_failed", lang)
         if not text:
             return await self._not_heard(turn, row, "empty", "voice_empty", lang)
+        heard_chars = len(text)
+        caption = msg.metadata.get("voice", {}).get("caption")
+        if caption:  # what the person typed with the voice note follows what they said
+            text = f"{text}\n{caption}"
         tokens = await assembly.count_tokens(text)
         if self.settings.media_retention_days == 0 and row["path"]:  # kept only until transcribed
             row["path"] = None if await self._drop(message_id, row["path"]) else row["path"]
@@ -194,7 +200,7 @@ class Listener:
             logger.info("media.forgotten_meanwhile", message_id=message_id)
             return None
         logger.info("media.transcribed", message_id=message_id, media_id=kept, transcriber=transcriber.name,
-                    bytes=len(data), duration_s=voice.duration_s, chars=len(text))
+                    bytes=len(data), duration_s=voice.duration_s, chars=heard_chars)
         heard = replace(turn, message=replace(turn.message, content=text, token_count=tokens))
         return replace(msg, text=text), heard
 

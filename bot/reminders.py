@@ -1,8 +1,9 @@
 """Delivering reminders (issue 15 item 5): the `reminders` job (bot/job_list.py, every HILO_REMINDER_SECONDS)
 sends each reminder whose time came exactly once, on the person's last-active surface, through the outbox.
 
-For each due reminder (memory/sql_reminders.py), the person's latest message on each surface says where they were
-last active and how to reach them (its reply route, bot/outbox.py). The surfaces are tried latest first:
+For each due reminder (memory/sql_reminders.py), the person's latest message from a private chat on each surface
+says where they were last active and how to reach them (its reply route, bot/outbox.py; never a group's, where
+others would read it). The surfaces are tried latest first:
 - Telegram: the chat of their latest message;
 - WhatsApp: their number, inside the 24-hour customer-care window of their latest message; past it, only as the
   approved template HILO_WHATSAPP_REMINDER_TEMPLATE (the reminder's text as its variable), else the next surface;

@@ -97,7 +97,8 @@ MESSAGES: dict[str, dict[str, str]] = {
         "widget_memories_more": "...and {count} more.",
         # -- telegram --
         "telegram_non_text": (
-            "I can only read text for now. Please write your message (I do read the caption of a photo)."
+            "I can't open this kind of file yet: I read text, voice notes and photos. Please write or say what "
+            "you need (I do read a video's caption)."
         ),
         "telegram_not_allowed": (
             "Sorry, this is a private assistant and I can't chat with you. Nothing you send here is kept."
@@ -131,7 +132,8 @@ MESSAGES: dict[str, dict[str, str]] = {
         ),
         # -- whatsapp --
         "whatsapp_media_only": (
-            "I can only read text for now. Please write your message (I do read the caption of a photo)."
+            "I can't open this kind of file yet: I read text, voice notes and photos. Please write or say what "
+            "you need (I do read a video's caption)."
         ),
         "whatsapp_resumed": "Welcome back: I will answer your messages again. Send STOP at any time to stop.",
         # -- web widget --
@@ -325,7 +327,8 @@ MESSAGES: dict[str, dict[str, str]] = {
         "widget_memories_more": "...y {count} más.",
         # -- telegram --
         "telegram_non_text": (
-            "Por ahora solo puedo leer texto. Escríbeme tu mensaje (el pie de una foto sí lo leo)."
+            "Todavía no puedo abrir este tipo de archivo: leo texto, notas de voz y fotos. Escríbeme o dime qué "
+            "necesitas (el pie de un vídeo sí lo leo)."
         ),
         "telegram_not_allowed": (
             "Lo siento, este es un asistente privado y no puedo hablar contigo. "
@@ -360,7 +363,8 @@ MESSAGES: dict[str, dict[str, str]] = {
         ),
         # -- whatsapp --
         "whatsapp_media_only": (
-            "Por ahora solo puedo leer texto. Escríbeme tu mensaje (el pie de una foto sí lo leo)."
+            "Todavía no puedo abrir este tipo de archivo: leo texto, notas de voz y fotos. Escríbeme o dime qué "
+            "necesitas (el pie de un vídeo sí lo leo)."
         ),
         "whatsapp_resumed": (
             "Bienvenido de nuevo: volveré a responder a tus mensajes. Envía BAJA cuando quieras para parar."

@@ -85,15 +85,21 @@ async def due(db: Db, limit: int) -> list[Reminder]:
     return [_reminder(r) for r in rows]
 
 
+#: How many of the person's latest messages on a surface are looked through for one from a private chat.
+PRIVATE_LOOKBACK = 20
+
+
 async def last_messages(db: Db, user_id: int, surfaces: Sequence[str]) -> list[StoredMessage]:
-    """The person's latest message on each of `surfaces` (where they were last active, and how to reach them:
-    its reply route), latest first."""
+    """The person's latest message from a private chat on each of `surfaces` (where they were last active, and
+    how to reach them: its reply route; never a group's, where others would read what is said), latest first."""
     found = []
     for surface in surfaces:
-        row = await db.one(f"SELECT {MSG_COLS} FROM messages m WHERE m.user_id = $1 AND m.surface = $2 "
-                           "AND m.role = 'user' ORDER BY m.created_at DESC, m.id DESC LIMIT 1", user_id, surface)
-        if row is not None:
-            found.append(to_message(row))
+        rows = await db.all(f"SELECT {MSG_COLS} FROM messages m WHERE m.user_id = $1 AND m.surface = $2 "
+                            "AND m.role = 'user' ORDER BY m.created_at DESC, m.id DESC LIMIT $3", user_id, surface,
+                            PRIVATE_LOOKBACK)
+        private = next((m for m in map(to_message, rows) if m.metadata.get("audience") != "group"), None)
+        if private is not None:
+            found.append(private)
     return sorted(found, key=lambda m: (m.created_at, m.id), reverse=True)
 
 

@@ -464,7 +464,8 @@ class Store(Protocol):
         """Everyone's pending reminders whose time came (the `reminders` job's), oldest first."""
 
     async def last_messages(self, user_id: int, surfaces: Sequence[str]) -> list[StoredMessage]:
-        """The person's latest message on each of `surfaces` (where they were last active), latest first."""
+        """The person's latest message from a private chat on each of `surfaces` (where they were last active; never
+        a group's), latest first."""
 
     async def deliver_reminder(self, reminder: Reminder, surface: str, conversation_ref: str | None, text: str,
                                token_count: int, outgoing: Outgoing | None) -> StoredMessage | None:

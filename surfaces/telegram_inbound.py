@@ -101,8 +101,8 @@ def classify(message: Message, me: BotIdentity, allow: Allowlist, *, default_lan
     if described is not None:
         text = media_text.with_caption(described, message.caption)
     voice = voice_of(message)
-    if voice is not None:
-        text = media_text.voice(voice[0].duration_s)
+    if voice is not None:  # its caption follows: kept after the transcript replaces the placeholder
+        text = media_text.with_caption(media_text.voice(voice[0].duration_s), message.caption)
     # a command in a photo's caption is a command (the photo is not looked at)
     photo = None if message.caption and commands.parse(message.caption) else photo_of(message, image_max_bytes)
     if photo is not None:
@@ -121,7 +121,7 @@ def classify(message: Message, me: BotIdentity, allow: Allowlist, *, default_lan
     if attachment is not None:
         metadata["attachment"] = attachment
     if voice is not None:
-        metadata["voice"] = voice[0].as_metadata(voice[1], text)
+        metadata["voice"] = voice[0].as_metadata(voice[1], text, message.caption)
     if photo is not None:
         caption = strip_mention(message.caption, me) if group and message.caption else message.caption
         metadata["image"] = photo[0].as_metadata(photo[1], caption)

@@ -98,8 +98,9 @@ def inbound(form: Form) -> InboundMessage:
         body = media_text.with_caption("\n".join(described), body)
     audio = next((m for m in media if m["content_type"].lower().startswith("audio/")), None)
     if audio is not None:  # a voice note: transcribed in the turn's task (bot/media.py), this text until then
+        caption = body
         body = media_text.with_caption(media_text.voice(None), body)
-        metadata["voice"] = Voice("audio", audio["content_type"]).as_metadata(audio["url"], body)
+        metadata["voice"] = Voice("audio", audio["content_type"]).as_metadata(audio["url"], body, caption)
     image = next((m for m in media if m["content_type"].lower().startswith("image/")), None)
     if image is not None and audio is None:  # a photo: seen (or noted) in the turn's task (bot/vision.py)
         caption = body

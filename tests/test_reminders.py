@@ -225,3 +225,17 @@ async def test_whatsapp_inside_the_window_outside_it_the_template_else_another_s
     assert await reminders.deliver_due(store, sending, settings()) == 0  # nothing is due twice
     counts = await store.erase("whatsapp:+34600000005")
     assert counts is not None and counts["reminders"] == 1
+
+
+async def test_a_reminder_never_goes_to_a_group_the_person_wrote_in_last(
+    store: Any, clock: TestClock, sending: Outbox, bot_api: fake_telegram.FakeBotApi,
+) -> None:
+    uid = await person_on(store, "telegram", "42")  # their private chat with hilo
+    in_group = InboundMessage(surface="telegram", sender="42", external_id="tg-group-1", text="@hilo hi all",
+                              conversation_ref="group:-100", metadata={"audience": "group"},
+                              received_at=store.clock())
+    await store.ingest(with_route(in_group, "-100"), 1)  # later, in a group: its route is the group's chat
+    await store.add_reminder(uid, None, "my private appointment", clock(), 50)
+    assert await reminders.deliver_due(store, sending, settings()) == 1
+    [sent] = await bot_api.wait_sent(1)
+    assert (sent.chat_id, sent.text) == (42, catalog.t("reminder", "en", text="my private appointment"))

@@ -170,7 +170,7 @@ def test_classify_private_group_and_content_rules() -> None:
     d = decide(api.message(None, voice={"file_id": "v", "file_unique_id": "v", "duration": 3}))
     assert d.action == "turn" and d.msg.text == "[voice note: 3 s]"  # transcribed in its turn (tests/test_voice.py)
     assert d.msg.metadata["voice"] == {"kind": "voice", "mime": "audio/ogg", "bytes": None, "duration_s": 3,
-                                       "ref": "v", "placeholder": "[voice note: 3 s]"}
+                                       "ref": "v", "placeholder": "[voice note: 3 s]", "caption": None}
     assert decide(api.message(None, new_chat_title="renamed", **group)).action == "ignore"
     bot_sender = api.message("hi")
     bot_sender["from"]["is_bot"] = True

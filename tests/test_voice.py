@@ -377,3 +377,26 @@ async def test_recovery_hears_a_voice_note_a_crash_left_unheard_and_never_hears_
         again = await listener.preparer(msg)(msg, stored)  # type: ignore[misc]
         assert again is not None and not isinstance(again, str) and again[0].text == "the boiler makes a noise"
         assert fetched == ["f1"] and len(model_server.requests) == 1
+
+
+async def test_the_caption_sent_with_a_voice_note_is_kept_after_its_transcript(
+    tmp_path: Path, bot_api: FakeBotApi, twilio_api: fake_twilio.FakeTwilioApi,
+    model_server: fake_model.FakeModelServer,
+) -> None:
+    spoken = audio("the meeting moved to Friday")
+    bot_api.add_file("voice-c", spoken)
+    async with running_daemon(settings(tmp_path, bot_api, model_server)):
+        bot_api.enqueue(bot_api.voice_update("voice-c", spoken, duration=3, caption="for Ana", message_id=9))
+        [reply] = await bot_api.wait_sent(1)
+    assert "the meeting moved to Friday\nfor Ana" in reply.text
+    assert user_messages(tmp_path)[0][1] == "the meeting moved to Friday\nfor Ana"
+    # WhatsApp: the Body sent with the audio is its caption
+    url = twilio_api.add_media("SMvoice2", "ME2", spoken)
+    transcribe = {"HILO_TRANSCRIBE_MODEL": "whisper-1", "HILO_TRANSCRIBE_URL": model_server.base_url + "/v1",
+                  "HILO_TRANSCRIBE_API_KEY": "k", "HILO_DATABASE_URL": f"sqlite:///{tmp_path / 'wa.db'}"}
+    async with running_daemon(wa.settings_for(tmp_path, twilio_api, **transcribe)) as client:
+        form = wa.incoming("SMvoice2", "para Ana", NumMedia="1", MediaUrl0=url, MediaContentType0="audio/ogg")
+        assert (await wa.post(client, "/webhooks/whatsapp", form)).status_code == 200
+        (answer,) = await twilio_api.wait_for(1)
+        await wa.idle(client)
+    assert "the meeting moved to Friday\npara Ana" in answer.body

@@ -394,7 +394,7 @@ async def test_media_input_errors_and_failed_turns_get_catalogue_answers(
     async with running_daemon(settings) as client:  # (a photo is a turn: tests/test_images.py)
         await post(client, "/webhooks/whatsapp", incoming("SMm1", "", **media))
         (notice,) = await twilio_api.wait_for(1)
-        assert "only read text" in notice.body
+        assert notice.body == catalog.t("whatsapp_media_only", "en")
         await idle(client)
         assert await inspect(client) is None  # no turn: nothing stored about the person
 
@@ -422,7 +422,7 @@ async def test_a_location_is_a_turn_stored_as_structured_text_never_a_refusal(
 ) -> None:
     await post(daemon, "/webhooks/whatsapp", incoming("SMloc", "", Latitude="39.47", Longitude="-0.38"))
     (answer,) = await twilio_api.wait_for(1)
-    assert "only read text" not in answer.body and "[location: 39.47, -0.38]" in answer.body  # echo saw it
+    assert "[location: 39.47, -0.38]" in answer.body  # the echo model saw it
     await idle(daemon)
     (user_msg, reply) = (await inspect(daemon))["conversations"][0]["messages"]
     assert user_msg["content"] == "[location: 39.47, -0.38]" and reply["role"] == "assistant"

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from bot import assembly
-from bot.media_store import MediaFiles, MediaStoreError, Named, media_files
+from bot.media_store import MediaFiles, MediaStoreError, drop_file, keep_file, media_files
 from bot.vision import Seer
 from kernel import catalog, log
 from kernel.errors import HiloError, InputError
@@ -174,7 +174,7 @@ class Listener:
                          error=type(exc).__name__)
             return await self._not_heard(turn, row, "failed", "voice_failed", lang)
         row["bytes"] = len(data)
-        row["path"] = await self._keep(user_id, message_id, voice, data)
+        row["path"] = await keep_file(self.files, user_id, message_id, voice, data)
         transcriber = self.transcriber
         row["transcriber"] = transcriber.name
         try:
@@ -191,12 +191,12 @@ class Listener:
             text = f"{text}\n{caption}"
         tokens = await assembly.count_tokens(text)
         if self.settings.media_retention_days == 0 and row["path"]:  # kept only until transcribed
-            row["path"] = None if await self._drop(message_id, row["path"]) else row["path"]
+            row["path"] = None if await drop_file(self.files, message_id, row["path"]) else row["path"]
         kept = await self.pipeline.store.keep_transcript(user_id, message_id, text, tokens,
                                                          {**row, "status": "transcribed"})
         if kept is None:  # the person was forgotten meanwhile: nothing to answer, nothing to keep
             if row.get("path"):
-                await self._drop(message_id, row["path"])
+                await drop_file(self.files, message_id, row["path"])
             logger.info("media.forgotten_meanwhile", message_id=message_id)
             return None
         logger.info("media.transcribed", message_id=message_id, media_id=kept, transcriber=transcriber.name,
@@ -204,41 +204,12 @@ class Listener:
         heard = replace(turn, message=replace(turn.message, content=text, token_count=tokens))
         return replace(msg, text=text), heard
 
-    async def _keep(self, user_id: int, message_id: int, voice: Voice, data: bytes) -> str | None:
-        return await keep_file(self.files, user_id, message_id, voice, data)
-
-    async def _drop(self, message_id: int, path: str) -> bool:
-        return await drop_file(self.files, message_id, path)
-
     async def _not_heard(self, turn: Ingested, row: dict[str, Any], status: str, key: str, lang: str,
                          **params: object) -> str:
         """Not transcribed: the media row kept, and what to tell the person (stored as hilo's answer)."""
         media_id = await self.pipeline.store.keep_media(turn.user_id, turn.message.id, {**row, "status": status})
         logger.info("media.not_transcribed", message_id=turn.message.id, media_id=media_id, status=status)
         return catalog.t(key, lang, **params)
-
-
-async def keep_file(files: MediaFiles, user_id: int, message_id: int, item: Named, data: bytes) -> str | None:
-    """The file kept (its path); None when its place failed: the message is still heard or seen (logged, ids
-    only). A voice note's and a photo's (bot/vision.py)."""
-    try:
-        return await files.write(user_id, message_id, item, data)
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:  # MediaStoreError, or the data directory's OSError
-        logger.error("media.store_failed", user_id=user_id, message_id=message_id, bytes=len(data),
-                     error=type(exc).__name__, status=getattr(exc, "status", None))
-        return None
-
-
-async def drop_file(files: MediaFiles, message_id: int, path: str) -> bool:
-    """Delete one file now; False (logged) when its place failed: the retention job deletes it later."""
-    try:
-        await files.delete([path])
-    except MediaStoreError as exc:
-        logger.error("media.delete_failed", message_id=message_id, status=exc.status)
-        return False
-    return True
 
 
 async def forget(store: Store, files: MediaFiles | None, handle: str) -> dict[str, int] | None:

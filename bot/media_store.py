@@ -206,6 +206,29 @@ class Media:
         return self.supabase
 
 
+async def keep_file(files: MediaFiles, user_id: int, message_id: int, item: Named, data: bytes) -> str | None:
+    """The file kept (its path); None when its place failed: the message is still heard or seen (logged, ids
+    only). A voice note's (bot/media.py) and a photo's (bot/vision.py)."""
+    try:
+        return await files.write(user_id, message_id, item, data)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # MediaStoreError, or the data directory's OSError
+        logger.error("media.store_failed", user_id=user_id, message_id=message_id, bytes=len(data),
+                     error=type(exc).__name__, status=getattr(exc, "status", None))
+        return None
+
+
+async def drop_file(files: MediaFiles, message_id: int, path: str) -> bool:
+    """Delete one file now; False (logged) when its place failed: the retention job deletes it later."""
+    try:
+        await files.delete([path])
+    except MediaStoreError as exc:
+        logger.error("media.delete_failed", message_id=message_id, status=exc.status)
+        return False
+    return True
+
+
 def media_files(settings: Settings) -> Media:
     """The media files of these settings: the data directory, and Supabase Storage when its project is set."""
     supabase = None

@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from bot import assembly
+from bot.media_store import drop_file, keep_file
 from kernel import catalog, log
 from kernel.errors import InputError
 from kernel.text import size_text
@@ -189,7 +190,7 @@ class Seer:
 
     async def _see(self, msg: InboundMessage, turn: Ingested, photo: Photo, caption: str | None, fetch: Fetch,
                    ) -> tuple[InboundMessage, Ingested] | str | None:
-        from bot.media import MediaTooLarge, drop_file, keep_file
+        from bot.media import MediaTooLarge
 
         user_id, message_id = turn.user_id, turn.message.id
         row: dict[str, Any] = {"surface": msg.surface, "kind": photo.kind, "mime": photo.mime, "bytes": photo.bytes}
@@ -219,9 +220,8 @@ class Seer:
             return catalog.t("image_failed", lang)
         path = (await keep_file(self.files, user_id, message_id, photo, data)
                 if self.settings.media_retention_days > 0 else None)  # 0: kept only while its turn runs
-        # (its text rewritten as it is: the row is kept only while the message is the person's)
-        media_id = await self.store.keep_transcript(user_id, message_id, turn.message.content, turn.message.token_count,
-                                                    {**row, "bytes": len(data), "path": path, "status": "seen"})
+        media_id = await self.store.keep_media(user_id, message_id,
+                                               {**row, "bytes": len(data), "path": path, "status": "seen"})
         if media_id is None:  # the person was forgotten meanwhile: nothing to answer, nothing to keep
             if path is not None:
                 await drop_file(self.files, message_id, path)

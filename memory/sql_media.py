@@ -25,9 +25,17 @@ MEDIA_KEYS = ("id", "message_id", "surface", "kind", "mime", "bytes", "duration_
               "created_at")
 
 
-async def keep(db: Db, user_id: int, message_id: int, row: dict[str, Any]) -> int:
+async def keep(db: Db, user_id: int, message_id: int, row: dict[str, Any]) -> int | None:
     """A media row of the person's message: `row` holds surface, kind, mime, bytes, duration_s, path,
-    transcriber and status. Its id."""
+    transcriber and status. Its id; None when the message is not the person's (forgotten meanwhile: the message
+    is locked until the row is in, so a forget waits for it and deletes it too)."""
+    if await db.value("SELECT id FROM messages WHERE id = $1 AND user_id = $2 FOR UPDATE", message_id,
+                      user_id) is None:
+        return None
+    return await _insert(db, user_id, message_id, row)
+
+
+async def _insert(db: Db, user_id: int, message_id: int, row: dict[str, Any]) -> int:
     return int(await db.value(
         _INSERT, user_id, message_id, row["surface"], row["kind"], row.get("mime"), row.get("bytes"),
         row.get("duration_s"), row.get("path"), row.get("transcriber"), row["status"], db.ts(db.clock())))
@@ -39,7 +47,7 @@ async def transcribed(db: Db, user_id: int, message_id: int, text: str, token_co
     when the message is not the person's (forgotten meanwhile)."""
     if not await rewrite(db, user_id, message_id, text, token_count):
         return None
-    return await keep(db, user_id, message_id, row)
+    return await _insert(db, user_id, message_id, row)  # the rewrite found (and locked) the person's message
 
 
 async def rewrite(db: Db, user_id: int, message_id: int, text: str, token_count: int) -> bool:

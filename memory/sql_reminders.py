@@ -19,7 +19,7 @@ from kernel.types import Outgoing, StoredMessage
 from memory import sql_linking
 from memory.rows import MSG_COLS, Db, as_dt, to_message
 
-#: The surfaces a reminder can go to, and the metadata key of a delivered reminder's message.
+#: The metadata key of the message that delivered a reminder (its id).
 KEY = "reminder"
 _COLS = "id, user_id, text, due_at, status, surface, error, created_at"
 

@@ -436,7 +436,7 @@ class SqlStore:
 
         return await self._tx("write", retention.purge, surface, days, batch)
 
-    async def keep_media(self, user_id: int, message_id: int, row: dict[str, Any]) -> int:
+    async def keep_media(self, user_id: int, message_id: int, row: dict[str, Any]) -> int | None:
         from memory import sql_media
 
         return await self._tx("write", sql_media.keep, user_id, message_id, row)

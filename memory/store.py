@@ -363,9 +363,10 @@ class Store(Protocol):
         first, with their vectors, search terms and emptied episodes; (messages, vectors, episodes) deleted,
         also kept as a `retention_runs` row when something was (memory/sql_retention.py)."""
 
-    async def keep_media(self, user_id: int, message_id: int, row: dict[str, Any]) -> int:
+    async def keep_media(self, user_id: int, message_id: int, row: dict[str, Any]) -> int | None:
         """A media row (migration 0035) of the person's message: `row` holds surface, kind, mime, bytes,
-        duration_s, path, transcriber and status (memory/sql_media.py). Its id."""
+        duration_s, path, transcriber and status (memory/sql_media.py). Its id; None when the message is not the
+        person's (forgotten meanwhile)."""
 
     async def keep_transcript(self, user_id: int, message_id: int, text: str, token_count: int,
                               row: dict[str, Any]) -> int | None:

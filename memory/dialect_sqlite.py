@@ -240,27 +240,19 @@ class SqliteDb(Db):
     def ids(self, ids: Sequence[Any]) -> str:
         return json.dumps(list(ids))
 
-    async def lexical(self, q: ContextQuery, terms: list[str], excluded: list[int], limit: int) -> list[Any]:
-        # load_context's exclusions and `at` are applied to the best ones by memory/sql_recall.py's ROWS, so
-        # this asks for the limit plus what they may take out
-        return await self._bounded("messages", q.user_id, terms, limit + len(excluded) + EXTRA_HITS)
-
     async def hits(self, q: ContextQuery, terms: list[str], excluded: list[int], limit: int,
                    episode_limit: int) -> tuple[list[Any], list[Any]]:
-        return (await self.lexical(q, terms, excluded, limit),
-                await self.episodes(q.user_id, terms, q.at, episode_limit))
-
-    async def episodes(self, user_id: int, terms: list[str], at: Any, limit: int) -> list[Any]:
-        # (an episode started after `at` only lends its score to messages ROWS keeps)
-        return await self._bounded("episodes", user_id, terms, limit)
-
-    async def _bounded(self, table: str, user_id: int, terms: list[str], limit: int) -> list[Any]:
-        """The best `limit` rows of `table` by BM25 over a bounded candidate set (memory/sqlite_terms.py)."""
+        """Recall's lexical and episode hits in one statement (memory/sqlite_terms.py). load_context's exclusions
+        and `at` are applied to the best messages by memory/sql_recall.py's ROWS, so this asks for the limit plus
+        what they may take out (an episode started after `at` only lends its score to messages ROWS keeps)."""
         if not terms:
-            return []
-        idfs, avgdl = await sqlite_terms.weights(self, table, user_id, terms)
-        return await self.all(sqlite_terms.bounded_sql(table, len(terms)), *sqlite_terms.params(
-            table, user_id, terms, idfs, avgdl, limit, lambda term: sqlite_terms.term_query(user_id, term)))
+            return [], []
+        idfs = await sqlite_terms.weights(self, q.user_id, terms)
+        avgdl = await sqlite_terms.mean_length(self, "messages")
+        rows = await self.all(sqlite_terms.hits_sql(len(terms)), *sqlite_terms.params(
+            q.user_id, terms, idfs, avgdl, limit + len(excluded) + EXTRA_HITS,
+            await sqlite_terms.mean_length(self, "episodes"), episode_limit))
+        return [(r[1], r[2]) for r in rows if r[0] == 0], [(r[1], r[2]) for r in rows if r[0] == 1]
 
 
 def step(coro: Coroutine[Any, Any, T]) -> T:

@@ -23,8 +23,9 @@ from memory.rows import Db, as_dt
 #: The longest silence inside one episode.
 GAP = timedelta(hours=1)
 #: The most messages one episode holds: a longer run starts a new episode (recall scores an episode as one document,
-#: and each message added rewrites the episode's terms and their FTS5 row: a day of chatter as one episode made an
-#: import slow down as it went, 7,100 lines/s at 50,000 lines and 3,600 at 1,000,000).
+#: and each message added rewrites the episode's terms, then an FTS5 row (SQLite until migration 0044) or the tsvector
+#: (Postgres): a day of chatter as one episode made an import slow down as it went, 7,100 lines/s at 50,000 lines
+#: and 3,600 at 1,000,000).
 MAX_MESSAGES = 64
 
 #: The conversation's latest episode that ended since a moment and has room: {conversation} and {since} are spelt in.

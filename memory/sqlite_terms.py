@@ -6,16 +6,24 @@ its common words, each was scored (a docsize read) and sorted; and bm25() counts
 holding each phrase of the query (its IDF), the owner token's phrase included: all of the person's rows.
 
 Here, per index term, FTS5 walks that term's postings in the person's own index newest first and stops at
-`per_term(table, n)` (ORDER BY rowid DESC LIMIT, no row read): a rare term brings all of its messages, a common one
+`per_term(n)` (ORDER BY rowid DESC LIMIT, no row read): a rare term brings all of its messages, a common one
 its newest. Each index term is stored scoped to its owner, 'u<id>x<term>' (migrations/sqlite/0033), so a term's
 postings are one person's: until then `owner : "u<id>" AND terms : t` walked t's postings over everyone until it
 had the person's newest (at 1,000 people x 1,000 messages: 4.0 ms for a question's 8 terms, 0.2 ms scoped). The
 union is scored in SQL over the candidates' stored terms (their `terms` column: space-separated stems,
 memory/stems.py) with FTS5's formula: for each query term t held tf times,
 idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl)), dl the row's tokens plus the owner token, as
-FTS5 counts them. df and N are the person's own (the fts5vocab tables: a scoped term's rows, and the owner token's,
+FTS5 counts them. df and N are the person's own (the fts5vocab table: a scoped term's rows, and the owner token's,
 all of the person's rows), avgdl the table's (the newest 1,000 rows); all are cached DF_TTL_S, as on Postgres
 (memory/pg_terms.py): a stale one only shifts a weight.
+
+Episodes come from the same postings, in the same statement (`hits_sql`): an episode holds a term exactly when one
+of its messages does, so the candidate messages' episodes (the newest EPISODE_CANDIDATES) are scored as documents
+over their own stored terms and mean length, with the messages' idfs. Until migration 0044 episodes had an FTS5
+index of their own, and every message stored rewrote its episode's whole document there: ~95% of what a turn wrote
+to FTS5, which FTS5 paid back in merges (one write in ~60 waited 20-55 ms at 1,000 people x 1,000 messages); its
+statement and its vocab read were 0.9-1.0 ms of a turn's context read. Recall at 2,000 tokens moved 0.455 -> 0.463
+(English) and 0.560 -> 0.551 (Spanish) on bench/memory_bench.py.
 
 What is lost: a message holding only common words, older than their newest `per_term` postings, is no
 candidate (its score is the lowest of any match anyway); with `hilo context --at` in the past, a common term's
@@ -24,28 +32,31 @@ newest postings may all come after `at` (ROWS drops them), its rarer terms still
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from typing import Any
 
 from memory.pg_terms import K1, B, idf
 
-#: table -> (candidates one question may gather, shared among its terms; the least a term may bring). An
-#: episode is a long document (a run's terms), so fewer of them are scored.
-BUDGET = {"messages": (480, 60), "episodes": (160, 20)}
+#: Candidates one question may gather from the messages' postings, shared among its terms; the least a term may
+#: bring.
+BUDGET = (480, 60)
+#: Episodes scored per question: the newest of those the candidate messages belong to (an episode is a long
+#: document: fewer of them are scored).
+EPISODE_CANDIDATES = 160
 DF_TTL_S = 600.0
 DF_CACHE_MAX = 50_000
 
 
-def per_term(table: str, n_terms: int) -> int:
-    """The postings one of `n_terms` index terms may bring (its newest) from `table`."""
-    total, least = BUDGET[table]
+def per_term(n_terms: int) -> int:
+    """The postings one of `n_terms` index terms may bring (its newest)."""
+    total, least = BUDGET
     return max(least, total // max(1, n_terms))
 
 
-#: table -> (FTS5 table, its text column, the owner's column)
-TABLES = {"messages": ("messages_fts", "coalesce(x.terms, x.content)", "x.user_id"),
-          "episodes": ("episodes_fts", "x.terms", "x.user_id")}
+#: table -> the text a row is scored over (its stored terms; a message without them, its content)
+TEXT = {"messages": "coalesce(terms, content)", "episodes": "terms"}
 
 
 def scoped(user_id: int, term: str) -> str:
@@ -59,60 +70,93 @@ def term_query(user_id: int, term: str) -> str:
     return f'"{scoped(user_id, term)}"'
 
 
-def bounded_sql(table: str, n_terms: int) -> str:
-    """$1 user, $2 avgdl, $3 per-term limit, $4 limit, then per term i (0-based): $5+3i its FTS5 query
-    (`term_query`), $6+3i the term padded ' t ', $7+3i its idf. Rows: (id, score), best first."""
-    fts, text, owner = TABLES[table]
-    postings = " UNION ".join(
-        f"SELECT id FROM (SELECT rowid AS id FROM {fts} WHERE {fts} MATCH ?{5 + 3 * i} ORDER BY rowid DESC LIMIT ?3)"
-        for i in range(n_terms))
+def _tf(n_terms: int, rows: str) -> str:
     # each token between its own two spaces, so that ' t ' occurrences never overlap: tf = removed length / |' t '|;
     # computed once per row and term (materialized: the score names each tf twice, and an episode's text is long)
-    tf = ", ".join("((length(d.x) - length(replace(d.x, ?{p}, ''))) / length(?{p})) AS f{i}".format(p=6 + 3 * i, i=i)
-                   for i in range(n_terms))
-    norm = f"{K1} * ({1 - B} + {B} * t.dl / ?2)"
-    score = " + ".join(f"?{7 + 3 * i} * t.f{i} * {K1 + 1} / (t.f{i} + {norm})" for i in range(n_terms))
+    return ", ".join(f"((length({rows}.x) - length(replace({rows}.x, ?{8 + 3 * i}, ''))) / length(?{8 + 3 * i})) "
+                     f"AS f{i}" for i in range(n_terms))
+
+
+def _score(n_terms: int, rows: str, avgdl: int) -> str:
+    norm = f"{K1} * ({1 - B} + {B} * {rows}.dl / ?{avgdl})"
+    return " + ".join(f"?{9 + 3 * i} * {rows}.f{i} * {K1 + 1} / ({rows}.f{i} + {norm})" for i in range(n_terms))
+
+
+def _padded(text: str) -> str:
+    """A row's text with each token between two spaces (`_tf`), and its length in FTS5 tokens (the owner token
+    counted, as FTS5 counts it)."""
+    return (f"' ' || replace({text}, ' ', '  ') || ' ' AS x, "
+            f"length({text}) - length(replace({text}, ' ', '')) + 2 AS dl")
+
+
+@functools.cache
+def hits_sql(n_terms: int) -> str:
+    """$1 user, $2 the messages' mean length, $3 the per-term limit, $4 messages wanted, $5 the episodes' mean length,
+    $6 episodes wanted; then per term i (0-based): $7+3i its FTS5 query (`term_query`), $8+3i the term padded
+    ' t ', $9+3i its idf. Rows (kind, id, score), each kind best first: 0 the messages, 1 the episodes.
+
+    The candidate messages are each term's newest postings; the candidate episodes, the newest EPISODE_CANDIDATES
+    of theirs (an episode holds a term exactly when one of its messages does). Both are scored as FTS5 would,
+    each over its own stored terms and mean length, with the terms' idfs in the person's messages."""
+    postings = " UNION ".join(
+        f"SELECT id FROM (SELECT rowid AS id FROM messages_fts WHERE messages_fts MATCH ?{7 + 3 * i} "
+        "ORDER BY rowid DESC LIMIT ?3)" for i in range(n_terms))
     return (
         f"WITH cand(id) AS ({postings}), "
-        f"d AS MATERIALIZED (SELECT x.id, ' ' || replace({text}, ' ', '  ') || ' ' AS x, "
-        f"length({text}) - length(replace({text}, ' ', '')) + 2 AS dl "
-        f"FROM {table} x WHERE x.id IN (SELECT id FROM cand) AND {owner} = ?1), "
-        f"t AS MATERIALIZED (SELECT d.id, d.dl, {tf} FROM d) "
-        f"SELECT t.id, {score} AS score FROM t ORDER BY score DESC, t.id DESC LIMIT ?4"
+        f"d AS MATERIALIZED (SELECT x.id, x.episode_id AS episode, {_padded('coalesce(x.terms, x.content)')} "
+        "FROM messages x WHERE x.id IN (SELECT id FROM cand) AND x.user_id = ?1), "
+        f"t AS MATERIALIZED (SELECT d.id, d.dl, {_tf(n_terms, 'd')} FROM d), "
+        f"ed AS MATERIALIZED (SELECT e.id, {_padded('e.terms')} FROM episodes e WHERE e.id IN (SELECT DISTINCT "
+        f"episode FROM d WHERE episode IS NOT NULL ORDER BY episode DESC LIMIT {EPISODE_CANDIDATES}) "
+        "AND e.user_id = ?1), "
+        f"et AS MATERIALIZED (SELECT ed.id, ed.dl, {_tf(n_terms, 'ed')} FROM ed) "
+        f"SELECT 0, id, score FROM (SELECT t.id, {_score(n_terms, 't', 2)} AS score FROM t "
+        "ORDER BY score DESC, t.id DESC LIMIT ?4) "
+        f"UNION ALL SELECT 1, id, score FROM (SELECT et.id, {_score(n_terms, 'et', 5)} AS score FROM et "
+        "ORDER BY score DESC, et.id DESC LIMIT ?6)"
     )
 
 
-async def weights(db: Any, table: str, user_id: int, terms: list[str]) -> tuple[list[float], float]:
-    """(each term's idf in the person's history, the table's mean row length in FTS5 tokens), from the cache or
-    the fts5vocab table: a scoped term's document frequency is its count among the person's rows, the owner token's
-    ('u<id>') the person's row count."""
+async def mean_length(db: Any, table: str) -> float:
+    """The mean row length of `table` ("messages", "episodes") in FTS5 tokens, over its newest 1,000 rows; cached
+    DF_TTL_S."""
+    cache: dict[tuple[str, str], tuple[float, float]] = db.df_cache
+    now = time.monotonic()
+    hit = cache.get((table, ""))
+    if hit is not None and hit[1] > now:
+        return hit[0]
+    (avgdl,) = await db.one(
+        f"SELECT coalesce(avg(length(t) - length(replace(t, ' ', '')) + 2), 2) FROM (SELECT {TEXT[table]} AS t "
+        f"FROM {table} ORDER BY id DESC LIMIT 1000)")
+    value = max(1.0, float(avgdl))
+    cache[(table, "")] = (value, now + DF_TTL_S)
+    return value
+
+
+async def weights(db: Any, user_id: int, terms: list[str]) -> list[float]:
+    """Each term's idf in the person's messages, from the cache or the fts5vocab table: a scoped term's document
+    frequency is its count among the person's messages, the owner token's ('u<id>') their message count."""
     cache: dict[tuple[str, str], tuple[float, float]] = db.df_cache
     now = time.monotonic()
     if len(cache) > DF_CACHE_MAX:
         cache.clear()
     owner = f"u{int(user_id)}"
     keys = [scoped(user_id, t) for t in terms]
-    known = {k: hit[0] for k in [*keys, owner, ""] if (hit := cache.get((table, k))) is not None and hit[1] > now}
-    if "" not in known:
-        (avgdl,) = await db.one(
-            f"SELECT coalesce(avg(length(t) - length(replace(t, ' ', '')) + 2), 2) FROM (SELECT "
-            f"{TABLES[table][1].replace('x.', '')} AS t FROM {table} ORDER BY id DESC LIMIT 1000)")
-        known[""] = max(1.0, float(avgdl))
-        cache[(table, "")] = (known[""], now + DF_TTL_S)
+    known = {k: hit[0] for k in [*keys, owner] if (hit := cache.get(("messages", k))) is not None and hit[1] > now}
     missing = [k for k in [owner, *keys] if k not in known]
     if missing:
-        found = dict(await db.all(f"SELECT term, doc FROM {TABLES[table][0]}_vocab "
-                                  "WHERE term IN (SELECT value FROM json_each(?1))", json.dumps(missing)))
+        found = dict(await db.all("SELECT term, doc FROM messages_fts_vocab WHERE term IN (SELECT value FROM "
+                                  "json_each(?1))", json.dumps(missing)))
         for key in missing:  # the owner's first: the terms' idf needs it
             known[key] = float(found.get(key, 0)) if key == owner else idf(float(found.get(key, 0)), known[owner])
-            cache[(table, key)] = (known[key], now + DF_TTL_S)
-    return [known[k] for k in keys], known[""]
+            cache[("messages", key)] = (known[key], now + DF_TTL_S)
+    return [known[k] for k in keys]
 
 
-def params(table: str, user_id: int, terms: list[str], idfs: list[float], avgdl: float, limit: int,
-           query: Any) -> list[Any]:
-    """The parameters of `bounded_sql(table, len(terms))`; `query(term)`: a term's FTS5 query."""
-    out: list[Any] = [user_id, avgdl, per_term(table, len(terms)), limit]
+def params(user_id: int, terms: list[str], idfs: list[float], avgdl: float, limit: int, episodes_avgdl: float,
+           episode_limit: int) -> list[Any]:
+    """The parameters of `hits_sql(len(terms))`."""
+    out: list[Any] = [user_id, avgdl, per_term(len(terms)), limit, episodes_avgdl, episode_limit]
     for term, weight in zip(terms, idfs, strict=True):
-        out += [query(term), f" {term} ", weight]
+        out += [term_query(user_id, term), f" {term} ", weight]
     return out

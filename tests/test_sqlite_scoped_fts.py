@@ -15,7 +15,7 @@ from memory import sqlite_terms
 from memory.dialect_sqlite import SqliteStore
 from memory.pg_terms import idf
 from memory.stems import query_terms
-from memory.store import ImportRow
+from memory.store import ContextQuery, ImportRow
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -46,8 +46,7 @@ async def test_a_terms_postings_and_frequency_are_the_persons_own(tmp_path: Path
         assert len(postings(tmp_path / "hilo.db", lee, kayak)) == 300
 
         async def weights(user_id: int) -> list[float]:
-            idfs, _ = await store._tx("reads", lambda db: sqlite_terms.weights(db, "messages", user_id, [kayak]))
-            return list(idfs)
+            return list(await store._tx("reads", lambda db: sqlite_terms.weights(db, user_id, [kayak])))
         # rare in kim's ten messages, whatever lee says all day; in every one of lee's: the floor
         assert await weights(kim) == [idf(1, 10)] and idf(1, 10) > 1.5
         assert await weights(lee) == [idf(300, 300)] == [1e-6]
@@ -68,5 +67,45 @@ async def test_linking_moves_the_postings_to_the_person_they_join(tmp_path: Path
         assert kim is not None and kim != turn.user_id
         assert postings(tmp_path / "hilo.db", kim, zanzibar) == [turn.message.id]
         assert postings(tmp_path / "hilo.db", turn.user_id, zanzibar) == []
+    finally:
+        await store.close()
+
+
+async def test_episodes_are_found_through_their_messages_postings(tmp_path: Path) -> None:
+    """Migration 0044: episodes have no FTS5 index of their own (a message stored rewrote its whole episode there),
+    so an episode is a hit when one of its messages holds a term, found in the same statement as the lexical hits:
+    whether it was imported or just stored, and never another person's."""
+    store = SqliteStore(str(tmp_path / "hilo.db"))
+    await store.open()
+    try:
+        day = timedelta(days=1)
+        kim_rows = [ImportRow("kim", "web", "user", "we took the kayak out" if i == 6 else f"lunch at noon, {i}",
+                              T0 + timedelta(minutes=5 * i), 5, f"kim-a{i}", "a") for i in range(10)]
+        kim_rows += [ImportRow("kim", "web", "user", f"lunch at noon again, {i}", T0 + 2 * day + timedelta(minutes=i),
+                               5, f"kim-b{i}", "b") for i in range(10)]
+        await store.import_rows(kim_rows)
+        await store.import_rows(rows("lee", [f"kayak session number {i}" for i in range(5)]))
+        stored = await store.ingest(InboundMessage(surface="web", sender="kim", external_id="kim-live",
+                                                   text="the canoe is blue", handle="kim",
+                                                   received_at=T0 + 5 * day), count("the canoe is blue"))
+        kim = await store.user_id("kim")
+        with closing(sqlite3.connect(tmp_path / "hilo.db")) as conn:
+            episode_of = dict(conn.execute("SELECT external_id, episode_id FROM messages WHERE user_id = ?", (kim,)))
+            kayak_id = conn.execute("SELECT id FROM messages WHERE external_id = 'kim-a6'").fetchone()[0]
+            # nothing but the episode's own row is written when a message joins it
+            assert conn.execute("SELECT name FROM sqlite_master WHERE tbl_name = 'episodes' AND type = 'trigger'"
+                                ).fetchall() == []
+
+        async def hits(text: str) -> tuple[list[int], list[int]]:
+            q = ContextQuery(user_id=kim, surface="web", conversation_id=None, current_message_id=None,
+                             at=T0 + 6 * day, cross_since=T0 + 6 * day, search_text=text)
+            lexical, episodes = await store._tx("reads", lambda db: db.hits(q, query_terms(text), [], 10, 5))
+            return [int(m) for m, _ in lexical], [int(e) for e, _ in episodes]
+
+        # one message of ten holds the word: its episode, not the other one, and none of lee's five
+        assert await hits("kayak") == ([kayak_id], [episode_of["kim-a6"]])
+        # a message stored a moment ago: its episode at once
+        assert await hits("canoe") == ([stored.message.id], [episode_of["kim-live"]])
+        assert episode_of["kim-live"] not in (episode_of["kim-a6"], episode_of["kim-b0"])
     finally:
         await store.close()

@@ -14,9 +14,13 @@ PAGE_SIZED_TEXT = " ".join(f"w{i}" for i in range(1000))[:3990]
 
 @asynccontextmanager
 async def disk_full(store: Any) -> AsyncIterator[None]:
-    """While inside, every write to `store` (a SqliteStore) that needs a page fails as on a full disk."""
+    """While inside, every write to `store` (a SqliteStore) that needs a page fails as on a full disk: the file's
+    free pages are given back first (VACUUM), then it may not grow."""
 
     def cap() -> None:
+        # free pages inside the file (a migration dropped a table) take writes without growing it: none left
+        if store._conn.execute("PRAGMA freelist_count").fetchone()[0]:
+            store._conn.execute("VACUUM")
         pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
         store._conn.execute(f"PRAGMA max_page_count = {pages}")
 

@@ -171,7 +171,7 @@ def observe_turn(surface: str, outcome: str, seconds: float, pre_model_seconds: 
 def context_blocks(ctx: AssembledContext) -> dict[str, int]:
     """A context's tokens per block, its memory block split into the memories (with the block's header) and the
     recalled messages."""
-    recall = sum(i.tokens for i in ctx.items if i.kind == "recalled_message")
+    recall = ctx.recalled_tokens()
     t = ctx.tokens
     return {"system": t["system"], "memories": t["memory"] - recall, "recall": recall,
             "cross_surface": t["cross_surface"], "conversation": t["conversation"], "new_message": t["new_message"]}

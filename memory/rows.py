@@ -166,12 +166,10 @@ def load_metadata(text: str | None) -> dict[str, Any]:
 
 
 def to_message(row: Sequence[Any]) -> StoredMessage:
-    """A row selected with MSG_COLS."""
-    return StoredMessage(
-        id=row[0], conversation_id=row[1], user_id=row[2], surface=row[3], role=row[4], content=row[5],
-        token_count=row[6], external_id=row[7], created_at=as_dt(row[8]), metadata=load_metadata(row[9]),
-        reply_to=row[10],
-    )
+    """A row selected with MSG_COLS (in StoredMessage's field order: positional, a third cheaper than by keyword,
+    some 330 times a turn)."""
+    return StoredMessage(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], as_dt(row[8]),
+                         load_metadata(row[9]), row[10])
 
 
 def _json_list(value: Any) -> list[Any]:

@@ -8,6 +8,7 @@ tests/backends.py, so adding a backend is adding one adapter class to BACKENDS: 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -15,8 +16,9 @@ from typing import Any
 import pytest
 
 from kernel.errors import NotFound
-from kernel.types import InboundMessage, ModelCallRecord
+from kernel.types import InboundMessage, ModelCallRecord, StoredMessage
 from memory.dialect_sqlite import SqliteStore
+from memory.rows import MSG_COLS, to_message
 from memory.store import ContextQuery, ImportRow, Ingested, Store, StoreError
 from tests.backends import TABLES, Backend
 
@@ -581,3 +583,14 @@ async def test_a_transcript_becomes_the_message_found_by_recall_and_its_media_ro
     assert await store.forget(note.handle) is True
     assert await store.export(note.handle) is None
     assert (await store.inspect(other.handle)) is not None
+
+
+def test_a_message_row_is_read_in_the_order_its_columns_are_selected() -> None:
+    """rows.to_message builds a StoredMessage from a MSG_COLS row by position: the two orders are one."""
+    columns = [c.strip().removeprefix("m.") for c in MSG_COLS.split(",")]
+    assert columns == [f.name for f in dataclasses.fields(StoredMessage)]
+    row = (7, 3, 2, "web", "user", "hola", 1, "x-1", "2026-11-01T10:00:00.000000Z", '{"a": 1}', 5)
+    m = to_message(row)
+    assert (m.id, m.conversation_id, m.user_id, m.surface, m.role, m.content, m.token_count, m.external_id,
+            m.created_at.isoformat(), m.metadata, m.reply_to) == (
+        7, 3, 2, "web", "user", "hola", 1, "x-1", "2026-11-01T10:00:00+00:00", {"a": 1}, 5)

@@ -65,16 +65,12 @@ PUT_VECTORS = (
     "JOIN messages m ON m.id = v.id ON CONFLICT (message_id) DO UPDATE SET user_id = excluded.user_id, "
     "embedder = excluded.embedder, dim = excluded.dim, vector = excluded.vector"
 )
-#: Reads see one snapshot. With pgvector 0.8 or later they begin with the HNSW scan told to go on past its first
-#: candidates until it has `limit` of the person's rows (its iterative scan), in the same round trip as BEGIN,
-#: and to keep HNSW_EF_SEARCH candidates in its search list (pgvector's default, 40, is below recall's limit of
-#: up to 128 vector hits: the approximate top then missed what SQLite's exact scan finds).
+#: Reads see one snapshot. The HNSW scan's settings (its iterative scan, ef_search) are no SET LOCAL of theirs: they
+#: are the SET clauses of hilo_nearest (migrations/postgres/0043), which every vector search calls.
 BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
-HNSW_EF_SEARCH = 200
-ITERATIVE_SCAN = f"; SET LOCAL hnsw.iterative_scan = relaxed_order; SET LOCAL hnsw.ef_search = {HNSW_EF_SEARCH}"
-#: What the vector column is (halfvec: pgvector; bytea: none) and pgvector's version.
+#: What the vector column is (halfvec: pgvector; bytea: none).
 VECTOR_TYPE = (
-    "SELECT format_type(a.atttypid, NULL), (SELECT extversion FROM pg_extension WHERE extname = 'vector') "
+    "SELECT format_type(a.atttypid, NULL) "
     "FROM pg_attribute a WHERE a.attrelid = to_regclass('message_vectors') AND a.attname = 'vector'"
 )
 #: Many messages in one statement (one round trip whatever the count); the status line counts the inserted.
@@ -143,16 +139,15 @@ class PgDb(Db):
         self.indexed.add((embedder, dim))
 
     async def nearest(self, vq: VectorQuery) -> list[tuple[int, float]]:
-        dim = len(vq.vector)
-        rows = await self.all(NEAREST.format(dim=int(dim), embedder=quote(vq.embedder)), pg_literal(vq.vector),
-                              vq.user_id, list(vq.excluded), vq.limit)
+        rows = await self.all(NEAREST, vq.embedder, len(vq.vector), pg_literal(vq.vector), vq.user_id,
+                              list(vq.excluded), vq.limit)
         return [(int(row[0]), float(row[1])) for row in rows]
 
     def cosine_sql(self, vector: Sequence[float], embedder: str) -> tuple[str, str, Any] | None:
         """Recall's row read joins each candidate's vector of `embedder` and computes its cosine with $9, parsed
         once in a sub-select (an InitPlan): as a bare `$9::text::halfvec` the generic plan parsed the question's
         512-float text again for every candidate row (19.5 ms of a turn's 37 at 1,000 vectors a person, against
-        6.9 ms parsed once; docs/architecture.md, "Performance budget"), as NEAREST's note says."""
+        6.9 ms parsed once; docs/architecture.md, "Performance budget"), as hilo_nearest parses it (migration 0043)."""
         dim = len(vector)
         return (f"LEFT JOIN message_vectors v ON v.message_id = m.id AND v.embedder = {quote(embedder)} "
                 f"AND v.dim = {dim}", f"1 - (v.vector::halfvec({dim}) <=> (SELECT $9::text::halfvec({dim})))",
@@ -192,21 +187,10 @@ class PgDb(Db):
         return found
 
 
-#: The person's nearest vectors of one embedder (its name and dimension spelt in, as its partial HNSW index has
-#: them, so that the planner can use it): ids and cosines. The relaxed order of the iterative scan is put right by
-#: the outer ORDER BY. The question's vector is parsed once, in a sub-select (an InitPlan): as a bare
-#: `$1::text::halfvec` the prepared statement's generic plan (asyncpg prepares, and Postgres goes generic after
-#: five runs) parsed the 384-float text for every row it scanned when it took the (user_id, embedder) index
-#: instead of HNSW, as it does on a person with few vectors: 71 ms instead of 1 ms for 1,046 vectors (EXPLAIN
-#: ANALYZE of the generic plan).
-NEAREST = (
-    "WITH hits AS MATERIALIZED (SELECT v.message_id, "
-    "v.vector::halfvec({dim}) <=> (SELECT $1::text::halfvec({dim})) AS distance "
-    "FROM message_vectors v WHERE v.user_id = $2 AND v.embedder = {embedder} AND v.dim = {dim} "
-    "AND v.message_id <> ALL($3::bigint[]) ORDER BY distance LIMIT 2 * $4) "
-    # the index orders by distance alone; ties (equal vectors) go to the newer message, as on SQLite
-    "SELECT message_id, 1 - distance FROM hits ORDER BY distance, message_id DESC LIMIT $4"
-)
+#: The person's nearest vectors of one embedder: ids and cosines, best first, by hilo_nearest (migrations/postgres/0043:
+#: the HNSW index of (embedder, dim) with pgvector's iterative scan and ef_search, set by the function's own SET
+#: clauses, so that no statement of the transaction sets them and a transaction pooler keeps nothing).
+NEAREST = "SELECT message_id, cosine FROM hilo_nearest($1, $2, $3, $4, $5::bigint[], $6)"
 
 
 def quote(text: str) -> str:
@@ -230,7 +214,7 @@ def rowcount(status: str) -> int:
 
 
 async def _read(conn: Any, begin: str, work: Coroutine[Any, Any, T]) -> T:
-    """A read transaction: `begin` (BEGIN_READ, maybe with ITERATIVE_SCAN: one round trip), the work, COMMIT;
+    """A read transaction: `begin` (BEGIN_READ: one round trip), the work, COMMIT;
     ROLLBACK when it fails (the pool rolls back what a cancelled one left open)."""
     try:
         await conn.execute(begin)
@@ -295,7 +279,6 @@ class PostgresStore(SqlStore):
         self._term_stats: dict[str, tuple[pg_terms.TermStats | None, float]] = {}
         #: (embedder, dim) whose HNSW index exists; None until open() found a halfvec column (memory/vectors.py)
         self._indexed: set[tuple[str, int]] | None = None
-        self._begin_read = BEGIN_READ
         self._pool: Any = None
         #: messages imported since the statistics were last refreshed (see import_rows)
         self._imported = 0
@@ -312,11 +295,9 @@ class PostgresStore(SqlStore):
         """Apply pending migrations (connecting first if needed); return the names applied."""
         await self._connect()
         self.applied = await self._tx("lease", lambda db: migrations.apply_postgres(db.conn))
-        kind, version = await self._tx("lease", lambda db: db.one(VECTOR_TYPE)) or (None, None)
+        kind = await self._tx("lease", lambda db: db.value(VECTOR_TYPE))
         if kind is not None and str(kind).endswith("halfvec"):
             self.vector_status, self._indexed = None, self._indexed or set()
-            iterative = tuple(int(p) for p in str(version).split(".")[:2] if p.isdigit()) >= (0, 8)
-            self._begin_read = BEGIN_READ + (ITERATIVE_SCAN if iterative else "")
         else:
             self.vector_status, self._indexed = NO_PGVECTOR, None
         await reindex.run(self._tx)
@@ -350,7 +331,7 @@ class PostgresStore(SqlStore):
                     if mode in ("lease", "reads"):
                         return await logic(db, *args)
                     if mode == "read":
-                        return await _read(conn, self._begin_read, logic(db, *args))
+                        return await _read(conn, BEGIN_READ, logic(db, *args))
                     async with conn.transaction():  # READ COMMITTED
                         return await logic(db, *args)
                 except Rollback as rollback:

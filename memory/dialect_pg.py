@@ -3,13 +3,14 @@
 Each Store method is one pool checkout and one transaction: READ COMMITTED for writes, REPEATABLE READ READ ONLY
 for reads; the turn lease's statements and the turn's context reads (bounded by the turn's moment) commit on their
 own, and a known person's ingest and finish_turn are one statement each (memory/pg_turn.py), and so is the
-context read without a query vector (memory/pg_context.py): a turn in 4 round trips on the wire; an import
+context read, with a query vector or without (memory/pg_context.py): a turn in 4 round trips on the wire; an import
 batch writes its people, conversations and episodes one statement per kind (memory/pg_import.py). The shared
 logic's SQL is Postgres' own spelling, so it runs as written. What differs from SQLite lives here: the pool and
 its plumbing, the error mapping, transaction-scoped advisory locks (`db.lock`), recall over the tsvector with
 term statistics from the planner (`pg_stats.most_common_elems`), the bulk insert (INSERT ... unnest), and vectors:
-pgvector halfvec with one HNSW index per (embedder, dim), searched per person with an iterative scan (or, without
-pgvector, none: `vector_status` says why).
+pgvector halfvec with one HNSW index per (embedder, dim), searched per person with an iterative scan by
+hilo_nearest, whose SET clauses carry the scan's settings (migrations/postgres/0043; or, without pgvector, none:
+`vector_status` says why).
 
 URL options (removed before connecting; anything else in the query string goes to asyncpg/libpq):
     statement_cache_size=N   asyncpg's prepared statement cache (default 100). Supabase's pooler in
@@ -35,6 +36,7 @@ from kernel.errors import ConfigError
 from kernel.types import ChatMessage, InboundMessage, ModelCallRecord, Outgoing, StoredMessage, utcnow
 from memory import migrate as migrations
 from memory import pg_context, pg_import, pg_terms, pg_turn, reindex, sql_import, turn_lease
+from memory.pg_context import pg_literal
 from memory.rows import INSERT_COLS, Db, Mode, Rollback, aware, columns_by_table
 from memory.sql_import import ImportWrites
 from memory.sql_store import Logic, SqlStore
@@ -68,10 +70,12 @@ PUT_VECTORS = (
 #: Reads see one snapshot. The HNSW scan's settings (its iterative scan, ef_search) are no SET LOCAL of theirs: they
 #: are the SET clauses of hilo_nearest (migrations/postgres/0043), which every vector search calls.
 BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
-#: What the vector column is (halfvec: pgvector; bytea: none).
+#: What the vector column is (halfvec: pgvector; bytea: none), and whether hilo_nearest has its HNSW settings
+#: (migrations/postgres/0043: not when it was made by a role that is no superuser before pgvector was there).
 VECTOR_TYPE = (
-    "SELECT format_type(a.atttypid, NULL) "
-    "FROM pg_attribute a WHERE a.attrelid = to_regclass('message_vectors') AND a.attname = 'vector'"
+    "SELECT format_type(a.atttypid, NULL), EXISTS (SELECT 1 FROM pg_proc WHERE proname = 'hilo_nearest' "
+    "AND proconfig IS NOT NULL) FROM pg_attribute a WHERE a.attrelid = to_regclass('message_vectors') "
+    "AND a.attname = 'vector'"
 )
 #: Many messages in one statement (one round trip whatever the count); the status line counts the inserted.
 BULK_INSERT = (
@@ -202,11 +206,6 @@ def index_name(embedder: str, dim: int) -> str:
     return "message_vectors_hnsw_" + hashlib.sha1(f"{embedder}\x1f{dim}".encode()).hexdigest()[:12]
 
 
-def pg_literal(vector: Sequence[float]) -> str:
-    """pgvector's text form of a vector: '[0.1,0.2,...]' (6 digits: more than a halfvec keeps)."""
-    return "[" + ",".join(f"{x:.6g}" for x in vector) + "]"
-
-
 def rowcount(status: str) -> int:
     """The row count of a command status ("INSERT 0 3", "UPDATE 2", "DELETE 0"); 0 when there is none."""
     last = status.rsplit(" ", 1)[-1]
@@ -295,9 +294,11 @@ class PostgresStore(SqlStore):
         """Apply pending migrations (connecting first if needed); return the names applied."""
         await self._connect()
         self.applied = await self._tx("lease", lambda db: migrations.apply_postgres(db.conn))
-        kind = await self._tx("lease", lambda db: db.value(VECTOR_TYPE))
+        kind, configured = await self._tx("lease", lambda db: db.one(VECTOR_TYPE)) or (None, None)
         if kind is not None and str(kind).endswith("halfvec"):
             self.vector_status, self._indexed = None, self._indexed or set()
+            if not configured:  # pgvector came after the migration: the search's settings now can be set
+                await self._tx("lease", lambda db: db.value("SELECT hilo_define_nearest()"))
         else:
             self.vector_status, self._indexed = NO_PGVECTOR, None
         await reindex.run(self._tx)
@@ -353,9 +354,7 @@ class PostgresStore(SqlStore):
         return self._leased(fast, owner)
 
     async def load_context(self, query: ContextQuery) -> ContextRows:
-        """One statement without a query vector (memory/pg_context.py); with one, SqlStore.load_context."""
-        if query.query_vector:
-            return await super().load_context(query)
+        """One statement, with a query vector or without (memory/pg_context.py)."""
         return await self._tx("reads", pg_context.load_context, query)
 
     async def finish_turn(

@@ -14,21 +14,24 @@
 -- ef_search 200 keeps recall's up to 128 vector hits within the search list (pgvector's default, 40, missed what
 -- SQLite's exact scan finds). Ties (equal vectors) go to the newer message, as on SQLite.
 --
--- The iterative scan came with pgvector 0.8: an older pgvector gets ef_search alone. A database without pgvector
--- gets the function too (its body is text until called, and `hnsw.*` is then a placeholder setting); hilo never
--- calls it there (the store keeps no vectors).
-DO $$
+-- hilo_define_nearest makes it: with the iterative scan when pgvector is 0.8 or later (or not there yet), ef_search
+-- alone with an older one. pgvector's settings are known once its library is loaded (any of its functions loads
+-- it); before that they are placeholders, which only a superuser may put in a SET clause: without pgvector a role
+-- that is not one gets the function without its settings (hilo never calls it there: the store keeps no vectors),
+-- and the store defines it again at start once the column is a halfvec (memory/dialect_pg.py, migrate).
+CREATE FUNCTION hilo_define_nearest() RETURNS boolean
+LANGUAGE plpgsql AS $define$
 DECLARE
     version text := (SELECT extversion FROM pg_extension WHERE extname = 'vector');
     iterative boolean := version IS NULL
         OR string_to_array(regexp_replace(version, '[^0-9.].*$', ''), '.')::int[] >= ARRAY[0, 8];
-BEGIN
-    EXECUTE format($create$
+    settings text := 'SET hnsw.ef_search = 200'
+        || CASE WHEN iterative THEN ' SET hnsw.iterative_scan = relaxed_order' ELSE '' END;
+    make text := $create$
 CREATE OR REPLACE FUNCTION hilo_nearest(p_embedder text, p_dim integer, p_vector text, p_user bigint,
     p_excluded bigint[], p_limit integer)
 RETURNS TABLE(message_id bigint, cosine double precision)
-LANGUAGE plpgsql STABLE
-SET hnsw.ef_search = 200 %s
+LANGUAGE plpgsql STABLE %s
 AS $fn$
 BEGIN
     IF p_vector IS NULL OR coalesce(p_limit, 0) <= 0 THEN
@@ -38,6 +41,19 @@ BEGIN
         USING p_vector, p_user, p_excluded, p_limit;
 END
 $fn$
-$create$, CASE WHEN iterative THEN 'SET hnsw.iterative_scan = relaxed_order' ELSE '' END);
+$create$;
+BEGIN
+    IF version IS NOT NULL THEN
+        EXECUTE 'SELECT ''[1]''::vector';
+    END IF;
+    BEGIN
+        EXECUTE format(make, settings);
+        RETURN true;
+    EXCEPTION WHEN insufficient_privilege THEN
+        EXECUTE format(make, '');
+        RETURN false;
+    END;
 END
-$$;
+$define$;
+
+SELECT hilo_define_nearest();

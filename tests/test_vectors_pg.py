@@ -14,6 +14,7 @@ from typing import Any
 from bench.wire import counting_proxy
 from memory.dialect_pg import PostgresStore, index_name
 from memory.store import ContextQuery, ImportRow
+from tests.fakes.pgbouncer import BOUNCER, pgbouncer_session  # noqa: F401  (autouse fixture)
 from tests.fakes.postgres import SERVER, db_name, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
 
 T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(days=10)
@@ -119,3 +120,27 @@ async def test_vector_recall_costs_one_more_round_trip_and_no_more() -> None:
 
 def _fields(q: ContextQuery) -> dict[str, object]:
     return {f: getattr(q, f) for f in q.__dataclass_fields__}
+
+
+async def test_behind_a_transaction_pooler_the_search_keeps_its_scan_settings() -> None:
+    """pgbouncer in transaction mode keeps no session state: the HNSW scan's settings ride on hilo_nearest's own
+    SET clauses (migrations/postgres/0043), so ana's few vectors behind bob's 2,000 nearer ones are found there too,
+    by the search and by the one-statement context read (only the HNSW index can serve them, as above)."""
+    url = SERVER.create_database()
+    store, ana, mine = await seeded(url)
+    await store.close()
+    name = db_name(url)
+    SERVER.query(name, "DROP INDEX message_vectors_user")
+    SERVER.query("postgres", f'ALTER DATABASE "{name}" SET enable_seqscan = off')
+    store = PostgresStore(BOUNCER.url(url))
+    await store.open()
+    try:
+        hits = await store.search_vectors(ana, direction(0.0), "e1", limit=5)
+        # no word to search: the vector hits alone
+        rows = await store.load_context(ContextQuery(
+            user_id=ana, surface="web", conversation_id=None, current_message_id=None, at=T0 + timedelta(days=1),
+            cross_since=T0 + timedelta(days=1), search_text="?", query_vector=tuple(direction(0.0)), embedder="e1"))
+    finally:
+        await store.close()
+    assert sorted(hits) == sorted(mine)
+    assert sorted(m.id for m in rows.recalled) == sorted(mine)

@@ -178,7 +178,8 @@ class PgDb(Db):
     async def hits(self, q: ContextQuery, terms: list[str], excluded: list[int], limit: int,
                    episode_limit: int) -> tuple[list[Any], list[Any]]:
         """Recall's lexical and episode hits in one statement: migration 0032's hilo_recall_hits, as the
-        one-statement read calls it (memory/pg_context.py)."""
+        one-statement read calls it (memory/pg_context.py; sql_recall.recall's statements, which the store's
+        load_context no longer runs on Postgres: bench/recall_lab.py and the tests that compare the two)."""
         found: tuple[list[Any], list[Any]] = ([], [])
         for kind, hit_id, score in await self.all(pg_context.HITS, terms, q.user_id, aware(q.at), excluded,
                                                   q.current_message_id, q.conversation_id, limit, episode_limit,

@@ -143,7 +143,8 @@ def read_sql(vector: bool = False, dim: int = 0) -> str:
 READ = read_sql()
 
 
-#: recall's hits alone, by the same function (the read with a query vector: memory/sql_recall.py through PgDb.hits):
+#: recall's hits alone, by the same function (sql_recall.recall's statements through PgDb.hits: bench/recall_lab.py, and
+#: the statements this read replaced, which tests/test_pg_context.py compares it with):
 #: $1 terms, $2 user, $3 at, $4 excluded ids, $5 current message, $6 its conversation, $7 lexical hits, $8 episode
 #: hits, $9 $10 the mean row length of messages and episodes (NULL: read), $11 to $14 `weights`. Rows (kind, id,
 #: score), kinds as the function's: 0 lexical, 1 episode, 2 and 3 the mean row lengths.

@@ -3,13 +3,14 @@
 Each Store method is one pool checkout and one transaction: READ COMMITTED for writes, REPEATABLE READ READ ONLY
 for reads; the turn lease's statements and the turn's context reads (bounded by the turn's moment) commit on their
 own, and a known person's ingest and finish_turn are one statement each (memory/pg_turn.py), and so is the
-context read without a query vector (memory/pg_context.py): a turn in 4 round trips on the wire; an import
+context read, with a query vector or without (memory/pg_context.py): a turn in 4 round trips on the wire; an import
 batch writes its people, conversations and episodes one statement per kind (memory/pg_import.py). The shared
 logic's SQL is Postgres' own spelling, so it runs as written. What differs from SQLite lives here: the pool and
 its plumbing, the error mapping, transaction-scoped advisory locks (`db.lock`), recall over the tsvector with
 term statistics from the planner (`pg_stats.most_common_elems`), the bulk insert (INSERT ... unnest), and vectors:
-pgvector halfvec with one HNSW index per (embedder, dim), searched per person with an iterative scan (or, without
-pgvector, none: `vector_status` says why).
+pgvector halfvec with one HNSW index per (embedder, dim), searched per person with an iterative scan by
+hilo_nearest, whose SET clauses carry the scan's settings (migrations/postgres/0043; or, without pgvector, none:
+`vector_status` says why).
 
 URL options (removed before connecting; anything else in the query string goes to asyncpg/libpq):
     statement_cache_size=N   asyncpg's prepared statement cache (default 100). Supabase's pooler in
@@ -35,6 +36,7 @@ from kernel.errors import ConfigError
 from kernel.types import ChatMessage, InboundMessage, ModelCallRecord, Outgoing, StoredMessage, utcnow
 from memory import migrate as migrations
 from memory import pg_context, pg_import, pg_terms, pg_turn, reindex, sql_import, turn_lease
+from memory.pg_context import pg_literal
 from memory.rows import INSERT_COLS, Db, Mode, Rollback, aware, columns_by_table
 from memory.sql_import import ImportWrites
 from memory.sql_store import Logic, SqlStore
@@ -65,17 +67,15 @@ PUT_VECTORS = (
     "JOIN messages m ON m.id = v.id ON CONFLICT (message_id) DO UPDATE SET user_id = excluded.user_id, "
     "embedder = excluded.embedder, dim = excluded.dim, vector = excluded.vector"
 )
-#: Reads see one snapshot. With pgvector 0.8 or later they begin with the HNSW scan told to go on past its first
-#: candidates until it has `limit` of the person's rows (its iterative scan), in the same round trip as BEGIN,
-#: and to keep HNSW_EF_SEARCH candidates in its search list (pgvector's default, 40, is below recall's limit of
-#: up to 128 vector hits: the approximate top then missed what SQLite's exact scan finds).
+#: Reads see one snapshot. The HNSW scan's settings (its iterative scan, ef_search) are no SET LOCAL of theirs: they
+#: are the SET clauses of hilo_nearest (migrations/postgres/0043), which every vector search calls.
 BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
-HNSW_EF_SEARCH = 200
-ITERATIVE_SCAN = f"; SET LOCAL hnsw.iterative_scan = relaxed_order; SET LOCAL hnsw.ef_search = {HNSW_EF_SEARCH}"
-#: What the vector column is (halfvec: pgvector; bytea: none) and pgvector's version.
+#: What the vector column is (halfvec: pgvector; bytea: none), and whether hilo_nearest has its HNSW settings
+#: (migrations/postgres/0043: not when it was made by a role that is no superuser before pgvector was there).
 VECTOR_TYPE = (
-    "SELECT format_type(a.atttypid, NULL), (SELECT extversion FROM pg_extension WHERE extname = 'vector') "
-    "FROM pg_attribute a WHERE a.attrelid = to_regclass('message_vectors') AND a.attname = 'vector'"
+    "SELECT format_type(a.atttypid, NULL), EXISTS (SELECT 1 FROM pg_proc WHERE proname = 'hilo_nearest' "
+    "AND proconfig IS NOT NULL) FROM pg_attribute a WHERE a.attrelid = to_regclass('message_vectors') "
+    "AND a.attname = 'vector'"
 )
 #: Many messages in one statement (one round trip whatever the count); the status line counts the inserted.
 BULK_INSERT = (
@@ -143,16 +143,15 @@ class PgDb(Db):
         self.indexed.add((embedder, dim))
 
     async def nearest(self, vq: VectorQuery) -> list[tuple[int, float]]:
-        dim = len(vq.vector)
-        rows = await self.all(NEAREST.format(dim=int(dim), embedder=quote(vq.embedder)), pg_literal(vq.vector),
-                              vq.user_id, list(vq.excluded), vq.limit)
+        rows = await self.all(NEAREST, vq.embedder, len(vq.vector), pg_literal(vq.vector), vq.user_id,
+                              list(vq.excluded), vq.limit)
         return [(int(row[0]), float(row[1])) for row in rows]
 
     def cosine_sql(self, vector: Sequence[float], embedder: str) -> tuple[str, str, Any] | None:
         """Recall's row read joins each candidate's vector of `embedder` and computes its cosine with $9, parsed
         once in a sub-select (an InitPlan): as a bare `$9::text::halfvec` the generic plan parsed the question's
         512-float text again for every candidate row (19.5 ms of a turn's 37 at 1,000 vectors a person, against
-        6.9 ms parsed once; docs/architecture.md, "Performance budget"), as NEAREST's note says."""
+        6.9 ms parsed once; docs/architecture.md, "Performance budget"), as hilo_nearest parses it (migration 0043)."""
         dim = len(vector)
         return (f"LEFT JOIN message_vectors v ON v.message_id = m.id AND v.embedder = {quote(embedder)} "
                 f"AND v.dim = {dim}", f"1 - (v.vector::halfvec({dim}) <=> (SELECT $9::text::halfvec({dim})))",
@@ -179,7 +178,8 @@ class PgDb(Db):
     async def hits(self, q: ContextQuery, terms: list[str], excluded: list[int], limit: int,
                    episode_limit: int) -> tuple[list[Any], list[Any]]:
         """Recall's lexical and episode hits in one statement: migration 0032's hilo_recall_hits, as the
-        one-statement read calls it (memory/pg_context.py)."""
+        one-statement read calls it (memory/pg_context.py; sql_recall.recall's statements, which the store's
+        load_context no longer runs on Postgres: bench/recall_lab.py and the tests that compare the two)."""
         found: tuple[list[Any], list[Any]] = ([], [])
         for kind, hit_id, score in await self.all(pg_context.HITS, terms, q.user_id, aware(q.at), excluded,
                                                   q.current_message_id, q.conversation_id, limit, episode_limit,
@@ -192,21 +192,10 @@ class PgDb(Db):
         return found
 
 
-#: The person's nearest vectors of one embedder (its name and dimension spelt in, as its partial HNSW index has
-#: them, so that the planner can use it): ids and cosines. The relaxed order of the iterative scan is put right by
-#: the outer ORDER BY. The question's vector is parsed once, in a sub-select (an InitPlan): as a bare
-#: `$1::text::halfvec` the prepared statement's generic plan (asyncpg prepares, and Postgres goes generic after
-#: five runs) parsed the 384-float text for every row it scanned when it took the (user_id, embedder) index
-#: instead of HNSW, as it does on a person with few vectors: 71 ms instead of 1 ms for 1,046 vectors (EXPLAIN
-#: ANALYZE of the generic plan).
-NEAREST = (
-    "WITH hits AS MATERIALIZED (SELECT v.message_id, "
-    "v.vector::halfvec({dim}) <=> (SELECT $1::text::halfvec({dim})) AS distance "
-    "FROM message_vectors v WHERE v.user_id = $2 AND v.embedder = {embedder} AND v.dim = {dim} "
-    "AND v.message_id <> ALL($3::bigint[]) ORDER BY distance LIMIT 2 * $4) "
-    # the index orders by distance alone; ties (equal vectors) go to the newer message, as on SQLite
-    "SELECT message_id, 1 - distance FROM hits ORDER BY distance, message_id DESC LIMIT $4"
-)
+#: The person's nearest vectors of one embedder: ids and cosines, best first, by hilo_nearest (migrations/postgres/0043:
+#: the HNSW index of (embedder, dim) with pgvector's iterative scan and ef_search, set by the function's own SET
+#: clauses, so that no statement of the transaction sets them and a transaction pooler keeps nothing).
+NEAREST = "SELECT message_id, cosine FROM hilo_nearest($1, $2, $3, $4, $5::bigint[], $6)"
 
 
 def quote(text: str) -> str:
@@ -218,11 +207,6 @@ def index_name(embedder: str, dim: int) -> str:
     return "message_vectors_hnsw_" + hashlib.sha1(f"{embedder}\x1f{dim}".encode()).hexdigest()[:12]
 
 
-def pg_literal(vector: Sequence[float]) -> str:
-    """pgvector's text form of a vector: '[0.1,0.2,...]' (6 digits: more than a halfvec keeps)."""
-    return "[" + ",".join(f"{x:.6g}" for x in vector) + "]"
-
-
 def rowcount(status: str) -> int:
     """The row count of a command status ("INSERT 0 3", "UPDATE 2", "DELETE 0"); 0 when there is none."""
     last = status.rsplit(" ", 1)[-1]
@@ -230,7 +214,7 @@ def rowcount(status: str) -> int:
 
 
 async def _read(conn: Any, begin: str, work: Coroutine[Any, Any, T]) -> T:
-    """A read transaction: `begin` (BEGIN_READ, maybe with ITERATIVE_SCAN: one round trip), the work, COMMIT;
+    """A read transaction: `begin` (BEGIN_READ: one round trip), the work, COMMIT;
     ROLLBACK when it fails (the pool rolls back what a cancelled one left open)."""
     try:
         await conn.execute(begin)
@@ -295,7 +279,6 @@ class PostgresStore(SqlStore):
         self._term_stats: dict[str, tuple[pg_terms.TermStats | None, float]] = {}
         #: (embedder, dim) whose HNSW index exists; None until open() found a halfvec column (memory/vectors.py)
         self._indexed: set[tuple[str, int]] | None = None
-        self._begin_read = BEGIN_READ
         self._pool: Any = None
         #: messages imported since the statistics were last refreshed (see import_rows)
         self._imported = 0
@@ -312,11 +295,11 @@ class PostgresStore(SqlStore):
         """Apply pending migrations (connecting first if needed); return the names applied."""
         await self._connect()
         self.applied = await self._tx("lease", lambda db: migrations.apply_postgres(db.conn))
-        kind, version = await self._tx("lease", lambda db: db.one(VECTOR_TYPE)) or (None, None)
+        kind, configured = await self._tx("lease", lambda db: db.one(VECTOR_TYPE)) or (None, None)
         if kind is not None and str(kind).endswith("halfvec"):
             self.vector_status, self._indexed = None, self._indexed or set()
-            iterative = tuple(int(p) for p in str(version).split(".")[:2] if p.isdigit()) >= (0, 8)
-            self._begin_read = BEGIN_READ + (ITERATIVE_SCAN if iterative else "")
+            if not configured:  # pgvector came after the migration: the search's settings now can be set
+                await self._tx("lease", lambda db: db.value("SELECT hilo_define_nearest()"))
         else:
             self.vector_status, self._indexed = NO_PGVECTOR, None
         await reindex.run(self._tx)
@@ -350,7 +333,7 @@ class PostgresStore(SqlStore):
                     if mode in ("lease", "reads"):
                         return await logic(db, *args)
                     if mode == "read":
-                        return await _read(conn, self._begin_read, logic(db, *args))
+                        return await _read(conn, BEGIN_READ, logic(db, *args))
                     async with conn.transaction():  # READ COMMITTED
                         return await logic(db, *args)
                 except Rollback as rollback:
@@ -372,9 +355,7 @@ class PostgresStore(SqlStore):
         return self._leased(fast, owner)
 
     async def load_context(self, query: ContextQuery) -> ContextRows:
-        """One statement without a query vector (memory/pg_context.py); with one, SqlStore.load_context."""
-        if query.query_vector:
-            return await super().load_context(query)
+        """One statement, with a query vector or without (memory/pg_context.py)."""
         return await self._tx("reads", pg_context.load_context, query)
 
     async def finish_turn(

@@ -181,8 +181,8 @@ class SqlStore:
                 continue
 
     async def load_context(self, query: ContextQuery) -> ContextRows:
-        # every row it reads is bounded by the turn's moment: no snapshot needed, but the vector search's settings
-        # (Postgres: SET LOCAL at BEGIN) need a transaction
+        # every row it reads is bounded by the turn's moment: no snapshot needed (Postgres reads it in one statement
+        # of its own: memory/pg_context.py); with a query vector, a read transaction as ever
         return await self._tx("read" if query.query_vector else "reads", turns.load_context, query)
 
     async def finish_turn(

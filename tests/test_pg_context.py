@@ -5,6 +5,8 @@ after ANALYZE; nothing of a forgotten person, and nothing of one person in anoth
 
 from __future__ import annotations
 
+import math
+import random
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
@@ -153,3 +155,60 @@ async def test_the_recalled_rows_seeking_each_neighbour_once_are_sql_recalls_row
         old = await store._tx("reads", lambda db, a=args: db.all(sql_recall.ROWS, *a))
         assert sorted(tuple(r) for r in new) == sorted(tuple(r) for r in old), (hits, excluded, members)
         assert new or not (hits or members)
+
+
+def unit(rng: random.Random, dim: int = 8) -> list[float]:
+    v = [rng.gauss(0, 1) for _ in range(dim)]
+    norm = math.sqrt(sum(x * x for x in v))
+    return [x / norm for x in v]
+
+
+async def embedded(store: Any, embedder: str = "e1") -> dict[str, Ingested]:
+    """seed's people, every message and memory with a vector of `embedder` (some memories with another's)."""
+    last = await seed(store)
+    rng = random.Random(3)
+    pending = await store.unembedded(embedder, limit=1000)
+    await store.write_vectors(embedder, [(p.id, unit(rng)) for p in pending])
+    for k, user in enumerate([last["ana"].user_id, last["bo"].user_id]):
+        await store.remember(user, f"the {WORDS[k]} matters", 6)
+        await store.remember(user, f"the {WORDS[k + 2]} was {WORDS[k + 4]}", 6)
+    memories = await store.unembedded_memories(embedder, limit=100)
+    await store.write_memory_vectors(embedder, [(p, unit(rng)) for p in memories[1:]])
+    await store.write_memory_vectors("other", [(p, unit(rng)) for p in memories[:1]])
+    return last
+
+
+async def test_with_a_query_vector_the_one_statement_read_returns_what_the_statements_return(store: Any) -> None:
+    """With a query vector the read also carries the person's nearest messages (hilo_nearest, migration 0043), each
+    recalled row's cosine and each memory's vector: the same rows, scores and memory cosines as sql_turns.load_context
+    (its transaction, recall's statements and the vector search apart)."""
+    last = await embedded(store)
+    await store._tx("lease", lambda db: db.run("ANALYZE messages, episodes"))
+    rng = random.Random(11)
+    for person, turn in last.items():
+        for kw in ({}, {"recent_limit": 200, "cross_limit": 20},
+                   {"recent_limit": 5, "cross_limit": 3, "search_limit": 4, "facts_limit": 1}, {"search_limit": 0},
+                   {"search_text": "?! ..."}, {"embedder": "other"}, {"embedder": None}):
+            q = query(turn, **{"query_vector": tuple(unit(rng)), "embedder": "e1", **kw})
+            new = await store._tx("reads", pg_context.load_context, q)
+            old = await store._tx("read", sql_turns.load_context, q)
+            assert shape(new) == shape(old), (person, kw)
+            assert new.memory_cosines == old.memory_cosines, (person, kw)
+            got = shape(new)
+            assert got["users"] == {turn.user_id}
+            if kw.get("search_limit", 1) and kw.get("recent_limit") != 200 and kw.get("embedder", "e1") == "e1":
+                assert got["recalled"] and all("vector" in s for s in got["scores"].values()), (person, kw)
+                assert new.memory_cosines, (person, kw)
+            if kw.get("search_text"):  # no word to search: the vector hits alone
+                assert got["recalled"] and not any(s["bm25"] for s in got["scores"].values())
+
+
+async def test_with_a_query_vector_the_store_reads_a_turn_in_one_statement(store: Any) -> None:
+    turn = (await embedded(store))["bo"]
+    q = query(turn, query_vector=tuple(unit(random.Random(5))), embedder="e1")
+    await store.load_context(q)
+    before = store.counters["statements"]
+    rows = await store.load_context(q)
+    assert store.counters["statements"] - before == 1
+    assert rows.recalled and {m.user_id for m in rows.recalled} == {turn.user_id}
+    assert all("vector" in s for s in rows.recall_scores.values()) and rows.memory_cosines

@@ -1,8 +1,8 @@
 """What vector recall costs and finds on Postgres: the HNSW index filtered by person with pgvector's iterative
 scan (a person's few vectors among many others' are found, which a plain HNSW scan of ef_search candidates would
-miss), the index of each embedder made on first write, and the read's round trips with a query vector (its
-transaction, whose BEGIN carries the scan setting: seven, against the one statement of a read without a vector;
-one more is the goal)."""
+miss), the index of each embedder made on first write, and the read's round trips with a query vector (one
+statement, as without one: the search is hilo_nearest inside memory/pg_context.py's read, its scan settings the
+function's own SET clauses)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ import random
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pytest
-
 from bench.wire import counting_proxy
 from memory.dialect_pg import PostgresStore, index_name
 from memory.store import ContextQuery, ImportRow
+from tests.fakes.pgbouncer import BOUNCER, pgbouncer_session  # noqa: F401  (autouse fixture)
 from tests.fakes.postgres import SERVER, db_name, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
 
 T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(days=10)
@@ -74,11 +73,10 @@ async def test_a_person_s_few_vectors_are_found_among_many_others_through_the_hn
     assert sorted(hits) == sorted(mine), "ana's, behind bob's 2,000 nearer ones: found only by the iterative scan"
 
 
-#: Round trips of load_context with a query vector, warm (measured 2026-12-04): BEGIN with the HNSW scan's SET LOCALs,
-#: the memories, the tail and cross-surface turns, the lexical and episode hits, the vector search, the candidates'
-#: rows with their cosines, COMMIT. Without one the read is one statement (memory/pg_context.py). A ceiling: lower
-#: it with every change that removes one.
-VECTOR_READ_TODAY = 7
+#: Round trips of load_context with a query vector, warm: one statement (memory/pg_context.py), as without one; until
+#: migration 0043 they were seven (BEGIN with the HNSW scan's SET LOCALs, the memories, the tail and cross-surface
+#: turns, the lexical and episode hits, the vector search, the candidates' rows with their cosines, COMMIT).
+VECTOR_READ_TODAY = 1
 
 
 async def _trips() -> tuple[list[int], Any]:
@@ -112,13 +110,37 @@ async def test_vector_recall_costs_no_more_round_trips_than_today() -> None:
     assert trips[3] <= VECTOR_READ_TODAY, f"round trips without / with a query vector (warm): {trips}"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 14: with a query vector the read is still its transaction of "
-                   "statements (the HNSW settings are SET LOCAL); the vector search folded into the one-statement "
-                   "read, with the settings as the role's defaults, is still to come")
 async def test_vector_recall_costs_one_more_round_trip_and_no_more() -> None:
+    """Issue 14's bound: at most one more round trip with a query vector than without. It costs none: the vector
+    search and the cosines are sub-statements of the same read."""
     trips, _ = await _trips()
-    assert trips[3] == trips[2] + 1, f"round trips without / with a query vector (warm): {trips}"
+    assert trips[3] <= trips[2] + 1, f"round trips without / with a query vector (warm): {trips}"
+    assert trips[3] == trips[2], f"round trips without / with a query vector (warm): {trips}"
 
 
 def _fields(q: ContextQuery) -> dict[str, object]:
     return {f: getattr(q, f) for f in q.__dataclass_fields__}
+
+
+async def test_behind_a_transaction_pooler_the_search_keeps_its_scan_settings() -> None:
+    """pgbouncer in transaction mode keeps no session state: the HNSW scan's settings ride on hilo_nearest's own
+    SET clauses (migrations/postgres/0043), so ana's few vectors behind bob's 2,000 nearer ones are found there too,
+    by the search and by the one-statement context read (only the HNSW index can serve them, as above)."""
+    url = SERVER.create_database()
+    store, ana, mine = await seeded(url)
+    await store.close()
+    name = db_name(url)
+    SERVER.query(name, "DROP INDEX message_vectors_user")
+    SERVER.query("postgres", f'ALTER DATABASE "{name}" SET enable_seqscan = off')
+    store = PostgresStore(BOUNCER.url(url))
+    await store.open()
+    try:
+        hits = await store.search_vectors(ana, direction(0.0), "e1", limit=5)
+        # no word to search: the vector hits alone
+        rows = await store.load_context(ContextQuery(
+            user_id=ana, surface="web", conversation_id=None, current_message_id=None, at=T0 + timedelta(days=1),
+            cross_since=T0 + timedelta(days=1), search_text="?", query_vector=tuple(direction(0.0)), embedder="e1"))
+    finally:
+        await store.close()
+    assert sorted(hits) == sorted(mine)
+    assert sorted(m.id for m in rows.recalled) == sorted(mine)

@@ -1,0 +1,4 @@
+-- Postgres gets hilo_nearest (migrations/postgres/0043): the person's nearest message vectors as a function whose
+-- own SET clauses carry the HNSW scan's settings, so that the one-statement context read searches them too. SQLite
+-- scans a person's vectors with numpy (memory/vectors.py): nothing to do here; kept so that migration numbers and
+-- names match across dialects.

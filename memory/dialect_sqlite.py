@@ -67,8 +67,10 @@ def translate(sql: str) -> str:
     return _PLACEHOLDER.sub(r"?\1", _CAST.sub("", sql))
 
 
-#: Hits asked beyond the limit and the excluded ids: queued turns and messages after `at` (`hilo context --at`)
-#: that ROWS leaves out.
+#: Lexical hits asked beyond recall's LEXICAL_HITS: the statement returns only messages ROWS keeps (the context's
+#: window left out, as on Postgres), and until it did it asked for the window's size more (200 or more in a long
+#: conversation: ROWS then sought the neighbours of hits it dropped). 20 more keeps recall where it was
+#: (bench/memory_bench.py at 2,000 tokens, en / es: 0.463 / 0.551 with 20, 0.459 / 0.547 without).
 EXTRA_HITS = 20
 BULK_INSERT = (
     f"INSERT INTO messages({INSERT_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) "
@@ -242,16 +244,16 @@ class SqliteDb(Db):
 
     async def hits(self, q: ContextQuery, terms: list[str], excluded: list[int], limit: int,
                    episode_limit: int) -> tuple[list[Any], list[Any]]:
-        """Recall's lexical and episode hits in one statement (memory/sqlite_terms.py). load_context's exclusions
-        and `at` are applied to the best messages by memory/sql_recall.py's ROWS, so this asks for the limit plus
-        what they may take out (an episode started after `at` only lends its score to messages ROWS keeps)."""
+        """Recall's lexical and episode hits in one statement (memory/sqlite_terms.py): the best `limit` (+ EXTRA_HITS)
+        messages of those ROWS keeps (load_context's exclusions and `at` applied, as on Postgres), the best
+        `episode_limit` episodes."""
         if not terms:
             return [], []
         idfs = await sqlite_terms.weights(self, q.user_id, terms)
         avgdl = await sqlite_terms.mean_length(self, "messages")
         rows = await self.all(sqlite_terms.hits_sql(len(terms)), *sqlite_terms.params(
-            q.user_id, terms, idfs, avgdl, limit + len(excluded) + EXTRA_HITS,
-            await sqlite_terms.mean_length(self, "episodes"), episode_limit))
+            q.user_id, terms, idfs, avgdl, limit + EXTRA_HITS, await sqlite_terms.mean_length(self, "episodes"),
+            episode_limit, self.ts(q.at), self.ids(excluded), q.current_message_id, q.conversation_id))
         return [(r[1], r[2]) for r in rows if r[0] == 0], [(r[1], r[2]) for r in rows if r[0] == 1]
 
 

@@ -17,6 +17,11 @@ FTS5 counts them. df and N are the person's own (the fts5vocab table: a scoped t
 all of the person's rows), avgdl the table's (the newest 1,000 rows); all are cached DF_TTL_S, as on Postgres
 (memory/pg_terms.py): a stale one only shifts a weight.
 
+The messages returned are those recall may return: load_context's window (the conversation's tail, the
+cross-surface turns), a queued later question and what came after `at` are left out before the best are taken, as
+Postgres's hilo_recall_hits does (until then the statement returned the window's hits too, and ROWS sought their
+neighbours only to drop them).
+
 Episodes come from the same postings, in the same statement (`hits_sql`): an episode holds a term exactly when one
 of its messages does, so the candidate messages' episodes (the newest EPISODE_CANDIDATES) are scored as documents
 over their own stored terms and mean length, with the messages' idfs. Until migration 0044 episodes had an FTS5
@@ -70,16 +75,21 @@ def term_query(user_id: int, term: str) -> str:
     return f'"{scoped(user_id, term)}"'
 
 
+#: The parameters before the terms' (`params`): each term's three come after them.
+_TERMS = 10
+
+
 def _tf(n_terms: int, rows: str) -> str:
     # each token between its own two spaces, so that ' t ' occurrences never overlap: tf = removed length / |' t '|;
     # computed once per row and term (materialized: the score names each tf twice, and an episode's text is long)
-    return ", ".join(f"((length({rows}.x) - length(replace({rows}.x, ?{8 + 3 * i}, ''))) / length(?{8 + 3 * i})) "
-                     f"AS f{i}" for i in range(n_terms))
+    return ", ".join(f"((length({rows}.x) - length(replace({rows}.x, ?{_TERMS + 2 + 3 * i}, ''))) / "
+                     f"length(?{_TERMS + 2 + 3 * i})) AS f{i}" for i in range(n_terms))
 
 
 def _score(n_terms: int, rows: str, avgdl: int) -> str:
     norm = f"{K1} * ({1 - B} + {B} * {rows}.dl / ?{avgdl})"
-    return " + ".join(f"?{9 + 3 * i} * {rows}.f{i} * {K1 + 1} / ({rows}.f{i} + {norm})" for i in range(n_terms))
+    return " + ".join(f"?{_TERMS + 3 + 3 * i} * {rows}.f{i} * {K1 + 1} / ({rows}.f{i} + {norm})"
+                      for i in range(n_terms))
 
 
 def _padded(text: str) -> str:
@@ -92,20 +102,26 @@ def _padded(text: str) -> str:
 @functools.cache
 def hits_sql(n_terms: int) -> str:
     """$1 user, $2 the messages' mean length, $3 the per-term limit, $4 messages wanted, $5 the episodes' mean length,
-    $6 episodes wanted; then per term i (0-based): $7+3i its FTS5 query (`term_query`), $8+3i the term padded
-    ' t ', $9+3i its idf. Rows (kind, id, score), each kind best first: 0 the messages, 1 the episodes.
+    $6 episodes wanted, $7 the turn's moment (`at`), $8 the ids to leave out (JSON), $9 the current message (or
+    NULL), $10 its conversation; then per term i (0-based): $11+3i its FTS5 query (`term_query`), $12+3i the term
+    padded ' t ', $13+3i its idf. Rows (kind, id, score), each kind best first: 0 the messages, 1 the episodes.
 
     The candidate messages are each term's newest postings; the candidate episodes, the newest EPISODE_CANDIDATES
     of theirs (an episode holds a term exactly when one of its messages does). Both are scored as FTS5 would,
-    each over its own stored terms and mean length, with the terms' idfs in the person's messages."""
+    each over its own stored terms and mean length, with the terms' idfs in the person's messages. The messages
+    returned are the best of those that may be recalled: at or before $7, not left out ($8: the context's window),
+    and not a later question of the current conversation (a queued turn), as sql_recall's ROWS keeps them and as
+    Postgres's hilo_recall_hits returns them; a left-out message still brings its episode."""
     postings = " UNION ".join(
-        f"SELECT id FROM (SELECT rowid AS id FROM messages_fts WHERE messages_fts MATCH ?{7 + 3 * i} "
+        f"SELECT id FROM (SELECT rowid AS id FROM messages_fts WHERE messages_fts MATCH ?{_TERMS + 1 + 3 * i} "
         "ORDER BY rowid DESC LIMIT ?3)" for i in range(n_terms))
     return (
         f"WITH cand(id) AS ({postings}), "
-        f"d AS MATERIALIZED (SELECT x.id, x.episode_id AS episode, {_padded('coalesce(x.terms, x.content)')} "
+        f"d AS MATERIALIZED (SELECT x.id, x.episode_id AS episode, {_padded('coalesce(x.terms, x.content)')}, "
+        "x.created_at <= ?7 AND x.id NOT IN (SELECT value FROM json_each(?8)) AND (?9 IS NULL OR NOT "
+        "(x.conversation_id IS ?10 AND x.role = 'user' AND x.id > ?9)) AS recallable "
         "FROM messages x WHERE x.id IN (SELECT id FROM cand) AND x.user_id = ?1), "
-        f"t AS MATERIALIZED (SELECT d.id, d.dl, {_tf(n_terms, 'd')} FROM d), "
+        f"t AS MATERIALIZED (SELECT d.id, d.dl, {_tf(n_terms, 'd')} FROM d WHERE d.recallable), "
         f"ed AS MATERIALIZED (SELECT e.id, {_padded('e.terms')} FROM episodes e WHERE e.id IN (SELECT DISTINCT "
         f"episode FROM d WHERE episode IS NOT NULL ORDER BY episode DESC LIMIT {EPISODE_CANDIDATES}) "
         "AND e.user_id = ?1), "
@@ -154,9 +170,11 @@ async def weights(db: Any, user_id: int, terms: list[str]) -> list[float]:
 
 
 def params(user_id: int, terms: list[str], idfs: list[float], avgdl: float, limit: int, episodes_avgdl: float,
-           episode_limit: int) -> list[Any]:
-    """The parameters of `hits_sql(len(terms))`."""
-    out: list[Any] = [user_id, avgdl, per_term(len(terms)), limit, episodes_avgdl, episode_limit]
+           episode_limit: int, at: Any, excluded: str, current: int | None, conversation: int | None) -> list[Any]:
+    """The parameters of `hits_sql(len(terms))`: `at` as the store writes times, `excluded` a JSON list of ids."""
+    out: list[Any] = [user_id, avgdl, per_term(len(terms)), limit, episodes_avgdl, episode_limit, at, excluded,
+                      current, conversation]
+    assert len(out) == _TERMS
     for term, weight in zip(terms, idfs, strict=True):
         out += [term_query(user_id, term), f" {term} ", weight]
     return out

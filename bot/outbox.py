@@ -161,6 +161,8 @@ class Outbox:
                     wait = min(wait, await self._claim(surface))
                 except StoreError as exc:
                     logger.error("outbox.claim_failed", surface=surface, error=type(exc).__name__)
+                except Exception as exc:  # a bug (or a driver's surprise) never ends the one sender of this process
+                    logger.error("outbox.claim_crashed", surface=surface, error=type(exc).__name__)
             if self._stopping:
                 return
             with suppress(TimeoutError):

@@ -224,12 +224,30 @@ async def _read(conn: Any, begin: str, work: Coroutine[Any, Any, T]) -> T:
     try:
         result = await work
     except BaseException:
-        if not conn.is_closed() and conn.is_in_transaction():
+        if not _gone(conn) and conn.is_in_transaction():
             with contextlib.suppress(Exception):
                 await conn.execute("ROLLBACK")
         raise
     await conn.execute("COMMIT")
     return result
+
+
+def _gone(conn: Any) -> bool:
+    """Whether `conn` lost its server: closed, or already handed back to the pool by asyncpg when it closed
+    (its proxy then refuses every call)."""
+    try:
+        return bool(conn.is_closed())
+    except asyncpg.InterfaceError:
+        return True
+
+
+def _lost(exc: BaseException, conn: Any) -> bool:
+    """Whether `exc`, raised on `conn`, means the connection broke rather than the statement failed: an
+    InternalClientError (asyncpg's protocol got a server's goodbye, pg_terminate_backend or a shutdown, while
+    it thought the connection idle: "cannot switch to state 15; another operation (2) is in progress"), or an
+    interface error on a connection that is gone ("cannot call Transaction.__aexit__(): the underlying
+    connection is closed")."""
+    return isinstance(exc, asyncpg.InternalClientError) or _gone(conn)
 
 
 def parse_url(url: str) -> tuple[str, dict[str, int]]:
@@ -338,8 +356,21 @@ class PostgresStore(SqlStore):
                         return await logic(db, *args)
                 except Rollback as rollback:
                     return rollback.value  # type: ignore[no-any-return]
+                except (asyncpg.InterfaceError, asyncpg.InternalClientError) as exc:
+                    if isinstance(exc, UNAVAILABLE) or not _lost(exc, conn):
+                        raise
+                    # The server ended this connection under a statement (a restart, a failover,
+                    # pg_terminate_backend). Closed here, so the pool never hands it out again (asyncpg would:
+                    # its next statement fails the same way); what was not committed was rolled back.
+                    with contextlib.suppress(asyncpg.InterfaceError):
+                        conn.terminate()
+                    raise StoreUnavailable(
+                        f"the Postgres connection was lost mid-transaction ({type(exc).__name__}); retry later"
+                    ) from exc
         except UNAVAILABLE as exc:
             raise StoreUnavailable(f"the Postgres database is busy or unreachable: {exc}; retry later") from exc
+        except asyncpg.InternalClientError as exc:  # asyncpg's own state, at checkout or release: never the caller's
+            raise StoreUnavailable(f"the Postgres client lost its connection: {exc}; retry later") from exc
         except asyncpg.PostgresError as exc:
             raise StoreError(f"Postgres error: {exc}") from exc
         except asyncpg.InterfaceError as exc:

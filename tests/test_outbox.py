@@ -216,6 +216,26 @@ async def test_telegram_parts_go_out_in_order_a_429_waits_its_retry_after_a_403_
     assert [s.text for s in sent] == ["one", "two", "after"]
 
 
+async def test_the_sender_outlives_an_error_its_claim_did_not_expect(
+    store: Any, sending: Outbox, bot_api: fake_telegram.FakeBotApi, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A claim that raises what no StoreError is (a driver's surprise, a bug) costs that round, never the
+    process's one sender: on a CI run asyncpg's InternalClientError ended it, and nothing was sent again."""
+    claim, raised = store.claim_outbox, []
+
+    async def once_broken(*args: Any, **kwargs: Any) -> Any:
+        if not raised:
+            raised.append(True)
+            raise RuntimeError("not a StoreError")
+        return await claim(*args, **kwargs)
+
+    monkeypatch.setattr(store, "claim_outbox", once_broken)
+    t = await turn_of(store, "42:1")
+    await sending.enqueue("telegram", "42", "still sent", user_id=t.user_id)
+    await bot_api.wait_sent(1)
+    assert raised == [True] and [s.text for s in bot_api.sent] == ["still sent"]
+
+
 async def _none(store: Any, recipient: str, surface: str = "telegram") -> bool:
     return await store.outbox_undelivered(surface, recipient) == 0
 

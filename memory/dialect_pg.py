@@ -241,15 +241,6 @@ def _gone(conn: Any) -> bool:
         return True
 
 
-def _lost(exc: BaseException, conn: Any) -> bool:
-    """Whether `exc`, raised on `conn`, means the connection broke rather than the statement failed: an
-    InternalClientError (asyncpg's protocol got a server's goodbye, pg_terminate_backend or a shutdown, while
-    it thought the connection idle: "cannot switch to state 15; another operation (2) is in progress"), or an
-    interface error on a connection that is gone ("cannot call Transaction.__aexit__(): the underlying
-    connection is closed")."""
-    return isinstance(exc, asyncpg.InternalClientError) or _gone(conn)
-
-
 def parse_url(url: str) -> tuple[str, dict[str, int]]:
     """(the DSN for asyncpg, hilo's own options) of a postgres:// or postgresql:// URL."""
     parts = urlsplit(url)
@@ -356,17 +347,21 @@ class PostgresStore(SqlStore):
                         return await logic(db, *args)
                 except Rollback as rollback:
                     return rollback.value  # type: ignore[no-any-return]
-                except (asyncpg.InterfaceError, asyncpg.InternalClientError) as exc:
-                    if isinstance(exc, UNAVAILABLE) or not _lost(exc, conn):
-                        raise
-                    # The server ended this connection under a statement (a restart, a failover,
-                    # pg_terminate_backend). Closed here, so the pool never hands it out again (asyncpg would:
-                    # its next statement fails the same way); what was not committed was rolled back.
+                # The server ended this connection under a statement (a restart, a failover,
+                # pg_terminate_backend), though asyncpg may not say so:
+                except asyncpg.InternalClientError as exc:
+                    # its goodbye landed while asyncpg thought the connection idle, and the next statement found
+                    # the protocol stuck ("cannot switch to state 15; another operation (2) is in progress").
+                    # Closed here, so the pool never hands it out again (asyncpg would, to fail the same way).
                     with contextlib.suppress(asyncpg.InterfaceError):
                         conn.terminate()
-                    raise StoreUnavailable(
-                        f"the Postgres connection was lost mid-transaction ({type(exc).__name__}); retry later"
-                    ) from exc
+                    raise StoreUnavailable(f"the Postgres connection was lost: {exc}; retry later") from exc
+                except asyncpg.InterfaceError as exc:
+                    # a transaction whose connection closed fails on exit ("cannot call Transaction.__aexit__():
+                    # the underlying connection is closed"); what it had not committed was rolled back
+                    if isinstance(exc, UNAVAILABLE) or not _gone(conn):
+                        raise
+                    raise StoreUnavailable(f"the Postgres connection was lost: {exc}; retry later") from exc
         except UNAVAILABLE as exc:
             raise StoreUnavailable(f"the Postgres database is busy or unreachable: {exc}; retry later") from exc
         except asyncpg.InternalClientError as exc:  # asyncpg's own state, at checkout or release: never the caller's

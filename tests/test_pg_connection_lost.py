@@ -31,7 +31,7 @@ async def store() -> AsyncIterator[Any]:
         yield s
 
 
-async def _gone(other: asyncpg.Connection, pid: int) -> bool:
+async def _ended(other: asyncpg.Connection, pid: int) -> bool:
     return not await other.fetchval("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid)
 
 
@@ -48,7 +48,7 @@ async def test_a_connection_ended_mid_transaction_is_store_unavailable_and_not_r
         pids.append(pid)
         assert await other.fetchval("SELECT pg_terminate_backend($1)", pid)
         if wait_for_the_close:
-            await wait_until(lambda: _gone(other, pid), "the server ended the connection")
+            await wait_until(lambda: _ended(other, pid), "the server ended the connection")
         return int(await db.conn.fetchval("SELECT 1"))
 
     async def backend_pid(db: Any) -> int:

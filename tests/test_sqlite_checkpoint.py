@@ -53,3 +53,28 @@ async def test_an_in_memory_store_has_no_checkpoint_thread() -> None:
         assert await store.ingest(_msg(1), 9) is not None
     finally:
         await store.close()
+
+
+def test_the_checkpoint_thread_never_recreates_a_wal_removed_under_it(tmp_path: Path) -> None:
+    """Its connection holds the store's -wal from the start: a checkpoint after the -wal was moved away copies
+    that file (the one the store writes), and never creates an empty -wal at the path. Before: the connection
+    opened the -wal at its first checkpoint, so a -wal moved away between the store's open and that checkpoint
+    came back as a new, empty file (tests/test_sqlite_file.py's -wal case failed in CI on it)."""
+    path = tmp_path / "hilo.db"
+    with closing(sqlite3.connect(path, isolation_level=None)) as store:  # the store's connection, -wal open
+        store.execute("PRAGMA journal_mode = WAL")
+        store.execute("CREATE TABLE t (x)")
+        checkpointer = sqlite_checkpoint.Checkpointer(str(path))
+        try:
+            store.execute("INSERT INTO t VALUES (1)")
+            wal = tmp_path / "hilo.db-wal"
+            wal.rename(tmp_path / "away")
+            checkpointer.nudge()
+            assert checkpointer.done.wait(timeout=10), "no checkpoint"
+            assert not wal.exists(), "the checkpoint created a new -wal"
+            assert checkpointer.checkpoints == 1  # it copied the store's frames: they were in the moved file
+        finally:
+            checkpointer.close()
+        (tmp_path / "away").rename(wal)
+    with closing(sqlite3.connect(path)) as reopened:
+        assert reopened.execute("SELECT x FROM t").fetchall() == [(1,)]

@@ -44,6 +44,10 @@ class PollLease:
                 logger.warning("telegram.poll_lease_failed", error=type(exc).__name__)
                 await asyncio.sleep(self.ttl / 3)
                 continue
+            except Exception as exc:  # a bug or a driver's surprise costs this try, never this process's polling
+                logger.error("telegram.poll_lease_crashed", error=type(exc).__name__, exc_info=exc)
+                await asyncio.sleep(self.ttl / 3)
+                continue
             if claim.claimed:
                 self._started = time.monotonic()
                 logger.info("telegram.poll_lease_taken", owner=self.owner)
@@ -55,12 +59,17 @@ class PollLease:
 
     async def renew(self) -> bool:
         """Extend the lease; False when another process took it over (stop polling). A database that cannot
-        answer keeps it (True): the lease lapses by itself if this goes on."""
+        answer keeps it (True): the lease lapses by itself if this goes on. Any other error (a bug, a driver's
+        surprise) leaves it unknown: False, so polling stops until `acquire` holds it again (had the keeper ended
+        instead, this process would poll on under a lease nobody renews, beside the next holder)."""
         try:
             held = await self.store.renew_job(NAME, self.owner, self.ttl)
         except StoreError as exc:
             logger.warning("telegram.poll_lease_failed", error=type(exc).__name__)
             return True
+        except Exception as exc:
+            logger.error("telegram.poll_lease_crashed", error=type(exc).__name__, exc_info=exc)
+            return False
         if not held:
             logger.warning("telegram.poll_lease_lost", owner=self.owner)
         return held

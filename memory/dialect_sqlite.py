@@ -37,6 +37,7 @@ from memory.sqlite_checkpoint import SAFETY_PAGES, Checkpointer
 from memory.sqlite_file import FILE_FIX, TRANSIENT, FileIdentity, file_identity, file_problem
 from memory.store import ContextQuery, Ingested, StoreError, StoreUnavailable
 from memory.vectors import DEFAULT_CACHE_FLOATS, Matrix, MatrixCache, extend, matrix_cosines, matrix_of, pack, top
+from memory.windows import WindowCache, triggers
 
 T = TypeVar("T")
 logger = log.get("hilo.store")
@@ -279,6 +280,10 @@ class SqliteStore(SqlStore):
         self.matrices = MatrixCache(max_floats=cache_floats)
         #: lexical recall's term statistics (memory/sqlite_terms.py), touched on the worker thread only
         self._df_cache: dict[tuple[str, str], tuple[float, float]] = {}
+        #: the conversations' windows kept between turns (memory/windows.py), touched on the worker thread only;
+        #: used once the connection's triggers that keep them honest exist (after the migrations)
+        self.windows = WindowCache()
+        self._windows_on = False
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
         #: WAL checkpoints on a thread of their own (memory/sqlite_checkpoint.py); None in memory
@@ -342,6 +347,8 @@ class SqliteStore(SqlStore):
             raise StoreUnavailable(self._cannot_open(exc)) from exc
         self._conn = conn
         self._identity = identity
+        self.windows.clear()  # what another connection read says nothing of this one's file
+        self._windows_on = False
 
     def _cannot_open(self, exc: sqlite3.Error) -> str:
         """What to tell the operator when the file cannot be opened or written."""
@@ -400,6 +407,11 @@ class SqliteStore(SqlStore):
             raise StoreUnavailable(self._cannot_open(exc)) from exc
         if self._identity is not None:  # the -wal exists once the connection has read in WAL mode
             self._wal_identity = file_identity(self.path + "-wal")
+        if not self._windows_on:  # messages exists now: this connection's changes of it reach the windows
+            self._conn.create_function("hilo_window_changed", 0, self.windows.changed)
+            for sql in triggers("hilo_window_changed"):
+                self._conn.execute(sql)
+            self._windows_on = True
         return applied
 
     async def _call(self, fn: Callable[[], T]) -> T:
@@ -422,11 +434,15 @@ class SqliteStore(SqlStore):
             if mode == "write" and logic_name(logic) not in KEEPS_VECTORS:  # ("lease": the turn lease's, never vectors)
                 self.matrices.generation += 1  # it may change vectors: the next search checks the table again
             # read BEFORE the snapshot begins: any commit of another connection after it shows as a new version
-            self.matrices.version = conn.execute("PRAGMA data_version").fetchone()[0]
-            conn.execute("BEGIN" if mode in ("read", "reads") else "BEGIN IMMEDIATE")
+            self.matrices.version = self.windows.version = conn.execute("PRAGMA data_version").fetchone()[0]
+            reads = mode in ("read", "reads")
+            conn.execute("BEGIN" if reads else "BEGIN IMMEDIATE")
             self.counters["transactions"] += 1
+            db = SqliteDb(conn, self.counters, self.clock, self.matrices, self._df_cache)
+            if reads and self._windows_on:  # nothing read in a write transaction is kept: it may roll back
+                db.windows = self.windows
             try:
-                result = step(logic(SqliteDb(conn, self.counters, self.clock, self.matrices, self._df_cache), *args))
+                result = step(logic(db, *args))
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")

@@ -23,6 +23,7 @@ from memory.store import ContextQuery, StoredMessage
 
 if TYPE_CHECKING:
     from memory.sql_vectors import VectorQuery
+    from memory.windows import WindowCache
 
 #: read: one snapshot, read only; write: one write transaction; lease: the turn lease's short statements (SQLite:
 #: a write transaction; Postgres: each statement commits on its own); reads: read statements that bound what they
@@ -51,6 +52,8 @@ class Db(Protocol):
     vectors: bool
     #: a statement costs no round trip (SQLite, in process): a probe that may spare a search is worth asking
     probes: bool
+    #: the conversations' windows kept between turns (memory/windows.py): SQLite's read transactions only
+    windows: WindowCache | None = None
 
     async def all(self, sql: str, *args: Any) -> list[Any]: ...
 

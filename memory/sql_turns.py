@@ -33,6 +33,7 @@ from memory.rows import (
 )
 from memory.stems import index_terms
 from memory.store import ContextQuery, ContextRows, Ingested, StoredMessage
+from memory.windows import SLACK, WindowCache, newest
 
 #: A redelivered message whose turn never ran is answered if it arrived this recently; older ones (imported
 #: history, a redelivery days later) are only dropped.
@@ -213,17 +214,27 @@ def conversation_id_of(ref: str) -> int:
 
 
 #: The current conversation's newest turns ($5 of them; queued turns, user messages stored after the current one
-#: $4, excluded; assistant messages stay), then the person's turns on other surfaces since $6 ($8 of them, newest
-#: first), in one statement: $1 conversation, $2 user, $3 the turn's moment, $7 its surface. The last column says
-#: which (0, 1). Each part is a sub-select of its own, with its own index: (conversation_id, id) and
-#: (user_id, created_at).
-RECENT_AND_CROSS = (
+#: $4, excluded; assistant messages stay): $1 conversation, $2 user, $3 the turn's moment. Index
+#: (conversation_id, id). The last column says which part of RECENT_AND_CROSS a row is (0).
+RECENT = (
     f"SELECT * FROM (SELECT {MSG_COLS}, 0 FROM messages m WHERE m.conversation_id = $1 AND m.user_id = $2 "
     "AND m.created_at <= $3 AND ($4::bigint IS NULL OR (m.id <> $4 AND (m.role <> 'user' OR m.id < $4))) "
-    "ORDER BY m.id DESC LIMIT $5) AS recent "
-    f"UNION ALL SELECT * FROM (SELECT {MSG_COLS}, 1 FROM messages m WHERE m.user_id = $2 AND m.created_at >= $6 "
+    "ORDER BY m.id DESC LIMIT $5) AS recent"
+)
+#: The person's turns on other surfaces since $6 ($8 of them, newest first; $7 the turn's surface), at or before
+#: $3, outside conversation $1. Index (user_id, created_at). The last column: 1.
+CROSS = (
+    f"SELECT * FROM (SELECT {MSG_COLS}, 1 FROM messages m WHERE m.user_id = $2 AND m.created_at >= $6 "
     "AND m.created_at <= $3 AND m.surface <> $7 AND m.conversation_id IS DISTINCT FROM $1::bigint "
     "ORDER BY m.created_at DESC, m.id DESC LIMIT $8) AS cross_surface"
+)
+#: Both in one statement (Postgres: pg_context.py's one round trip).
+RECENT_AND_CROSS = f"{RECENT} UNION ALL {CROSS}"
+#: SQLite with a window kept (memory/windows.py): the conversation's rows of the person after id $4, unfiltered
+#: ($5 at most, newest first), and the cross-surface turns.
+AFTER_AND_CROSS = (
+    f"SELECT * FROM (SELECT {MSG_COLS}, 0 FROM messages m WHERE m.conversation_id = $1 AND m.user_id = $2 "
+    f"AND m.id > $4 ORDER BY m.id DESC LIMIT $5) AS recent UNION ALL {CROSS}"
 )
 
 
@@ -247,10 +258,13 @@ async def load_context(db: Db, q: ContextQuery) -> ContextRows:
     conversation: list[StoredMessage] = []
     cross: list[StoredMessage] = []
     recent = q.recent_limit if q.conversation_id is not None else 0
-    if recent > 0 or q.cross_limit > 0:
+    if recent > 0 and db.windows is not None:
+        conversation, cross = await _through_window(db, db.windows, q, recent)
+    elif recent > 0 or q.cross_limit > 0:
         for r in await db.all(RECENT_AND_CROSS, q.conversation_id, q.user_id, at, cur, recent,
                               db.ts(q.cross_since), q.surface, q.cross_limit):
             (conversation if r[-1] == 0 else cross).append(to_message(r[:-1]))
+    if recent > 0 or q.cross_limit > 0:
         # A reply sorts right after the message it answers, even when a queued turn was stored in between.
         conversation.sort(key=lambda m: (m.reply_to if m.reply_to is not None else m.id, m.id))
         cross.reverse()
@@ -261,6 +275,29 @@ async def load_context(db: Db, q: ContextQuery) -> ContextRows:
         recalled, scores = await sql_recall.recall(db, q, excluded)
     return ContextRows(facts=facts, conversation=conversation, cross_surface=cross, recalled=recalled,
                        recall_scores=scores, memory_cosines=cosines)
+
+
+async def _through_window(db: Db, windows: WindowCache, q: ContextQuery,
+                          recent: int) -> tuple[list[StoredMessage], list[StoredMessage]]:
+    """The conversation's newest `recent` turns and the cross-surface ones, both newest first as RECENT_AND_CROSS
+    gives them, through the conversation's kept window: of the conversation only the rows after the newest one
+    kept are read (memory/windows.py)."""
+    assert q.conversation_id is not None
+    key = (q.conversation_id, q.user_id)
+    kept = windows.get(key)
+    cap = recent + SLACK
+    new: list[StoredMessage] = []
+    cross: list[StoredMessage] = []
+    at = db.ts(q.at)
+    for r in await db.all(AFTER_AND_CROSS, q.conversation_id, q.user_id, at, kept.after if kept else -1, cap,
+                          db.ts(q.cross_since), q.surface, q.cross_limit):
+        (new if r[-1] == 0 else cross).append(to_message(r[:-1]))
+    picked = newest(windows.read(key, new, cap), recent, q.at, q.current_message_id)
+    if picked is None:  # the turn's filters left too few of the rows kept: read with them
+        windows.counters["fallbacks"] += 1
+        picked = [to_message(r[:-1]) for r in await db.all(RECENT, q.conversation_id, q.user_id, at,
+                                                            q.current_message_id, recent)]
+    return picked, cross
 
 
 async def finish_turn(

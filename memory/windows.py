@@ -1,0 +1,145 @@
+"""The conversation windows a SQLite store keeps between turns (issue 14: a turn's context read).
+
+A turn's context holds the newest messages of its conversation (up to ContextQuery.recent_limit, 200 by default).
+The turn before in that conversation read almost all of them: only its reply and the new message were written
+since. Read again, those rows cost a turn most of its context statement and the building of ~200 StoredMessages
+(the web API's turn with the echo model: about a fifth of the store thread's time, bench/web_load.py).
+
+So the SQLite store keeps each conversation's newest messages (of the person: the window's `user_id` filter) as
+it read them, and a turn reads only the rows written after the newest one it holds (`id > $n`: SQLite gives a new
+row an id above every id stored). A window is kept only as long as nothing could have changed the rows it holds:
+
+- another connection's commit (another process: `hilo forget`, `hilo import`, a second daemon on the file) moves
+  `PRAGMA data_version`, which the store reads before each transaction begins; every window is then read anew;
+- this connection's own UPDATE (of a column a window holds) or DELETE of a message fires a TEMP trigger that calls
+  `changed()`: forgetting, retention, linking, a media rewrite, a cascade from a deleted person or conversation;
+- a window is filled and used only in read transactions: no row it holds can be rolled back afterwards.
+
+A new row in a kept window's conversation is found by the `id > $n` read whoever wrote it on this connection.
+What the window adds to a turn is the same as the statement gives without it (tests/test_windows.py compares
+them): the turn's filters (`at`, the current message, queued turns) apply to the held rows, and when they leave
+fewer than the turn wants and the window does not hold the whole conversation, the turn reads with the filters
+in SQL instead. Postgres keeps none (N processes share it and it has no data_version: pg_context.py reads the
+window in its one statement). One thread uses a cache (the store's worker), so it takes no lock.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from memory.store import StoredMessage
+
+#: Rows a window holds beyond what a turn takes: the current message and queued turns are filtered out of it.
+SLACK = 8
+#: Messages every window together holds at most, least recently used out first: ~70 windows of a full
+#: conversation (200 + SLACK), some 10 MB of short chat lines.
+DEFAULT_MAX_MESSAGES = 16_384
+#: The messages table's columns a window holds (the trigger on UPDATE watches these: reindex's terms and episode
+#: updates leave windows as they are).
+WATCHED_COLUMNS = ("id", "conversation_id", "user_id", "surface", "role", "content", "token_count", "external_id",
+                   "created_at", "metadata", "reply_to")
+
+
+def triggers(function: str) -> list[str]:
+    """The TEMP triggers (this connection's statements only) that call `function` when a message changes or goes."""
+    return [
+        f"CREATE TEMP TRIGGER IF NOT EXISTS hilo_window_update AFTER UPDATE OF {', '.join(WATCHED_COLUMNS)} "
+        f"ON main.messages BEGIN SELECT {function}(); END",
+        f"CREATE TEMP TRIGGER IF NOT EXISTS hilo_window_delete AFTER DELETE ON main.messages "
+        f"BEGIN SELECT {function}(); END",
+    ]
+
+
+@dataclass(slots=True)
+class Window:
+    """A conversation's newest messages of one person, ids ascending; `complete` when it holds all of them."""
+
+    messages: list[StoredMessage]
+    complete: bool
+    stamp: tuple[int, int]
+    #: the newest id read (-1: none): the next read asks for the rows after it
+    after: int
+
+
+@dataclass
+class WindowCache:
+    """(conversation_id, user_id) -> Window."""
+
+    max_messages: int = DEFAULT_MAX_MESSAGES
+    entries: OrderedDict[tuple[int, int], Window] = field(default_factory=OrderedDict)
+    #: hits (a window extended by the rows after it), loads (read whole: none kept, or no longer current),
+    #: fallbacks (the turn's filters left too few rows: read with them in SQL)
+    counters: dict[str, int] = field(default_factory=lambda: {"hits": 0, "loads": 0, "fallbacks": 0})
+    #: PRAGMA data_version read before the current transaction began (other connections' commits move it)
+    version: int = 0
+    #: this connection's changes and deletions of messages (the TEMP triggers)
+    changes: int = 0
+    held: int = 0
+
+    def changed(self) -> None:
+        self.changes += 1
+
+    def stamp(self) -> tuple[int, int]:
+        return (self.version, self.changes)
+
+    def get(self, key: tuple[int, int]) -> Window | None:
+        """The window of `key` when nothing that could change its rows happened since it was read."""
+        found = self.entries.get(key)
+        if found is None:
+            return None
+        if found.stamp != self.stamp():
+            self.drop(key)
+            return None
+        self.entries.move_to_end(key)
+        return found
+
+    def put(self, key: tuple[int, int], window: Window) -> None:
+        self.drop(key)
+        self.entries[key] = window
+        self.held += len(window.messages)
+        while len(self.entries) > 1 and self.held > self.max_messages:
+            _, out = self.entries.popitem(last=False)
+            self.held -= len(out.messages)
+
+    def drop(self, key: tuple[int, int]) -> None:
+        out = self.entries.pop(key, None)
+        if out is not None:
+            self.held -= len(out.messages)
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.held = 0
+
+    def read(self, key: tuple[int, int], newest_first: Sequence[StoredMessage], cap: int) -> Window:
+        """The window of `key` after a read of the rows after `self.get(key).after` (newest first, `cap` at most),
+        kept for the next turn."""
+        kept = self.get(key)
+        new = list(reversed(newest_first))
+        if kept is None or len(new) >= cap:  # none kept, or rows may lie between it and what was read
+            self.counters["loads"] += 1
+            messages, complete = new, kept is None and len(new) < cap
+        else:
+            self.counters["hits"] += 1
+            messages, complete = kept.messages + new, kept.complete
+            if len(messages) > cap:
+                messages, complete = messages[-cap:], False
+        window = Window(messages, complete, self.stamp(), messages[-1].id if messages else -1)
+        self.put(key, window)
+        return window
+
+
+def newest(window: Window, limit: int, at: datetime, current: int | None) -> list[StoredMessage] | None:
+    """The window's newest `limit` messages a turn at `at` sees (newest first), as the statement's filters pick
+    them: none after `at`, not the current message, no user message stored after it (a queued turn). None when
+    the filters leave fewer than `limit` and older rows may exist (the caller reads with the filters in SQL)."""
+    picked: list[StoredMessage] = []
+    for m in reversed(window.messages):
+        if m.created_at > at or (current is not None and (m.id == current or (m.role == "user" and m.id > current))):
+            continue
+        picked.append(m)
+        if len(picked) == limit:
+            return picked
+    return picked if window.complete else None

@@ -1,0 +1,180 @@
+"""The conversation windows the SQLite store keeps between turns (memory/windows.py): a turn reads only the rows
+written after the window it kept, and what it sees is what the statement without a window gives, whatever
+changed the rows meanwhile (this connection's forget, rewrite or rollback; another connection's delete)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from kernel.types import InboundMessage, utcnow
+from memory import sql_turns
+from memory.dialect_sqlite import SqliteStore
+from memory.rows import Db, Rollback
+from memory.store import ContextQuery, ContextRows, Ingested
+from memory.windows import SLACK
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
+    s = SqliteStore(tmp_path / "hilo.db")
+    await s.open()
+    yield s
+    await s.close()
+
+
+def _msg(ext: str, text: str, sender: str = "ana", surface: str = "telegram") -> InboundMessage:
+    return InboundMessage(surface=surface, sender=sender, handle=sender, external_id=ext, text=text)
+
+
+def _query(turn: Ingested, recent: int = 200, **kw: object) -> ContextQuery:
+    at = kw.pop("at", utcnow())
+    return ContextQuery(user_id=turn.user_id, surface=turn.message.surface, conversation_id=turn.conversation_id,
+                        current_message_id=kw.pop("current", turn.message.id), at=at,  # type: ignore[arg-type]
+                        cross_since=at - timedelta(hours=48), recent_limit=recent,  # type: ignore[operator]
+                        search_text=turn.message.content, **kw)  # type: ignore[arg-type]
+
+
+async def _without_window(db: Db, q: ContextQuery) -> ContextRows:
+    db.windows = None  # the statement alone, as before windows (and as Postgres reads it)
+    return await sql_turns.load_context(db, q)
+
+
+async def _both(store: SqliteStore, q: ContextQuery) -> tuple[ContextRows, ContextRows]:
+    """What the store's turn reads (through its window) and what the statement alone gives, at one moment."""
+    return await store.load_context(q), await store._tx("read", _without_window, q)
+
+
+def _ids(rows: ContextRows) -> tuple[list[int], list[int], list[int]]:
+    return ([m.id for m in rows.conversation], [m.id for m in rows.cross_surface], [m.id for m in rows.recalled])
+
+
+async def _turn(store: SqliteStore, ext: str, text: str, reply: str | None = "noted", **kw: str) -> Ingested:
+    turn = await store.ingest(_msg(ext, text, **kw), 5)
+    assert turn is not None
+    if reply is not None:
+        async with store.turn_lock(turn.conversation_id, turn.message.id):
+            await store.finish_turn(turn, reply, 1, [])
+    return turn
+
+
+async def test_a_turn_reads_only_what_was_written_after_its_window(store: SqliteStore) -> None:
+    recent = 6  # a window shorter than the conversation: it is trimmed as the conversation grows
+    for i in range(30):
+        turn = await _turn(store, f"m{i}", f"my parrot Kiwi ate mango number {i}", reply=None)
+        rows, alone = await _both(store, _query(turn, recent))
+        assert _ids(rows) == _ids(alone)
+        assert [m.content for m in rows.conversation] == [m.content for m in alone.conversation]
+        assert len(rows.conversation) == min(recent, 2 * i)
+        async with store.turn_lock(turn.conversation_id, turn.message.id):
+            await store.finish_turn(turn, f"noted {i}", 1, [])
+    counters = store.windows.counters
+    assert counters["hits"] == 29 and counters["loads"] == 1 and counters["fallbacks"] == 0
+    kept = next(iter(store.windows.entries.values()))
+    assert len(kept.messages) == recent + SLACK and not kept.complete
+    assert kept.after == turn.message.id  # its reply was written after the turn read
+
+
+async def test_queued_turns_see_what_the_statement_sees(store: SqliteStore) -> None:
+    await _turn(store, "q0", "Kiwi sings at dawn")
+    # eleven messages arrive while the first of them waits for its turn: more than the window's slack
+    queued = [await _turn(store, f"q{i}", f"and then Kiwi said {i}", reply=None) for i in range(1, 12)]
+    for recent in (1, 2, 200):
+        rows, alone = await _both(store, _query(queued[0], recent))
+        assert _ids(rows) == _ids(alone)
+        assert [m.content for m in rows.conversation] == ["Kiwi sings at dawn", "noted"][-recent:]
+    # the window read first holds the newest 1 + SLACK rows: queued turns only, none of which the turn sees
+    assert store.windows.counters["fallbacks"] == 3
+    for turn in queued:  # their turns run, in order
+        async with store.turn_lock(turn.conversation_id, turn.message.id):
+            await store.finish_turn(turn, "noted", 1, [])
+    for i in range(20):  # the conversation grows past its window
+        await _turn(store, f"x{i}", f"more about mango {i}")
+    late = await _turn(store, "late", "and a late one", reply=None)
+    for recent in (1, 3):
+        rows, alone = await _both(store, _query(late, recent, current=queued[0].message.id))
+        assert _ids(rows) == _ids(alone)
+        assert [m.content for m in rows.conversation] == ["noted"] * recent  # every user message is queued
+    assert store.windows.counters["fallbacks"] == 3  # the window read anew holds replies enough
+
+
+async def test_a_turn_at_an_earlier_moment_sees_no_later_row(store: SqliteStore) -> None:
+    await _turn(store, "p0", "Kiwi sings at dawn")
+    second = await _turn(store, "p1", "Kiwi eats mango")
+    third = await _turn(store, "p2", "Kiwi sleeps")
+    await store.load_context(_query(third))  # the window holds the whole conversation
+    rows, alone = await _both(store, _query(second, at=second.message.created_at))
+    assert _ids(rows) == _ids(alone)
+    assert [m.content for m in rows.conversation] == ["Kiwi sings at dawn", "noted"]  # not its reply, nor later
+    assert store.windows.counters == {"hits": 1, "loads": 1, "fallbacks": 0}
+
+
+async def test_what_this_connection_deletes_or_rewrites_leaves_every_window(store: SqliteStore) -> None:
+    await _turn(store, "a0", "Kiwi is my parrot")
+    await _turn(store, "b0", "my cat is Tom", sender="bea")
+    turn = await _turn(store, "a1", "Kiwi likes mango", reply=None)
+    rows = await store.load_context(_query(turn))
+    assert [m.content for m in rows.conversation] == ["Kiwi is my parrot", "noted"]
+    assert await store.rewrite_message(turn.user_id, rows.conversation[0].id, "Kiwi is a green parrot", 6)
+    rows, alone = await _both(store, _query(turn))
+    assert [m.content for m in rows.conversation] == ["Kiwi is a green parrot", "noted"] == [
+        m.content for m in alone.conversation]
+    bea = await _turn(store, "b1", "Tom sleeps", reply=None, sender="bea")
+    assert [m.content for m in (await store.load_context(_query(bea))).conversation] == ["my cat is Tom", "noted"]
+    assert await store.forget("bea")  # a cascade from the person: every row of theirs goes
+    assert (await store.load_context(_query(bea))).conversation == []
+    assert [m.content for m in (await store.load_context(_query(turn))).conversation] == [
+        "Kiwi is a green parrot", "noted"]
+
+
+async def test_another_connections_commit_leaves_every_window(store: SqliteStore, tmp_path: Path) -> None:
+    await _turn(store, "a0", "Kiwi is my parrot")
+    turn = await _turn(store, "a1", "Kiwi likes mango", reply=None)
+    assert [m.content for m in (await store.load_context(_query(turn))).conversation] == [
+        "Kiwi is my parrot", "noted"]
+    other = sqlite3.connect(tmp_path / "hilo.db", isolation_level=None)
+    try:
+        other.execute("UPDATE messages SET content = 'Kiwi was my parrot' WHERE role = 'user' AND content = ?",
+                      ("Kiwi is my parrot",))
+        other.execute("DELETE FROM messages WHERE role = 'assistant'")
+    finally:
+        other.close()
+    rows, alone = await _both(store, _query(turn))
+    assert [m.content for m in rows.conversation] == ["Kiwi was my parrot"] == [
+        m.content for m in alone.conversation]
+
+
+async def _read_then_roll_back(db: Db, turn: Ingested) -> None:
+    await db.run("INSERT INTO messages (conversation_id, user_id, surface, role, content, token_count, created_at, "
+                 "metadata) VALUES ($1, $2, 'web', 'assistant', 'never kept', 2, $3, '{}')",
+                 turn.conversation_id, turn.user_id, db.ts(turn.message.created_at))
+    rows = await sql_turns.load_context(db, _query(turn))
+    assert [m.content for m in rows.conversation][-1] == "never kept"
+    raise Rollback(None)
+
+
+async def test_a_window_never_keeps_what_a_write_transaction_read(store: SqliteStore) -> None:
+    turn = await _turn(store, "a0", "Kiwi is my parrot", reply=None)
+    await store.load_context(_query(turn))  # a window is kept
+    await store._tx("write", _read_then_roll_back, turn)
+    rows = await store.load_context(_query(turn))
+    assert "never kept" not in [m.content for m in rows.conversation]
+
+
+async def test_the_windows_together_stay_within_their_bound(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "hilo.db")
+    store.windows.max_messages = 40
+    await store.open()
+    try:
+        for person in range(12):
+            for i in range(3):
+                turn = await _turn(store, f"{person}-{i}", f"line {i}", sender=f"p{person}")
+            await store.load_context(_query(turn))
+            assert store.windows.held == sum(len(w.messages) for w in store.windows.entries.values()) <= 40
+        assert len(store.windows.entries) == 40 // 6
+    finally:
+        await store.close()

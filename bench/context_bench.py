@@ -4,9 +4,11 @@ Seeds a SQLite database (and with --postgres an embedded PostgreSQL 18, same row
 --messages-per-person messages each (the design's budget: 1,000 x 1,000): everyday English and Spanish lines
 (bench/corpus.py), people alternating languages with one session in five in the other one, on telegram, whatsapp
 and web, over 60 days up to ten minutes ago. Every row below has people of its own (--pool each, drawn at random
-for each turn), so that no row's writes land in a conversation another row reads, and caches are as cold as a
-daemon serving many people keeps them. Then runs, interleaved in ten blocks so every row sees the same machine
-state, on each backend:
+for each turn), so that no row's writes land in a conversation another row reads, and the caches of term
+statistics and vectors are as cold as a daemon serving many people keeps them. The SQLite store keeps a
+conversation's window for its person's next turn (memory/windows.py) until another connection commits (here the
+baselines' rows do, between blocks); `windows kept` says what share of the turns found theirs. Then runs,
+interleaved in ten blocks so every row sees the same machine state, on each backend:
 
   hilo           a turn as the pipeline runs it, lexical recall (HILO_EMBEDDER=none): ingest (1 write tx), the
                  turn lease, load_context (1 read tx) + assembly; finish_turn (reply + usage) after the model
@@ -94,12 +96,14 @@ class TimedEmbedder:
 async def run_hilo(store: Any, pipeline: Pipeline, turns: int, next_turn: NextTurn,
                    embedder: TimedEmbedder | None = None) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {k: [] for k in ("context_ms", "pre_model_ms", "embed_ms", "statements",
-                                                   "round_trips")}
+                                                   "round_trips", "window_kept")}
+    windows = getattr(store, "windows", None)  # SQLite's (memory/windows.py)
     for _ in range(turns):
         handle, text = next_turn()
         msg = InboundMessage(surface="telegram", sender=handle, external_id=f"bench-hilo-{uuid.uuid4().hex}",
                              text=text, handle=handle)
         before = dict(store.counters)
+        kept = windows.counters["hits"] if windows is not None else 0
         if embedder is not None:
             embedder.last_ms = 0.0
         t0 = time.perf_counter()
@@ -117,9 +121,13 @@ async def run_hilo(store: Any, pipeline: Pipeline, turns: int, next_turn: NextTu
         out["context_ms"].append((t2 - t1) * 1000 - embed)
         out["statements"].append(after["statements"] - before["statements"])
         out["round_trips"].append(after["round_trips"] - before["round_trips"])
+        if windows is not None:
+            out["window_kept"].append(float(windows.counters["hits"] > kept))
         assert ctx.tokens["total"] <= pipeline.settings.context_budget
     if embedder is None:
         del out["embed_ms"]
+    if windows is None:
+        del out["window_kept"]
     return out
 
 
@@ -207,11 +215,18 @@ def summary(d: dict[str, list[float]]) -> dict[str, float]:
     out["statements_per_turn"] = statistics.median(d["statements"])
     out["round_trips_per_turn"] = statistics.median(d["round_trips"])
     out["turns"] = len(d["statements"])
+    if d.get("window_kept"):
+        out["windows_kept"] = statistics.fmean(d["window_kept"])
     return out
 
 
 def wire_of(row: dict[str, float]) -> str:
     return f"{row['wire_round_trips_per_turn']:.1f}" if "wire_round_trips_per_turn" in row else "-"
+
+
+def kept_of(row: dict[str, float]) -> str:
+    """The share of a row's turns whose conversation window was kept (SQLite's hilo rows), as a percentage."""
+    return f"{row['windows_kept']:.0%}" if "windows_kept" in row else "-"
 
 
 def _ms(row: dict[str, float], key: str) -> str:
@@ -220,7 +235,7 @@ def _ms(row: dict[str, float], key: str) -> str:
 
 def print_tables(results: dict[str, dict[str, dict[str, float]]]) -> None:
     print(f"{'backend':<10}{'row':<11}{'ctx p50':>9}{'ctx p99':>9}{'pre p50':>9}{'pre p99':>9}{'embed p50':>10}"
-          f"{'embed p99':>10}{'stmts':>7}{'trips':>7}{'wire':>7}{'pre / seed p50, p99':>21}")
+          f"{'embed p99':>10}{'stmts':>7}{'trips':>7}{'wire':>7}{'pre / seed p50, p99':>21}{'windows kept':>14}")
     for backend, rows in results.items():
         base = rows["seed"]
         for name in ("hilo", "hilo +vec", "fts", "seed"):
@@ -232,7 +247,7 @@ def print_tables(results: dict[str, dict[str, dict[str, float]]]) -> None:
             print(f"{backend:<10}{name:<11}{r['context_p50_ms']:>9.2f}{r['context_p99_ms']:>9.2f}"
                   f"{r['pre_model_p50_ms']:>9.2f}{r['pre_model_p99_ms']:>9.2f}{_ms(r, 'embed_p50_ms'):>10}"
                   f"{_ms(r, 'embed_p99_ms'):>10}{r['statements_per_turn']:>7.0f}{r['round_trips_per_turn']:>7.0f}"
-                  f"{wire_of(r):>7}{ratio:>21}")
+                  f"{wire_of(r):>7}{ratio:>21}{kept_of(r):>14}")
     print(f"\n{'backend':<10}{'web row':<15}{'turn p50':>9}{'turn p99':>9}{'stmts':>7}{'trips':>7}{'wire':>7}"
           "  (whole request)")
     for backend, rows in results.items():

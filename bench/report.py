@@ -155,10 +155,12 @@ def goals(r: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
 
 def section_a(d: dict[str, Any]) -> str:
     lines = [f"{d['people']:,} people x {d['messages_per_person']:,} messages, {d['turns_per_row']} turns per row "
-             f"({d['pool']} people each, drawn at random), interleaved; times in ms.", "",
+             f"({d['pool']} people each, drawn at random), interleaved; times in ms. Windows kept: the share of "
+             "turns that found their conversation's window kept since their person's turn before (SQLite: "
+             "memory/windows.py).", "",
              "| backend | row | context p50 | context p99 | pre-model p50 | pre-model p99 | embedding p50 / p99 | "
-             "pre-model vs seed (p50, p99) | statements | store calls | wire round trips |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "pre-model vs seed (p50, p99) | statements | store calls | wire round trips | windows kept |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for backend, rows in d["results"].items():
         seed = rows["seed"]
         for name in ("hilo", "hilo +vec", "fts", "seed"):
@@ -170,7 +172,8 @@ def section_a(d: dict[str, Any]) -> str:
                     f"{r['pre_model_p50_ms']:.2f} | {r['pre_model_p99_ms']:.2f} | {emb} | "
                     f"{r['pre_model_p50_ms'] / seed['pre_model_p50_ms']:.1f}x, "
                     f"{r['pre_model_p99_ms'] / seed['pre_model_p99_ms']:.1f}x | {r['statements_per_turn']:.0f} | "
-                    f"{r['round_trips_per_turn']:.0f} | {_f(r.get('wire_round_trips_per_turn'), '.1f')} |")
+                    f"{r['round_trips_per_turn']:.0f} | {_f(r.get('wire_round_trips_per_turn'), '.1f')} | "
+                    f"{_f(r.get('windows_kept'), '.0%')} |")
     lines += ["", "| backend | web row (whole request) | p50 | p99 | vs bare p50 | wire round trips |",
               "|---|---|---:|---:|---:|---:|"]
     for backend, rows in d["results"].items():

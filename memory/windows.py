@@ -34,9 +34,11 @@ from memory.store import StoredMessage
 
 #: Rows a window holds beyond what a turn takes: the current message and queued turns are filtered out of it.
 SLACK = 8
-#: Messages every window together holds at most, least recently used out first: ~70 windows of a full
-#: conversation (200 + SLACK), some 10 MB of short chat lines.
-DEFAULT_MAX_MESSAGES = 16_384
+#: What every window together holds at most, least recently used out first, in bytes as `weight` estimates
+#: them: ~130 windows of a full conversation (200 + SLACK) of short chat lines, fewer of long ones.
+DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+#: A held message's objects besides its text: the StoredMessage, its timestamp, metadata and ids (bytes).
+PER_MESSAGE = 512
 #: The messages table's columns a window holds (the trigger on UPDATE watches these: reindex's terms and episode
 #: updates leave windows as they are).
 WATCHED_COLUMNS = ("id", "conversation_id", "user_id", "surface", "role", "content", "token_count", "external_id",
@@ -53,6 +55,11 @@ def triggers(function: str) -> list[str]:
     ]
 
 
+def weight(messages: Sequence[StoredMessage]) -> int:
+    """What `messages` hold in memory, about (CPython keeps most chat text at one byte per character)."""
+    return sum(len(m.content) + PER_MESSAGE for m in messages)
+
+
 @dataclass(slots=True)
 class Window:
     """A conversation's newest messages of one person, ids ascending; `complete` when it holds all of them."""
@@ -62,13 +69,15 @@ class Window:
     stamp: tuple[int, int]
     #: the newest id read (-1: none): the next read asks for the rows after it
     after: int
+    #: weight(messages)
+    size: int = 0
 
 
 @dataclass
 class WindowCache:
     """(conversation_id, user_id) -> Window."""
 
-    max_messages: int = DEFAULT_MAX_MESSAGES
+    max_bytes: int = DEFAULT_MAX_BYTES
     entries: OrderedDict[tuple[int, int], Window] = field(default_factory=OrderedDict)
     #: hits (a window extended by the rows after it), loads (read whole: none kept, or no longer current),
     #: fallbacks (the turn's filters left too few rows: read with them in SQL)
@@ -77,6 +86,7 @@ class WindowCache:
     version: int = 0
     #: this connection's changes and deletions of messages (the TEMP triggers)
     changes: int = 0
+    #: the windows' weight together
     held: int = 0
 
     def changed(self) -> None:
@@ -99,15 +109,15 @@ class WindowCache:
     def put(self, key: tuple[int, int], window: Window) -> None:
         self.drop(key)
         self.entries[key] = window
-        self.held += len(window.messages)
-        while len(self.entries) > 1 and self.held > self.max_messages:
+        self.held += window.size
+        while len(self.entries) > 1 and self.held > self.max_bytes:
             _, out = self.entries.popitem(last=False)
-            self.held -= len(out.messages)
+            self.held -= out.size
 
     def drop(self, key: tuple[int, int]) -> None:
         out = self.entries.pop(key, None)
         if out is not None:
-            self.held -= len(out.messages)
+            self.held -= out.size
 
     def clear(self) -> None:
         self.entries.clear()
@@ -120,13 +130,14 @@ class WindowCache:
         new = list(reversed(newest_first))
         if kept is None or len(new) >= cap:  # none kept, or rows may lie between it and what was read
             self.counters["loads"] += 1
-            messages, complete = new, kept is None and len(new) < cap
+            messages, complete, size = new, kept is None and len(new) < cap, weight(new)
         else:
             self.counters["hits"] += 1
-            messages, complete = kept.messages + new, kept.complete
+            messages, complete, size = kept.messages + new, kept.complete, kept.size + weight(new)
             if len(messages) > cap:
+                size -= weight(messages[:-cap])
                 messages, complete = messages[-cap:], False
-        window = Window(messages, complete, self.stamp(), messages[-1].id if messages else -1)
+        window = Window(messages, complete, self.stamp(), messages[-1].id if messages else -1, size)
         self.put(key, window)
         return window
 

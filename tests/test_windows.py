@@ -16,7 +16,7 @@ from memory import sql_turns
 from memory.dialect_sqlite import SqliteStore
 from memory.rows import Db, Rollback
 from memory.store import ContextQuery, ContextRows, Ingested
-from memory.windows import SLACK
+from memory.windows import PER_MESSAGE, SLACK, weight
 
 
 @pytest.fixture
@@ -76,6 +76,7 @@ async def test_a_turn_reads_only_what_was_written_after_its_window(store: Sqlite
     assert counters["hits"] == 29 and counters["loads"] == 1 and counters["fallbacks"] == 0
     kept = next(iter(store.windows.entries.values()))
     assert len(kept.messages) == recent + SLACK and not kept.complete
+    assert store.windows.held == kept.size == weight(kept.messages)  # what trimming let go is no longer counted
     assert kept.after == turn.message.id  # its reply was written after the turn read
 
 
@@ -167,14 +168,17 @@ async def test_a_window_never_keeps_what_a_write_transaction_read(store: SqliteS
 
 async def test_the_windows_together_stay_within_their_bound(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "hilo.db")
-    store.windows.max_messages = 40
+    store.windows.max_bytes = 5 * (6 * PER_MESSAGE + 3 * len("line 0") + 3 * len("noted"))  # five of them
     await store.open()
     try:
         for person in range(12):
             for i in range(3):
                 turn = await _turn(store, f"{person}-{i}", f"line {i}", sender=f"p{person}")
             await store.load_context(_query(turn))
-            assert store.windows.held == sum(len(w.messages) for w in store.windows.entries.values()) <= 40
-        assert len(store.windows.entries) == 40 // 6
+            held = [w.messages for w in store.windows.entries.values()]
+            assert store.windows.held == sum(weight(m) for m in held) <= store.windows.max_bytes
+        assert len(store.windows.entries) == 5  # the newest five people's: least recently used out first
+        assert [w.messages[0].user_id for w in store.windows.entries.values()] == [turn.user_id - 4 + k
+                                                                                for k in range(5)]
     finally:
         await store.close()

@@ -19,8 +19,9 @@ A new row in a kept window's conversation is found by the `id > $n` read whoever
 What the window adds to a turn is the same as the statement gives without it (tests/test_windows.py compares
 them): the turn's filters (`at`, the current message, queued turns) apply to the held rows, and when they leave
 fewer than the turn wants and the window does not hold the whole conversation, the turn reads with the filters
-in SQL instead. Postgres keeps none (N processes share it and it has no data_version: pg_context.py reads the
-window in its one statement). One thread uses a cache (the store's worker), so it takes no lock.
+in SQL instead. Postgres keeps none: N processes share it, it has no data_version, and its ids come from a
+sequence that concurrent transactions commit out of order (an `id > $n` read could miss a row for good);
+pg_context.py reads the window in its one statement. One thread uses a cache (the store's worker), so it takes no lock.
 """
 
 from __future__ import annotations

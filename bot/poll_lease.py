@@ -40,12 +40,8 @@ class PollLease:
             try:
                 await self.store.register_job(NAME, False)
                 claim = await self.store.claim_job(NAME, self.owner, self.ttl, force=True)
-            except StoreError as exc:
-                logger.warning("telegram.poll_lease_failed", error=type(exc).__name__)
-                await asyncio.sleep(self.ttl / 3)
-                continue
-            except Exception as exc:  # a bug or a driver's surprise costs this try, never this process's polling
-                logger.error("telegram.poll_lease_crashed", error=type(exc).__name__, exc_info=exc)
+            except Exception as exc:  # a bug or a driver's surprise costs this try too, never this process's polling
+                _failed(exc)
                 await asyncio.sleep(self.ttl / 3)
                 continue
             if claim.claimed:
@@ -64,12 +60,8 @@ class PollLease:
         instead, this process would poll on under a lease nobody renews, beside the next holder)."""
         try:
             held = await self.store.renew_job(NAME, self.owner, self.ttl)
-        except StoreError as exc:
-            logger.warning("telegram.poll_lease_failed", error=type(exc).__name__)
-            return True
         except Exception as exc:
-            logger.error("telegram.poll_lease_crashed", error=type(exc).__name__, exc_info=exc)
-            return False
+            return _failed(exc)
         if not held:
             logger.warning("telegram.poll_lease_lost", owner=self.owner)
         return held
@@ -80,3 +72,13 @@ class PollLease:
                 "ok", None, self.store.clock(), round((time.monotonic() - self._started) * 1000), None))
         except StoreError as exc:
             logger.warning("telegram.poll_lease_failed", error=type(exc).__name__)
+
+
+def _failed(exc: Exception) -> bool:
+    """Log a store call of the lease that failed: a StoreError (the database cannot answer now: True) or anything
+    else (a bug, a driver's surprise: False)."""
+    if isinstance(exc, StoreError):
+        logger.warning("telegram.poll_lease_failed", error=type(exc).__name__)
+        return True
+    logger.error("telegram.poll_lease_crashed", error=type(exc).__name__, exc_info=exc)
+    return False

@@ -259,15 +259,14 @@ async def load_context(db: Db, q: ContextQuery) -> ContextRows:
     cross: list[StoredMessage] = []
     recent = q.recent_limit if q.conversation_id is not None else 0
     if recent > 0 and db.windows is not None:
-        conversation, cross = await _through_window(db, db.windows, q, recent)
+        conversation, cross = await _through_window(db, db.windows, q, at, recent)
     elif recent > 0 or q.cross_limit > 0:
         for r in await db.all(RECENT_AND_CROSS, q.conversation_id, q.user_id, at, cur, recent,
                               db.ts(q.cross_since), q.surface, q.cross_limit):
             (conversation if r[-1] == 0 else cross).append(to_message(r[:-1]))
-    if recent > 0 or q.cross_limit > 0:
-        # A reply sorts right after the message it answers, even when a queued turn was stored in between.
-        conversation.sort(key=lambda m: (m.reply_to if m.reply_to is not None else m.id, m.id))
-        cross.reverse()
+    # A reply sorts right after the message it answers, even when a queued turn was stored in between.
+    conversation.sort(key=lambda m: (m.reply_to if m.reply_to is not None else m.id, m.id))
+    cross.reverse()
     recalled: list[StoredMessage] = []
     scores: dict[int, dict[str, float]] = {}
     if q.search_limit > 0:
@@ -277,7 +276,7 @@ async def load_context(db: Db, q: ContextQuery) -> ContextRows:
                        recall_scores=scores, memory_cosines=cosines)
 
 
-async def _through_window(db: Db, windows: WindowCache, q: ContextQuery,
+async def _through_window(db: Db, windows: WindowCache, q: ContextQuery, at: Any,
                           recent: int) -> tuple[list[StoredMessage], list[StoredMessage]]:
     """The conversation's newest `recent` turns and the cross-surface ones, both newest first as RECENT_AND_CROSS
     gives them, through the conversation's kept window: of the conversation only the rows after the newest one
@@ -288,11 +287,10 @@ async def _through_window(db: Db, windows: WindowCache, q: ContextQuery,
     cap = recent + SLACK
     new: list[StoredMessage] = []
     cross: list[StoredMessage] = []
-    at = db.ts(q.at)
     for r in await db.all(AFTER_AND_CROSS, q.conversation_id, q.user_id, at, kept.after if kept else -1, cap,
                           db.ts(q.cross_since), q.surface, q.cross_limit):
         (new if r[-1] == 0 else cross).append(to_message(r[:-1]))
-    picked = newest(windows.read(key, new, cap), recent, q.at, q.current_message_id)
+    picked = newest(windows.read(key, kept, new, cap), recent, q.at, q.current_message_id)
     if picked is None:  # the turn's filters left too few of the rows kept: read with them
         windows.counters["fallbacks"] += 1
         picked = [to_message(r[:-1]) for r in await db.all(RECENT, q.conversation_id, q.user_id, at,

@@ -15,10 +15,11 @@ embedder's vectors are never compared with the old ones; the backfill re-embeds 
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from memory.lru import SizedLRU
 
 if TYPE_CHECKING:  # numpy loads with the first vector (~15 MB): a store with no embedder never needs it
     import numpy as np
@@ -81,41 +82,27 @@ class Matrix:
         return int(self.rows.size)
 
 
-@dataclass
-class MatrixCache:
-    """(user_id, embedder) -> Matrix, least recently used out first past `max_floats`. One thread uses it (the
-    SQLite store's worker), so it takes no lock."""
+class MatrixCache(SizedLRU[tuple[int, str], Matrix]):
+    """(user_id, embedder) -> Matrix, least recently used out first past `max_floats` (memory/lru.py)."""
 
-    max_floats: int = DEFAULT_CACHE_FLOATS
-    entries: OrderedDict[tuple[int, str], Matrix] = field(default_factory=OrderedDict)
-    #: loads (the whole matrix read), extensions (new rows appended), checks (the table counted: unchanged),
-    #: hits (nothing committed since the last check: not even counted)
-    counters: dict[str, int] = field(default_factory=lambda: {"loads": 0, "extensions": 0, "checks": 0, "hits": 0})
-    #: PRAGMA data_version read before the current transaction began (other connections' commits move it)
-    version: int = 0
-    #: bumped by each of the store's own write transactions that may change vectors
-    generation: int = 0
+    def __init__(self, max_floats: int = DEFAULT_CACHE_FLOATS) -> None:
+        super().__init__(max_floats)
+        #: loads (the whole matrix read), extensions (new rows appended), checks (the table counted: unchanged),
+        #: hits (nothing committed since the last check: not even counted)
+        self.counters = {"loads": 0, "extensions": 0, "checks": 0, "hits": 0}
+        #: PRAGMA data_version read before the current transaction began (other connections' commits move it)
+        self.version = 0
+        #: bumped by each of the store's own write transactions that may change vectors
+        self.generation = 0
+
+    def size_of(self, value: Matrix) -> int:
+        return value.floats
 
     def stamp(self) -> tuple[int, int]:
         return (self.version, self.generation)
 
     def floats(self) -> int:
-        return sum(m.floats for m in self.entries.values())
-
-    def get(self, key: tuple[int, str]) -> Matrix | None:
-        found = self.entries.get(key)
-        if found is not None:
-            self.entries.move_to_end(key)
-        return found
-
-    def put(self, key: tuple[int, str], matrix: Matrix) -> None:
-        self.entries[key] = matrix
-        self.entries.move_to_end(key)
-        while len(self.entries) > 1 and self.floats() > self.max_floats:
-            self.entries.popitem(last=False)
-
-    def drop(self, key: tuple[int, str]) -> None:
-        self.entries.pop(key, None)
+        return self.held
 
 
 def matrix_of(rows: Sequence[tuple[int, bytes]], dim: int) -> Matrix:

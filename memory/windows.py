@@ -26,11 +26,11 @@ pg_context.py reads the window in its one statement. One thread uses a cache (th
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
+from memory.lru import SizedLRU
 from memory.store import StoredMessage
 
 #: Rows a window holds beyond what a turn takes: the current message and queued turns are filtered out of it.
@@ -68,27 +68,30 @@ class Window:
     messages: list[StoredMessage]
     complete: bool
     stamp: tuple[int, int]
-    #: the newest id read (-1: none): the next read asks for the rows after it
-    after: int
     #: weight(messages)
-    size: int = 0
+    size: int
+
+    @property
+    def after(self) -> int:
+        """The newest id held (-1: none): the next read asks for the rows after it."""
+        return self.messages[-1].id if self.messages else -1
 
 
-@dataclass
-class WindowCache:
-    """(conversation_id, user_id) -> Window."""
+class WindowCache(SizedLRU[tuple[int, int], Window]):
+    """(conversation_id, user_id) -> Window, least recently used out first past `max_bytes` (memory/lru.py)."""
 
-    max_bytes: int = DEFAULT_MAX_BYTES
-    entries: OrderedDict[tuple[int, int], Window] = field(default_factory=OrderedDict)
-    #: hits (a window extended by the rows after it), loads (read whole: none kept, or no longer current),
-    #: fallbacks (the turn's filters left too few rows: read with them in SQL)
-    counters: dict[str, int] = field(default_factory=lambda: {"hits": 0, "loads": 0, "fallbacks": 0})
-    #: PRAGMA data_version read before the current transaction began (other connections' commits move it)
-    version: int = 0
-    #: this connection's changes and deletions of messages (the TEMP triggers)
-    changes: int = 0
-    #: the windows' weight together
-    held: int = 0
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        super().__init__(max_bytes)
+        #: hits (a window extended by the rows after it), loads (read whole: none kept, or no longer current),
+        #: fallbacks (the turn's filters left too few rows: read with them in SQL)
+        self.counters = {"hits": 0, "loads": 0, "fallbacks": 0}
+        #: PRAGMA data_version read before the current transaction began (other connections' commits move it)
+        self.version = 0
+        #: this connection's changes and deletions of messages (the TEMP triggers)
+        self.changes = 0
+
+    def size_of(self, value: Window) -> int:
+        return value.size
 
     def changed(self) -> None:
         self.changes += 1
@@ -98,36 +101,16 @@ class WindowCache:
 
     def get(self, key: tuple[int, int]) -> Window | None:
         """The window of `key` when nothing that could change its rows happened since it was read."""
-        found = self.entries.get(key)
-        if found is None:
-            return None
-        if found.stamp != self.stamp():
+        found = super().get(key)
+        if found is not None and found.stamp != self.stamp():
             self.drop(key)
             return None
-        self.entries.move_to_end(key)
         return found
 
-    def put(self, key: tuple[int, int], window: Window) -> None:
-        self.drop(key)
-        self.entries[key] = window
-        self.held += window.size
-        while len(self.entries) > 1 and self.held > self.max_bytes:
-            _, out = self.entries.popitem(last=False)
-            self.held -= out.size
-
-    def drop(self, key: tuple[int, int]) -> None:
-        out = self.entries.pop(key, None)
-        if out is not None:
-            self.held -= out.size
-
-    def clear(self) -> None:
-        self.entries.clear()
-        self.held = 0
-
-    def read(self, key: tuple[int, int], newest_first: Sequence[StoredMessage], cap: int) -> Window:
-        """The window of `key` after a read of the rows after `self.get(key).after` (newest first, `cap` at most),
-        kept for the next turn."""
-        kept = self.get(key)
+    def read(self, key: tuple[int, int], kept: Window | None, newest_first: Sequence[StoredMessage],
+             cap: int) -> Window:
+        """The window of `key` after a read of the rows after `kept.after` (all rows when None; newest first, `cap`
+        at most), kept for the next turn."""
         new = list(reversed(newest_first))
         if kept is None or len(new) >= cap:  # none kept, or rows may lie between it and what was read
             self.counters["loads"] += 1
@@ -138,7 +121,7 @@ class WindowCache:
             if len(messages) > cap:
                 size -= weight(messages[:-cap])
                 messages, complete = messages[-cap:], False
-        window = Window(messages, complete, self.stamp(), messages[-1].id if messages else -1, size)
+        window = Window(messages, complete, self.stamp(), size)
         self.put(key, window)
         return window
 

@@ -181,3 +181,24 @@ def test_the_writes_that_keep_the_sqlite_vector_cache_name_real_functions() -> N
         module, _, function = name.rpartition(".")
         assert logic_name(getattr(importlib.import_module(module), function)) == name
     assert logic_name(lambda db: None) not in KEEPS_VECTORS
+
+
+async def test_the_sqlite_matrices_stay_within_their_bound_and_still_answer(tmp_path: Any) -> None:
+    from memory.dialect_sqlite import SqliteStore
+
+    store = SqliteStore(tmp_path / "hilo.db", cache_floats=3 * 2 * DIM)  # three people of two vectors each
+    await store.open()
+    try:
+        people = []
+        for p in range(5):
+            turns = [await say(store, f"p{p}", f"p{p}-{i}", f"line {i}") for i in range(2)]
+            await store.write_vectors("e1", [(t.message.id, axis(p + i)) for i, t in enumerate(turns)])
+            people.append(turns)
+        for p, turns in enumerate(people):
+            hits = await store.search_vectors(turns[0].user_id, axis(p + 1), "e1", limit=1)
+            assert list(hits) == [turns[1].message.id]
+            assert store.matrices.held == sum(m.floats for m in store.matrices.entries.values()) <= 3 * 2 * DIM
+        assert list(store.matrices.entries) == [(people[p][0].user_id, "e1") for p in (2, 3, 4)]  # least recent out
+        assert store.matrices.counters["loads"] == 5
+    finally:
+        await store.close()

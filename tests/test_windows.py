@@ -168,7 +168,7 @@ async def test_a_window_never_keeps_what_a_write_transaction_read(store: SqliteS
 
 async def test_the_windows_together_stay_within_their_bound(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "hilo.db")
-    store.windows.max_bytes = 5 * (6 * PER_MESSAGE + 3 * len("line 0") + 3 * len("noted"))  # five of them
+    store.windows.limit = 5 * (6 * PER_MESSAGE + 3 * len("line 0") + 3 * len("noted"))  # five of them
     await store.open()
     try:
         for person in range(12):
@@ -176,7 +176,7 @@ async def test_the_windows_together_stay_within_their_bound(tmp_path: Path) -> N
                 turn = await _turn(store, f"{person}-{i}", f"line {i}", sender=f"p{person}")
             await store.load_context(_query(turn))
             held = [w.messages for w in store.windows.entries.values()]
-            assert store.windows.held == sum(weight(m) for m in held) <= store.windows.max_bytes
+            assert store.windows.held == sum(weight(m) for m in held) <= store.windows.limit
         assert len(store.windows.entries) == 5  # the newest five people's: least recently used out first
         assert [w.messages[0].user_id for w in store.windows.entries.values()] == [turn.user_id - 4 + k
                                                                                 for k in range(5)]

@@ -11,7 +11,7 @@ each one or two round trips. Here they are the sub-statements of one SELECT (one
   values; it is handed the ids of `turns` (and the current message) to leave out, and the terms' weights from
   the term statistics this process caches (`weights`; one statement of their own every ten minutes);
 - `recalled`: sql_recall's rows of those hits (the hits, their neighbours, the best episodes' members), each
-  neighbour sought once (`ROWS`).
+  hit's neighbours sought once, for the hit (`sql_recall.ROWS_OF`).
 With a query vector (the embedder is on: the question was embedded before the read) the same statement also
 carries (`read_sql`):
 - each memory's vector of the question's embedder, whose cosine Python computes (as sql_turns.load_context);
@@ -32,7 +32,7 @@ from typing import Any
 
 from memory import pg_terms, retrieval, sql_recall
 from memory.memory_match import cosines as cosines_of
-from memory.rows import MEMORY_COLS, MSG_COLS, Db, as_dt, renumbered, to_memory, to_message
+from memory.rows import MEMORY_COLS, MSG_COLS, Db, renumbered, to_memory, to_message
 from memory.sql_turns import RECENT_AND_CROSS
 from memory.stems import query_terms
 from memory.store import ContextQuery, ContextRows, Memory, StoredMessage
@@ -56,33 +56,6 @@ def _row(kind: int, message: list[str] | None = None, extra: list[str] | None = 
     return f"SELECT {kind}, " + ", ".join(cols + ([blob] if blob is not None else []))
 
 
-_PREV, _NEXT = sql_recall.PREV, sql_recall.NEXT
-#: sql_recall.ROWS with each neighbour sought once (same parameters, same rows). ROWS seeks a hit's previous and
-#: next message to gather the rows, then both again for every row it returns (1.4 ms of the read's p50, 2.4 of
-#: its p90 at 1,000 people x 1,000 messages: some 500 index seeks). Here a hit keeps the two it was sought for;
-#: the message before a hit has that hit as its next (nothing lies between them in the conversation), the one
-#: after it has it as its previous; only what is still unknown (the other side of a neighbour, a member of an
-#: episode) is sought for the row, in the CASE's ELSE. With a query vector each row also carries its cosine
-#: (`{cosine}`, through `{join}`: as sql_recall's rows with dialect_pg's cosine_sql).
-_ROWS = (
-    f"WITH hit AS (SELECT m.id, {_PREV.format(x='m')} AS prev_id, {_NEXT.format(x='m')} AS next_id "
-    "FROM messages m WHERE m.id = ANY($1::bigint[])), "
-    "member AS (SELECT m.id FROM messages m WHERE m.episode_id IN (SELECT e.id FROM episodes e "
-    "WHERE e.id = ANY($7::bigint[]) AND e.message_count <= $8)), "
-    "known(id, prev_known, prev_id, next_known, next_id) AS (SELECT id, true, prev_id, true, next_id FROM hit "
-    "UNION ALL SELECT prev_id, false, NULL::bigint, true, id FROM hit WHERE prev_id IS NOT NULL "
-    "UNION ALL SELECT next_id, true, id, false, NULL::bigint FROM hit WHERE next_id IS NOT NULL "
-    "UNION ALL SELECT id, false, NULL::bigint, false, NULL::bigint FROM member), "
-    "wanted AS (SELECT id, bool_or(prev_known) AS prev_known, max(prev_id) AS prev_id, "
-    "bool_or(next_known) AS next_known, max(next_id) AS next_id FROM known GROUP BY id) "
-    f"SELECT {MSG_COLS}, m.episode_id, CASE WHEN w.prev_known THEN w.prev_id ELSE {_PREV.format(x='m')} END, "
-    f"CASE WHEN w.next_known THEN w.next_id ELSE {_NEXT.format(x='m')} END, {{cosine}} "
-    "FROM wanted w JOIN messages m ON m.id = w.id {join} WHERE m.user_id = $2 AND m.created_at <= $3 "
-    "AND m.id <> ALL($4::bigint[]) "
-    "AND ($5::bigint IS NULL OR NOT (m.conversation_id IS NOT DISTINCT FROM $6::bigint AND m.role = 'user' "
-    "AND m.id > $5))"
-)
-ROWS = _ROWS.format(cosine="NULL", join="")
 
 
 @functools.cache
@@ -116,7 +89,7 @@ def read_sql(vector: bool = False, dim: int = 0) -> str:
         + ("near AS MATERIALIZED (SELECT n.message_id, n.cosine FROM excluded, "
            f"hilo_nearest($21, {dim}, $22::text, $1, excluded.ids, $23::int) AS n), " if near else "")
         + "recalled AS ("
-        + renumbered(_ROWS, {
+        + renumbered(sql_recall.ROWS_OF, {
             1: f"ARRAY({hit_ids})", 2: "$1", 3: "$2",
             4: "(SELECT ids FROM excluded)", 5: "$5", 6: "$4",
             7: "ARRAY(SELECT hit_id FROM hits WHERE hit_kind = 1 ORDER BY hit_score DESC, hit_id DESC LIMIT $15)",
@@ -236,14 +209,12 @@ async def load_context(db: Db, q: ContextQuery) -> ContextRows:
     scores: dict[int, dict[str, float]] = {}
     if recalled_rows:
         by_id = {int(r[0]): r for r in recalled_rows}
-        candidates = [retrieval.Candidate(int(r[0]), as_dt(r[8]), hits.get(int(r[0]), 0.0), r[11], r[12], r[13])
-                      for r in recalled_rows]
+        candidates = sql_recall.candidates(recalled_rows, hits)
         # every candidate's cosine (the rows carry theirs), the vector hits' as the search gave them: as
         # sql_vectors.candidate_cosines
         row_cosines = {int(r[0]): float(r[14]) for r in recalled_rows if r[14] is not None} if near else {}
-        scored = retrieval.score(candidates, episode_scores, q.search_text, {**row_cosines, **nearest} or None)
-        best = retrieval.ranked(scored)[:q.search_limit]
-        recalled = [to_message(by_id[i][:11]) for i in best]
-        scores = {i: scored[i] for i in best}
+        scores = retrieval.best(candidates, episode_scores, q.search_text, {**row_cosines, **nearest} or None,
+                                q.search_limit)
+        recalled = [to_message(by_id[i][:11]) for i in scores]
     return ContextRows(facts=facts, conversation=conversation, cross_surface=cross, recalled=recalled,
                        recall_scores=scores, memory_cosines=cosines)

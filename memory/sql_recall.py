@@ -18,6 +18,7 @@ vector term, 0.582 / 0.646 with their own cosines. Then `retrieval.score` fuses 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memory import retrieval
@@ -35,23 +36,31 @@ EPISODE_MEMBERS = 8
 MEMBERS_CAP = 40
 
 #: $1 lexical hits, $2 user, $3 at, $4 excluded ids, $5 current message, $6 its conversation, $7 episodes whose
-#: messages all come, $8 the longest such episode. Each row: MSG_COLS, episode id, the previous and next message's id.
+#: messages all come, $8 the longest such episode. Each row: MSG_COLS, episode id, the previous and next message's id
+#: (a hit's own; NULL on the other rows: `candidates` reads them from the hits).
 #: The message before / after message `x` of its conversation: ORDER BY ... LIMIT 1 is one seek of
 #: (conversation_id, id) in both dialects (SQLite's max() with a range would walk the conversation).
 PREV = ("(SELECT p.id FROM messages p WHERE p.conversation_id = {x}.conversation_id AND p.id < {x}.id "
         "ORDER BY p.id DESC LIMIT 1)")
 NEXT = ("(SELECT n.id FROM messages n WHERE n.conversation_id = {x}.conversation_id AND n.id > {x}.id "
         "ORDER BY n.id LIMIT 1)")
-_ROWS = (
-    "WITH hit AS (SELECT m.id, m.conversation_id FROM messages m WHERE m.id = ANY($1::bigint[])), "
+#: Each hit's neighbours are sought once, for the hit: retrieval's neighbour term counts a hit's lexical score only,
+#: so what a row must know is which hit lies next to it, and the hit knows (the message before a hit has that hit
+#: as its next: nothing lies between them). Until then every row sought its own two neighbours again, some 600 index
+#: seeks at 1,000 people x 1,000 messages: 16% of this statement on SQLite. The hits join by key (SQLite indexes the
+#: materialized CTE); `messages` stays the outer table, read by key: a join the other way lets SQLite build a Bloom
+#: filter over every message. `{cosine}` and `{join}`: the dialect's cosine of each row with the question, when it
+#: computes it in SQL (sql_vectors.row_cosine); pg_context's READ holds the same statement.
+ROWS_OF = (
+    f"WITH hit AS MATERIALIZED (SELECT m.id, {PREV.format(x='m')} AS prev_id, {NEXT.format(x='m')} AS next_id "
+    "FROM messages m WHERE m.id = ANY($1::bigint[])), "
     "member AS (SELECT m.id FROM messages m WHERE m.episode_id IN (SELECT e.id FROM episodes e "
     "WHERE e.id = ANY($7::bigint[]) AND e.message_count <= $8)), "
-    f"wanted AS (SELECT id FROM hit UNION SELECT {PREV.format(x='h')} FROM hit h "
-    f"UNION SELECT {NEXT.format(x='h')} FROM hit h UNION SELECT id FROM member) "
-    f"SELECT {MSG_COLS}, m.episode_id, {PREV.format(x='m')}, {NEXT.format(x='m')}, {{cosine}} "
-    # by key: a join here lets SQLite build a Bloom filter over every message
-    "FROM messages m {join} WHERE m.id IN (SELECT id FROM wanted) AND m.user_id = $2 AND m.created_at <= $3 "
-    "AND m.id <> ALL($4::bigint[]) "
+    "wanted AS (SELECT id FROM hit UNION SELECT prev_id FROM hit UNION SELECT next_id FROM hit "
+    "UNION SELECT id FROM member) "
+    f"SELECT {MSG_COLS}, m.episode_id, h.prev_id, h.next_id, {{cosine}} "
+    "FROM messages m LEFT JOIN hit h ON h.id = m.id {join} WHERE m.id IN (SELECT id FROM wanted) "
+    "AND m.user_id = $2 AND m.created_at <= $3 AND m.id <> ALL($4::bigint[]) "
     "AND ($5::bigint IS NULL OR NOT (m.conversation_id IS NOT DISTINCT FROM $6::bigint AND m.role = 'user' "
     "AND m.id > $5))"
 )
@@ -61,7 +70,7 @@ _ROWS = (
 OUTSIDE = ("SELECT EXISTS (SELECT 1 FROM messages m WHERE m.user_id = $1 AND m.created_at <= $2 "
            "AND m.id <> ALL($3::bigint[]))")
 #: Each row also carries its cosine with the question when the dialect computes it there ($9: sql_vectors.row_cosine).
-ROWS = _ROWS.format(cosine="NULL", join="")
+ROWS = ROWS_OF.format(cosine="NULL", join="")
 
 
 async def recall(db: Db, q: ContextQuery,
@@ -82,15 +91,33 @@ async def recall(db: Db, q: ContextQuery,
         return [], {}
     members = sorted(episode_scores, key=lambda e: -episode_scores[e])[:EPISODE_MEMBERS]
     cosine = vectors.row_cosine(db, q)
-    sql, extra = (ROWS, ()) if cosine is None else (_ROWS.format(join=cosine[0], cosine=cosine[1]), (cosine[2],))
+    sql, extra = (ROWS, ()) if cosine is None else (ROWS_OF.format(join=cosine[0], cosine=cosine[1]), (cosine[2],))
     rows: list[Any] = await db.all(sql, db.ids(sorted({*hits, *near})), q.user_id, at, db.ids(excluded),
                                    q.current_message_id, q.conversation_id, db.ids(members), MEMBERS_CAP, *extra)
     by_id = {int(r[0]): r for r in rows}
-    candidates = [retrieval.Candidate(int(r[0]), as_dt(r[8]), float(hits.get(int(r[0]), 0.0)), r[11], r[12], r[13])
-                  for r in rows]
+    gathered = candidates(rows, hits)
     in_rows = None if cosine is None else {int(r[0]): float(r[14]) for r in rows if r[14] is not None}
     cosines = await vectors.candidate_cosines(db, q, near, list(by_id), in_rows)
-    scores = retrieval.score(candidates, episode_scores, q.search_text, cosines or None)
-    best = retrieval.ranked(scores)[:q.search_limit]
+    scores = retrieval.best(gathered, episode_scores, q.search_text, cosines or None, q.search_limit)
     # only the returned rows become messages (a few of the hundreds of candidates at 100k messages)
-    return [to_message(by_id[i][:11]) for i in best], {i: scores[i] for i in best}
+    return [to_message(by_id[i][:11]) for i in scores], scores
+
+
+def candidates(rows: Sequence[Any], hits: Mapping[int, float]) -> list[retrieval.Candidate]:
+    """ROWS' rows as retrieval's candidates (`hits`: message id -> BM25). A hit's row carries its two neighbours; any
+    other row learns from the hits which hit lies before or after it (the hit's next or previous is the row). A
+    neighbour that is no hit stays unknown: retrieval scores it as no neighbour (both take the floor)."""
+    before: dict[int, int] = {}  # row id -> the hit right before it
+    after: dict[int, int] = {}  # row id -> the hit right after it
+    for r in rows:
+        if r[12] is not None:
+            after[int(r[12])] = int(r[0])
+        if r[13] is not None:
+            before[int(r[13])] = int(r[0])
+    out = []
+    for r in rows:
+        i = int(r[0])
+        out.append(retrieval.Candidate(i, as_dt(r[8]), float(hits.get(i, 0.0)), r[11],
+                                       r[12] if r[12] is not None else before.get(i),
+                                       r[13] if r[13] is not None else after.get(i)))
+    return out

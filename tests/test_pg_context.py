@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from kernel.types import InboundMessage, Ingested, utcnow
-from memory import pg_context, sql_recall, sql_turns
+from memory import pg_context, sql_turns
 from memory.store import ContextQuery, ContextRows
 from tests.fakes.postgres import SERVER, fresh_store, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
 
@@ -122,39 +122,6 @@ async def test_the_store_reads_a_turn_in_one_statement(store: Any) -> None:
     rows = await store.load_context(query(turn))
     assert store.counters["statements"] - before == 1
     assert rows.recalled and {m.user_id for m in rows.recalled} == {turn.user_id}
-
-
-async def test_the_recalled_rows_seeking_each_neighbour_once_are_sql_recalls_rows(store: Any) -> None:
-    """pg_context.ROWS (a hit's neighbours sought once and kept) returns sql_recall.ROWS' rows, neighbour ids
-    included: hits at a conversation's ends, next to each other, excluded, after `at`, and episode members."""
-    last = await seed(store)
-    turn = last["ana"]
-    conversation = [m[0] for m in await store._tx("reads", lambda db: db.all(
-        "SELECT id FROM messages WHERE conversation_id = $1 ORDER BY id", turn.conversation_id))]
-    web = [m[0] for m in await store._tx("reads", lambda db: db.all(
-        "SELECT m.id FROM messages m JOIN conversations c ON c.id = m.conversation_id WHERE c.user_id = $1 "
-        "AND c.surface = 'web' ORDER BY m.id", turn.user_id))]
-    episodes = [e[0] for e in await store._tx("reads", lambda db: db.all(
-        "SELECT id FROM episodes WHERE user_id = $1 ORDER BY id", turn.user_id))]
-    bo = [m[0] for m in await store._tx("reads", lambda db: db.all(
-        "SELECT id FROM messages WHERE user_id = $1 ORDER BY id LIMIT 3", last["bo"].user_id))]
-    at = utcnow() + timedelta(seconds=1)
-    middle = (await store._tx("reads", lambda db: db.all("SELECT created_at FROM messages WHERE id = $1",
-                                                          conversation[10])))[0][0]
-    cases = [
-        (conversation[:1] + conversation[-1:] + web[:1] + web[-1:], [], [], at),  # each conversation's ends
-        (conversation[3:9] + web[2:5], [], episodes[:2], at),  # runs of neighbouring hits, and members
-        (conversation[::4], conversation[1::8], episodes, at),  # some neighbours excluded
-        (conversation[5:16], [], episodes, middle),  # the later ones after `at`
-        (web + bo, conversation[:3], episodes[-1:], at),  # another person's ids come back as nothing
-        ([], [], episodes, at),  # members alone
-    ]
-    for hits, excluded, members, moment in cases:
-        args = (hits, turn.user_id, moment, excluded, turn.message.id, turn.conversation_id, members, 40)
-        new = await store._tx("reads", lambda db, a=args: db.all(pg_context.ROWS, *a))
-        old = await store._tx("reads", lambda db, a=args: db.all(sql_recall.ROWS, *a))
-        assert sorted(tuple(r) for r in new) == sorted(tuple(r) for r in old), (hits, excluded, members)
-        assert new or not (hits or members)
 
 
 def unit(rng: random.Random, dim: int = 8) -> list[float]:

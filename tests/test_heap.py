@@ -18,8 +18,10 @@ class Node:
 
 @pytest.fixture
 def thawed() -> Iterator[None]:
+    threshold = gc.get_threshold()
     yield
     gc.unfreeze()  # the rest of the test session collects as before
+    gc.set_threshold(*threshold)
 
 
 def test_settle_freezes_what_lives_and_collects_what_does_not(thawed: None) -> None:
@@ -37,3 +39,11 @@ def test_settle_freezes_what_lives_and_collects_what_does_not(thawed: None) -> N
     assert not any(o is kept for o in gc.get_objects())
     after = Node()
     assert any(o is after for o in gc.get_objects())  # made after: collected as usual
+
+
+def test_after_settle_a_turns_temporaries_set_off_no_young_collection(thawed: None) -> None:
+    # CPython collects the young generation every 700 allocations by default: 5,000 containers would have set off
+    # several collections, each resetting the young generation's count
+    heap.settle()
+    made = [[i] for i in range(5_000)]
+    assert gc.get_count()[0] >= len(made)

@@ -45,8 +45,11 @@ from typing import Any
 from memory.pg_terms import K1, B, idf
 
 #: Candidates one question may gather from the messages' postings, shared among its terms; the least a term may
-#: bring.
-BUDGET = (480, 60)
+#: bring. (480, 60) until the memory benchmark (bench/memory_bench.py, at 500/1,000/2,000/4,000 tokens) showed the
+#: same recall with 360: en 0.411/0.442/0.463/0.481 -> 0.411/0.442/0.463/0.485, es 0.463/0.485/0.551/0.563 both;
+#: with the local embedder en 0.462 -> 0.466 at 500, the rest the same; (240, 30) lost 0.004 at 2,000 in both
+#: languages. The hits statement took 0.92x the time (interleaved over 976 captured statements at 100 x 1,000).
+BUDGET = (360, 45)
 #: Episodes scored per question: the newest of those the candidate messages belong to (an episode is a long
 #: document: fewer of them are scored).
 EPISODE_CANDIDATES = 160

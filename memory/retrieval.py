@@ -160,9 +160,9 @@ PARTS = ("bm25", "lexical", "episode", "neighbour", "date")
 @dataclass(frozen=True, slots=True)
 class Fused:
     """Every candidate's terms as plain floats, one list per term, in the candidates' order: the fused score of
-    hundreds of candidates costs no dict each (a question's 450 with vectors, the 40 best returned: 1.63 -> 1.08 ms
-    of CPU on a 2-core Xeon; 300 without: 0.77 -> 0.55), and the components of
-    the few that are returned are built as dicts (`parts`). `vector` and `recency` are empty when not used."""
+    hundreds of candidates costs no dict each, and the components of the few returned are built as dicts (`parts`):
+    a question's 450 candidates with vectors, the best 40 returned, 1.63 -> 1.08 ms of CPU on a 2-core Xeon (300
+    without vectors: 0.77 -> 0.55). `vector` and `recency` are empty when not used."""
 
     ids: list[int]
     terms: tuple[list[float], ...]  # PARTS' terms, in that order
@@ -217,8 +217,8 @@ def fuse(candidates: Sequence[Candidate], episode_scores: Mapping[int, float], q
         best = p if n is None else n if p is None else max(p, n)
         near.append(neighbour * (best if best is not None else floor_b))
     cue = date_cue(question) if date else DateCue()
-    dates = [date * float(cue.matches(c.created_at)) for c in candidates] if cue.month or cue.year else \
-        [date * 0.0] * len(ids)
+    named = cue.month is not None or cue.year is not None
+    dates = [date * float(cue.matches(c.created_at)) for c in candidates] if named else [0.0] * len(ids)
     fused = [lexical[k] + episodes[k] + near[k] + dates[k] for k in range(len(ids))]
     vector: list[float] = []
     if cosines:
@@ -236,13 +236,16 @@ def fuse(candidates: Sequence[Candidate], episode_scores: Mapping[int, float], q
 
 
 def score(candidates: Sequence[Candidate], episode_scores: Mapping[int, float], question: str,
-          cosines: Mapping[int, float] | None = None, **weights: float | None) -> dict[int, dict[str, float]]:
+          cosines: Mapping[int, float] | None = None, *, episode: float | None = None,
+          neighbour: float | None = None, date: float | None = None,
+          vector_share: float | None = None, tense: float | None = None) -> dict[int, dict[str, float]]:
     """Every candidate's components and fused score (`fuse`, `Fused.parts`): {message_id: {"bm25", "lexical",
     "episode", "neighbour", "date", ["vector",] ["recency",] "fused"}} ("bm25" is the raw score, the others the
     terms as they were added)."""
     if not candidates:
         return {}
-    fused = fuse(candidates, episode_scores, question, cosines, **weights)
+    fused = fuse(candidates, episode_scores, question, cosines, episode=episode, neighbour=neighbour, date=date,
+                 vector_share=vector_share, tense=tense)
     return {i: fused.parts(k) for k, i in enumerate(fused.ids)}
 
 

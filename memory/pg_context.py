@@ -56,8 +56,6 @@ def _row(kind: int, message: list[str] | None = None, extra: list[str] | None = 
     return f"SELECT {kind}, " + ", ".join(cols + ([blob] if blob is not None else []))
 
 
-
-
 @functools.cache
 def read_sql(vector: bool = False, dim: int = 0) -> str:
     """READ, or with a query vector (`vector`) its variant: each memory's vector of the question's embedder ($21)

@@ -386,19 +386,6 @@ async def test_echo_lists_recalled_lines() -> None:
     assert await EchoProvider().complete("echo", MESSAGES, timeout=1) == result.completion
 
 
-async def test_echo_cuts_a_long_recalled_line_so_its_replies_stop_growing() -> None:
-    # a recalled line may be an earlier echo reply that quoted recalled lines itself: quoted whole, each reply
-    # carried the ones before it (~5 KB a reply at 190 turns of a web conversation, recall slowing with them)
-    from bot.models.echo import LINE_CHARS
-    long = "you: [echo: dry run] " + "and what it recalled then " * 200
-    messages = [ChatMessage("system", f"What you know about this person:\n- my dog is called Rufo\n- {long}",
-                            block="memory"), ChatMessage("user", "and now?", block="new_message")]
-    lines = (await EchoProvider().complete("echo", messages, timeout=1)).text.splitlines()
-    assert "- my dog is called Rufo" in lines  # a short line stays whole
-    cut = next(line for line in lines if line.startswith("- you: [echo: dry run]"))
-    assert len(cut) <= LINE_CHARS and cut.endswith("…") and (f"- {long}").startswith(cut[:-1])
-
-
 async def test_echo_takes_the_token_counts_the_assembler_knew() -> None:
     # a stored message's count comes with it (ChatMessage.tokens): the echo counts only what has none
     from kernel.tokens import count

@@ -1,8 +1,7 @@
 """The offline `echo` model: a visible dry run, so the whole daemon runs on a machine with no model key.
 
-It answers with what it received (the last user message, the context size per block) and every line it was given
-as recalled memory or cross-surface history (verbatim up to LINE_CHARS characters, a longer one cut), so a person
-(or a test) can see what hilo remembered:
+It answers with what it received (the last user message, the context size per block) and, verbatim, every line
+it was given as recalled memory or cross-surface history, so a person (or a test) can see what hilo remembered:
 
     [echo: dry run, no model configured] You said: hello
     Context: 6 messages, 412 tokens (system 1, memory 2, cross_surface 1, conversation 2).
@@ -23,10 +22,6 @@ from kernel import tokens
 from kernel.types import ChatMessage
 
 PREFIX = "[echo: dry run, no model configured]"
-#: The longest recalled line quoted whole: a recalled line may be an earlier echo reply that quoted recalled lines
-#: itself, and quoted whole each reply carried the ones before it (about 5 KB a reply after 190 turns of a web
-#: conversation, and recall slowed with its ever-longer messages: 144 -> 37 requests/s at c=1).
-LINE_CHARS = 200
 RECALL_BLOCKS = ("memory", "cross_surface")
 _CHUNK_WORDS = 3
 
@@ -71,8 +66,7 @@ def render(messages: Sequence[ChatMessage], total: int | None = None) -> str:
         # The first line of a context block is its header ("What you know about this person ..."): skip it.
         for line in message.content.splitlines()[1:]:
             if line.strip():
-                quoted = line if line.lstrip().startswith("-") else f"- {line}"
-                recalled.append(quoted if len(quoted) <= LINE_CHARS else quoted[:LINE_CHARS - 1] + "…")
+                recalled.append(line if line.lstrip().startswith("-") else f"- {line}")
     if recalled:
         lines.append("Recalled:")
         lines.extend(recalled)

@@ -116,7 +116,7 @@ async def search(backend: str, url: str, n: int, queries: int) -> dict[str, Any]
                "first_ms": cold, "recall_at_20": float(np.mean(recall))}
         matrices = getattr(store, "matrices", None)
         if matrices is not None:
-            row["cache_mb"] = matrices.floats() * 4 / 1e6
+            row["cache_mb"] = matrices.held * 4 / 1e6
         return row
     finally:
         await store.close()

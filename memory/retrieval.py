@@ -171,9 +171,8 @@ class Fused:
     fused: list[float]
 
     def ranked(self) -> list[int]:
-        """Positions, best fused score first (ties: the newer message, the higher id, first)."""
-        order = zip([-f for f in self.fused], [-i for i in self.ids], range(len(self.ids)), strict=True)
-        return [k for _, _, k in sorted(order)]
+        """Positions, best fused score first (`best_first`)."""
+        return best_first(self.fused, self.ids)
 
     def parts(self, k: int) -> dict[str, float]:
         """The components of the candidate at position `k`: {"bm25", "lexical", "episode", "neighbour", "date",
@@ -255,9 +254,16 @@ def best(candidates: Sequence[Candidate], episode_scores: Mapping[int, float], q
     return fuse(candidates, episode_scores, question, cosines).best(limit) if candidates else {}
 
 
+def best_first(fused: Sequence[float], ids: Sequence[int]) -> list[int]:
+    """The positions of candidates `ids` with scores `fused`, best fused score first (ties: the newer message, the
+    higher id, first): recall's one order."""
+    return [k for _, _, k in sorted(zip([-f for f in fused], [-i for i in ids], range(len(ids)), strict=True))]
+
+
 def ranked(scores: Mapping[int, Mapping[str, float]]) -> list[int]:
-    """Message ids, best fused score first (ties: the newer message, the higher id, first)."""
-    return sorted(scores, key=lambda i: (-scores[i]["fused"], -i))
+    """Message ids of `score`'s result, best first (`best_first`)."""
+    ids = list(scores)
+    return [ids[k] for k in best_first([scores[i]["fused"] for i in ids], ids)]
 
 
 def pool_score(fused: float, best: float) -> float:

@@ -83,7 +83,8 @@ class Matrix:
 
 
 class MatrixCache(SizedLRU[tuple[int, str], Matrix]):
-    """(user_id, embedder) -> Matrix, least recently used out first past `max_floats` (memory/lru.py)."""
+    """(user_id, embedder) -> Matrix, least recently used out first past `max_floats` (memory/lru.py): `held` is
+    the floats the matrices hold."""
 
     def __init__(self, max_floats: int = DEFAULT_CACHE_FLOATS) -> None:
         super().__init__(max_floats)
@@ -100,9 +101,6 @@ class MatrixCache(SizedLRU[tuple[int, str], Matrix]):
 
     def stamp(self) -> tuple[int, int]:
         return (self.version, self.generation)
-
-    def floats(self) -> int:
-        return self.held
 
 
 def matrix_of(rows: Sequence[tuple[int, bytes]], dim: int) -> Matrix:

@@ -38,7 +38,6 @@ async def assemble_context(
     """The model's input for `text` from `user_id` on `surface` as of `at` (default now): one read transaction,
     and the question's embedding first when `embedder` is active. `private=False` (a group) leaves the person's
     memory and other surfaces out."""
-    s = settings
     at = at or utcnow()
     if n_tokens is None:
         n_tokens = await count_tokens(text)
@@ -47,19 +46,37 @@ async def assemble_context(
         vector = None
         began = time.perf_counter()
         if private and embedder is not None and active(embedder, store):
-            vector = await embed_query(embedder, text, s.embed_query_timeout, user_id=user_id)
+            vector = await embed_query(embedder, text, settings.embed_query_timeout, user_id=user_id)
             metrics.observe_retrieval("embed", time.perf_counter() - began)
             began = time.perf_counter()
-        rows = await store.load_context(ContextQuery(
-            user_id=user_id, surface=surface, conversation_id=conversation_id,
-            current_message_id=current_message_id, at=at,
-            cross_since=at - timedelta(hours=s.cross_surface_hours),
-            cross_limit=s.cross_surface_limit if private else 0,
-            search_text=text, search_limit=recall_limit(s.context_budget) if private else 0,
-            facts_limit=50 if private else 0,
-            query_vector=vector, embedder=embedder.name if vector is not None and embedder else "",
-        ))
+        rows = await store.load_context(context_query(
+            settings, user_id=user_id, surface=surface, conversation_id=conversation_id,
+            current_message_id=current_message_id, text=text, at=at, private=private, vector=vector,
+            embedder=embedder.name if vector is not None and embedder else ""))
         metrics.observe_retrieval("load", time.perf_counter() - began)
+    return assemble_rows(settings, rows, text=text, n_tokens=n_tokens, surface=surface, at=at)
+
+
+def context_query(
+    settings: Settings, *, user_id: int, surface: str, conversation_id: int | None, current_message_id: int | None,
+    text: str, at: datetime, private: bool = True, vector: tuple[float, ...] | None = None, embedder: str = "",
+) -> ContextQuery:
+    """What the store gathers for a context (the settings' windows and limits; a group's: no memory, no other
+    surfaces)."""
+    s = settings
+    return ContextQuery(
+        user_id=user_id, surface=surface, conversation_id=conversation_id, current_message_id=current_message_id,
+        at=at, cross_since=at - timedelta(hours=s.cross_surface_hours),
+        cross_limit=s.cross_surface_limit if private else 0,
+        search_text=text, search_limit=recall_limit(s.context_budget) if private else 0,
+        facts_limit=50 if private else 0, query_vector=vector, embedder=embedder,
+    )
+
+
+def assemble_rows(settings: Settings, rows: ContextRows | None, *, text: str, n_tokens: int, surface: str,
+                  at: datetime) -> AssembledContext:
+    """The model's input from what the store gathered (None: nobody's history, e.g. a dry run for no one)."""
+    s = settings
     return assemble(
         rows or ContextRows([], [], [], []), system_prompt=s.system_prompt, new_text=text,
         new_tokens=n_tokens, budget=s.context_budget, surface=surface, now=at, memory_weights=s.memory_weights,

@@ -28,6 +28,7 @@ from bot.admin import Admin
 from bot.alerts import Alerts
 from bot.config import Settings
 from bot.embedders.base import Embedder
+from bot.embedding import active
 from bot.export import ExportLinks, Exports
 from bot.keyed import KeyedLocks
 from bot.media_store import MediaFiles, media_files
@@ -55,7 +56,7 @@ from kernel.types import (
 )
 from kernel.zones import zone_name
 from memory.context import AssembledContext
-from memory.store import Ingested, Store, StoreError
+from memory.store import ContextQuery, ContextRows, Ingested, Store, StoreError
 
 logger = log.get("hilo.pipeline")
 
@@ -161,7 +162,9 @@ class Pipeline:
             return Taken("command", command=command)
         started = time.perf_counter()
         n_tokens = await assembly.count_tokens(msg.text)
-        turn = await self.store.ingest(msg, n_tokens)
+        # A question with nothing to embed has its context read with it (SQLite: one hop to the store less)
+        plan = None if _private(msg.metadata) and active(self.embedder, self.store) else self._context_query
+        turn = await self.store.ingest(msg, n_tokens, context=plan)
         if turn is None or (turn.resumed and turn.message.id in self._in_flight):
             logger.info("turn.duplicate", surface=msg.surface)  # external ids may hold a person's id: not logged
             # its reply may be stored and not delivered yet (a crash while sending): the outbox sends it, once
@@ -176,6 +179,7 @@ class Pipeline:
         """A taken turn that will not run (the daemon is draining): its message stays stored, unanswered."""
         if taken.turn is not None:
             self._in_flight.pop(taken.turn.message.id, None)
+            self.store.ingested_context(taken.turn.message.id)  # what ingest read for it, if anything: dropped
 
     async def run(
         self, msg: InboundMessage, taken: Taken, *, on_delta: DeltaSink | None = None,
@@ -240,6 +244,7 @@ class Pipeline:
         self, msg: InboundMessage, turn: Ingested, lang: str, started: float,
         on_delta: DeltaSink | None, on_ingested: IngestSink | None, prepare: Prepare | None = None,
     ) -> OutboundMessage:
+        ingested = self.store.ingested_context(turn.message.id)  # read with the message (take), if it was
         if on_ingested is not None:
             await on_ingested(turn)
         # the lease across processes first, then in-process: a turn waiting for its conversation's earlier
@@ -256,7 +261,8 @@ class Pipeline:
                 if isinstance(prepared, str):
                     return await self._said(msg, turn, prepared)
                 msg, turn = prepared
-            ctx = await self.context_for(turn)
+                ingested = None  # read for the text before it was heard
+            ctx = self._assembled(turn, *ingested) if ingested is not None else await self.context_for(turn)
             if msg.images:  # a photo the model sees, on this turn only (bot/vision.py)
                 ctx = vision.seeing(ctx, msg.images)
             pre_model_ms = (time.perf_counter() - started) * 1000
@@ -362,9 +368,21 @@ class Pipeline:
             user_id=turn.user_id, surface=m.surface, conversation_id=turn.conversation_id,
             # `at` is now, not the message's time: a turn that waited for the one before it must see its reply.
             current_message_id=m.id, text=m.content, n_tokens=m.token_count, at=utcnow(),
-            # In a group others read the answer: the person's private memory stays out of it.
-            private=m.metadata.get("audience") != "group",
+            private=_private(m.metadata),
         )
+
+    def _context_query(self, turn: Ingested) -> ContextQuery:
+        """What `context_for` reads for `turn`, without a query vector: the query `take` hands to ingest."""
+        m = turn.message
+        return assembly.context_query(
+            self.settings, user_id=turn.user_id, surface=m.surface, conversation_id=turn.conversation_id,
+            current_message_id=m.id, text=m.content, at=utcnow(), private=_private(m.metadata))
+
+    def _assembled(self, turn: Ingested, query: ContextQuery, rows: ContextRows) -> AssembledContext:
+        """The model's input from the rows ingest read with the message (`_context_query`)."""
+        m = turn.message
+        return assembly.assemble_rows(self.settings, rows, text=m.content, n_tokens=m.token_count, surface=m.surface,
+                                      at=query.at)
 
     async def assemble_context(
         self, *, user_id: int | None, surface: str, conversation_id: int | None, current_message_id: int | None,
@@ -398,6 +416,11 @@ class Pipeline:
         if on_delta is not None and ran.completion is not None:
             await _show_reply(on_delta, ran.shown, answers.reply_text(ran.completion, lang))
         return ran
+
+
+def _private(metadata: dict[str, Any]) -> bool:
+    """In a group others read the answer: the person's private memory stays out of it."""
+    return metadata.get("audience") != "group"
 
 
 async def _counted(messages: Sequence[ChatMessage]) -> list[ChatMessage]:

@@ -371,14 +371,19 @@ class PostgresStore(SqlStore):
         except asyncpg.InterfaceError as exc:
             raise StoreError(f"Postgres client error: {exc}") from exc
 
-    async def ingest(self, msg: InboundMessage, token_count: int) -> Ingested | None:
+    async def ingest(self, msg: InboundMessage, token_count: int, *,
+                     context: Callable[[Ingested], ContextQuery] | None = None) -> Ingested | None:
         """One statement for a known person's new message, which also takes its turn's lease (memory/pg_turn.py);
-        a first contact or a redelivery runs SqlStore.ingest's transaction."""
+        a first contact or a redelivery runs SqlStore.ingest's transaction. `context` is read after it, in its
+        own statement, as load_context would be (a round trip either way)."""
         owner = turn_lease.new_owner()
         fast = await self._tx("lease", pg_turn.ingest, msg, token_count, owner, self.turn_lease_ttl)
         if fast is None:
             return await super().ingest(msg, token_count)
-        return self._leased(fast, owner)
+        turn = self._leased(fast, owner)
+        if fast[1]:
+            await self._read_ingested(turn, context)
+        return turn
 
     async def load_context(self, query: ContextQuery) -> ContextRows:
         """One statement, with a query vector or without (memory/pg_context.py)."""

@@ -13,11 +13,13 @@ what it runs (`hilo context` starts in under 0.25 s: docs/architecture.md, "Perf
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from kernel import log
 from kernel.errors import StoreError
 from kernel.types import ChatMessage, InboundMessage, ModelCallRecord, OutboxItem, Outgoing, utcnow
 from memory import sql_memories as memories
@@ -28,6 +30,7 @@ from memory import sql_vectors as vectors
 from memory import turn_lease
 from memory.rows import Db, Mode, as_dt
 from memory.store import (
+    INGESTED_CONTEXT_FRESH,
     ContextQuery,
     ContextRows,
     ConversationInfo,
@@ -54,7 +57,15 @@ if TYPE_CHECKING:  # in the signatures only: at run time the methods import what
     from memory.sql_reminders import Reminder
 
 T = TypeVar("T")
+logger = log.get("hilo.store")
 Logic = Callable[..., Coroutine[Any, Any, T]]
+
+
+def context_mode(query: ContextQuery) -> Mode:
+    """load_context's transaction: every row it reads is bounded by the turn's moment, so no snapshot is needed
+    ("reads"; Postgres reads it in one statement of its own: memory/pg_context.py); with a query vector, a read
+    transaction as ever."""
+    return "read" if query.query_vector else "reads"
 
 
 class SqlStore:
@@ -79,6 +90,8 @@ class SqlStore:
         self._leases: dict[int, tuple[int, str, datetime]] = {}
         #: message id -> the lease its turn holds now (turn_lock): finish_turn releases it as it stores the reply
         self._held: dict[int, turn_lease.Held] = {}
+        #: message id -> (its context query, the rows, time.monotonic() then): what ingest read for its turn
+        self._ingested: dict[int, tuple[ContextQuery, ContextRows, float]] = {}
 
     async def _tx(self, mode: Mode, logic: Logic[T], *args: Any) -> T:
         raise NotImplementedError
@@ -136,8 +149,35 @@ class SqlStore:
 
     # -- the turn ----------------------------------------------------------------------------------------
 
-    async def ingest(self, msg: InboundMessage, token_count: int) -> Ingested | None:
+    async def ingest(self, msg: InboundMessage, token_count: int, *,
+                     context: Callable[[Ingested], ContextQuery] | None = None) -> Ingested | None:
+        # no lease is taken with the message here: its turn's context is read once it holds one
         return await self._tx("write", turns.ingest, msg, token_count)
+
+    def ingested_context(self, message_id: int) -> tuple[ContextQuery, ContextRows] | None:
+        kept = self._ingested.pop(message_id, None)
+        if kept is None or time.monotonic() - kept[2] > INGESTED_CONTEXT_FRESH:
+            return None
+        return kept[0], kept[1]
+
+    def _keep_context(self, message_id: int, query: ContextQuery, rows: ContextRows) -> None:
+        """Keep what ingest read for `message_id`'s turn (entries of turns that never ran go once stale)."""
+        now = time.monotonic()
+        if len(self._ingested) >= 64:
+            self._ingested = {k: v for k, v in self._ingested.items() if now - v[2] <= INGESTED_CONTEXT_FRESH}
+        self._ingested[message_id] = (query, rows, now)
+
+    async def _read_ingested(self, turn: Ingested, context: Callable[[Ingested], ContextQuery] | None) -> None:
+        """Store.ingest's `context`, read after the ingest's commit (its own round trip on Postgres)."""
+        if context is None:
+            return
+        try:
+            query = context(turn)
+            rows = await self.load_context(query)
+        except Exception as exc:  # the message is stored: its turn reads the context again, and says why not
+            logger.warning("store.ingested_context_failed", message_id=turn.message.id, error=type(exc).__name__)
+            return
+        self._keep_context(turn.message.id, query, rows)
 
     def turn_lock(self, conversation_id: int, message_id: int, *, adopt: turn_lease.Adopt | None = None,
                   grace: float = 0.0) -> AbstractAsyncContextManager[bool]:
@@ -181,9 +221,7 @@ class SqlStore:
                 continue
 
     async def load_context(self, query: ContextQuery) -> ContextRows:
-        # every row it reads is bounded by the turn's moment: no snapshot needed (Postgres reads it in one statement
-        # of its own: memory/pg_context.py); with a query vector, a read transaction as ever
-        return await self._tx("read" if query.query_vector else "reads", turns.load_context, query)
+        return await self._tx(context_mode(query), turns.load_context, query)
 
     async def finish_turn(
         self, turn: Ingested, reply: str | None, reply_tokens: int, calls: Sequence[ModelCallRecord],

@@ -90,6 +90,11 @@ class ContextRows:
     memory_cosines: dict[int, float] = field(default_factory=dict)
 
 
+#: Seconds a context read with its message (`Store.ingest(context=...)`) stays good for the turn: a turn that starts
+#: later reads its own, so that what was stored meanwhile (another surface's message, a memory) is in it.
+INGESTED_CONTEXT_FRESH = 2.0
+
+
 @dataclass(frozen=True, slots=True)
 class Pending:
     """A message without a vector of the embedder asked about: what the embed job and the backfill embed."""
@@ -186,12 +191,22 @@ class Store(Protocol):
     async def migrate(self) -> list[str]:
         """Apply pending migrations; return the names applied."""
 
-    async def ingest(self, msg: InboundMessage, token_count: int) -> Ingested | None:
+    async def ingest(self, msg: InboundMessage, token_count: int, *,
+                     context: Callable[[Ingested], ContextQuery] | None = None) -> Ingested | None:
         """One write transaction: drop a redelivery (None), resolve the user (by msg.handle, else by identity
         (surface, sender), creating it on first contact), resolve the conversation (singleton surfaces: the
         one of (user, surface); web: msg.conversation_ref, which must be the user's (NotFound otherwise), or a
         new one) and store the message. A redelivered message whose turn never ran (no model call, no reply,
-        stored within the last hour) comes back with `resumed=True`, to be answered now."""
+        stored within the last hour) comes back with `resumed=True`, to be answered now.
+
+        context: the query of the new message's context. When given and the turn can run at once (its
+        conversation's lease was free and taken with the message), the context is read right after the commit,
+        in its own read transaction (SQLite: in the same hop to the worker thread), and kept for
+        `ingested_context`. A read that fails leaves nothing kept: the message is stored all the same."""
+
+    def ingested_context(self, message_id: int) -> tuple[ContextQuery, ContextRows] | None:
+        """The context `ingest` read for `message_id`, handed over once (None: none was read, it was handed
+        over already, or it is older than INGESTED_CONTEXT_FRESH seconds)."""
 
     def turn_lock(self, conversation_id: int, message_id: int, *,
                   adopt: Callable[[int], Awaitable[None]] | None = None,

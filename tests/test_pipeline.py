@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -18,7 +20,7 @@ from bot.pipeline import Pipeline
 from bot.retry import RetryPolicy
 from kernel import catalog
 from kernel.errors import InputError, NotFound
-from kernel.types import InboundMessage
+from kernel.types import InboundMessage, Ingested
 from tests.backends import Backend, TestClock
 from tests.fakes import recorded_shapes as rec
 from tests.fakes.model_server import FakeModelServer, in_stream, ok, replay, slow, status
@@ -140,6 +142,36 @@ async def test_cross_surface_message_reaches_the_model(store: Any) -> None:
     await p.handle(msg("telegram", "alice", "t1", "I live in Valencia", handle="alice"))
     out = await p.handle(msg("whatsapp", "alice", "w1", "where do I live?", handle="alice"))
     assert "I live in Valencia" in out.text  # echo shows what it recalled
+
+
+async def test_a_turn_reads_its_context_with_its_message(store: Any, backend: Backend) -> None:
+    p = echo_pipeline(store)
+    await p.handle(msg("telegram", "carla", "t1", "my cat is called Miso", handle="carla"))
+    await p.handle(msg("whatsapp", "carla", "w1", "the vet is on Friday", handle="carla"))
+    before = dict(store.counters)
+    out = await p.handle(msg("telegram", "carla", "t2", "what is my cat called?", handle="carla"))
+    assert "my cat is called Miso" in out.text and "the vet is on Friday" in out.text  # conversation, other surface
+    # SQLite: ingest and the context's read in one hop, the reply in another; Postgres: one round trip each
+    trips = store.counters["round_trips"] - before["round_trips"]
+    assert trips == (2 if backend.name == "sqlite" else 3)
+    assert store.counters["transactions"] - before["transactions"] == 3
+
+
+async def test_a_turn_whose_text_is_heard_first_reads_its_context_for_what_was_heard(store: Any) -> None:
+    p = echo_pipeline(store)
+    ten_days_ago = store.clock() - timedelta(days=10)  # no longer a recent message of another surface: recall's
+    await store.ingest(msg("whatsapp", "dora", "w1", "my trip to Zanzibar is booked", handle="dora",
+                           received_at=ten_days_ago), 6)
+    placeholder = msg("telegram", "dora", "t1", "[voice note]", handle="dora")
+    taken = await p.take(placeholder)  # its context is read with it: for the placeholder's words
+
+    async def heard(m: InboundMessage, turn: Ingested) -> tuple[InboundMessage, Ingested]:
+        text = "when is my Zanzibar trip?"
+        await store.rewrite_message(turn.user_id, turn.message.id, text, 5)
+        return replace(m, text=text), replace(turn, message=replace(turn.message, content=text, token_count=5))
+
+    out = await p.run(placeholder, taken, prepare=heard)
+    assert "my trip to Zanzibar is booked" in out.text  # recalled for what was heard
 
 
 async def test_turns_of_one_conversation_never_interleave(

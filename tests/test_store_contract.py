@@ -393,6 +393,66 @@ async def test_a_turn_is_three_transactions(store: Store) -> None:
     assert counters["statements"] - before["statements"] <= 13
 
 
+async def test_ingest_reads_the_context_it_is_given_once(store: Store, backend: Backend) -> None:
+    earlier = await put(store, msg("telegram", "7", "c0", "tea with lemon"))
+    async with store.turn_lock(earlier.conversation_id, earlier.message.id):  # its reply releases the lease
+        await store.finish_turn(earlier, "noted: lemon", 3, [call()])
+    await put(store, msg("web", "7", "c1", "about tea", handle=earlier.handle))  # another surface's message
+    counters = store.counters  # type: ignore[attr-defined]
+    before = dict(counters)
+    planned: list[ContextQuery] = []
+
+    def plan(turn: Ingested) -> ContextQuery:
+        planned.append(query(turn, search_text="tea", cross_limit=5))
+        return planned[-1]
+
+    turn = await store.ingest(msg("telegram", "7", "c2", "more tea please"), 3, context=plan)
+    assert turn is not None
+    read = store.ingested_context(turn.message.id)
+    assert read is not None and read[0] is planned[0]
+    assert read[1] == await store.load_context(planned[0])  # what the turn would have read itself
+    assert [m.content for m in read[1].conversation] == ["tea with lemon", "noted: lemon"]
+    assert [m.content for m in read[1].cross_surface] == ["about tea"]
+    assert store.ingested_context(turn.message.id) is None, "handed over once"
+    # SQLite: the write and the read are two transactions in one hop to the worker; Postgres: two round trips
+    assert counters["transactions"] - before["transactions"] == 3  # (+ the load_context above)
+    assert counters["round_trips"] - before["round_trips"] == (2 if backend.name == "sqlite" else 3)
+
+
+async def test_ingest_reads_no_context_for_a_turn_that_must_wait(store: Store) -> None:
+    first = await put(store, msg("telegram", "8", "w1", "first"))
+    asked: list[int] = []
+
+    def plan(turn: Ingested) -> ContextQuery:
+        asked.append(turn.message.id)
+        return query(turn)
+
+    async with store.turn_lock(first.conversation_id, first.message.id):  # the first turn runs
+        queued = await store.ingest(msg("telegram", "8", "w2", "second"), 1, context=plan)
+        assert queued is not None and queued.conversation_id == first.conversation_id
+        assert asked == [] and store.ingested_context(queued.message.id) is None
+    await store.ingest(msg("telegram", "8", "w2", "second"), 1, context=plan)  # a redelivery takes no lease
+    assert asked == [] and store.ingested_context(queued.message.id) is None
+
+
+async def test_a_context_that_cannot_be_read_leaves_the_message_stored(store: Store) -> None:
+    def plan(turn: Ingested) -> ContextQuery:
+        raise StoreError("the read failed")
+
+    turn = await store.ingest(msg("telegram", "9", "f1", "keep me"), 2, context=plan)
+    assert turn is not None and store.ingested_context(turn.message.id) is None
+    assert [m.content for m in await store.messages(turn.user_id, turn.conversation_id)] == ["keep me"]
+
+
+async def test_a_context_read_with_its_message_goes_stale(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    import memory.sql_store
+
+    turn = await store.ingest(msg("telegram", "10", "s1", "hello"), 1, context=query)
+    assert turn is not None
+    monkeypatch.setattr(memory.sql_store, "INGESTED_CONTEXT_FRESH", -1.0)  # older than fresh, whatever the clock
+    assert store.ingested_context(turn.message.id) is None
+
+
 async def test_deliveries_are_recorded_updated_and_forgotten(store: Any) -> None:
     from memory.store import Delivery
 

@@ -43,7 +43,7 @@ from bot.tools.http_tool import http_tool
 from bot.tools.loop import Ran, ToolLoop
 from bot.tools.registry import ToolContext
 from kernel import catalog, log
-from kernel.errors import InputError
+from kernel.errors import InputError, RateLimited
 from kernel.text import blank
 from kernel.types import (
     ChatMessage,
@@ -143,18 +143,23 @@ class Pipeline:
 
     async def handle(
         self, msg: InboundMessage, *, on_delta: DeltaSink | None = None, on_ingested: IngestSink | None = None,
+        limits: Sequence[tuple[str, int, int]] = (),
     ) -> OutboundMessage:
         """Run one turn. A redelivery returns status "duplicate"; when every model fails the person gets the
-        catalogue's "try again shortly" text (status "failed") and their message stays stored."""
-        return await self.run(msg, await self.take(msg), on_delta=on_delta, on_ingested=on_ingested)
+        catalogue's "try again shortly" text (status "failed") and their message stays stored. `limits`: take's."""
+        return await self.run(msg, await self.take(msg, limits=limits), on_delta=on_delta, on_ingested=on_ingested)
 
-    async def take(self, msg: InboundMessage) -> Taken:
+    async def take(self, msg: InboundMessage, *, limits: Sequence[tuple[str, int, int]] = ()) -> Taken:
         """Store what `msg` is, before its platform is acknowledged (bot/intake.py): a turn's message (one
         `ingest` transaction), or the inbound record of a command (so that a redelivery never runs it twice).
-        InputError for empty or oversized text; StoreError when the database cannot take it (nothing kept)."""
+        InputError for empty or oversized text; StoreError when the database cannot take it (nothing kept).
+        `limits` (the web's rate limits: RateLimits.hit_rates' hits) are counted first, with the message on
+        SQLite (Store.ingest): RateLimited when one must wait, nothing stored."""
         self.validate(msg)
         command = commands.parse(msg.text)
         if command is not None and command.name in commands.HANDLERS:
+            if limits and (wait := await self.rate_limits.hit_rates(limits)):
+                raise RateLimited(wait)
             # A command (/link, /memory ...) is not a turn: not stored as a message, never shown to the model.
             if not await self.store.record_inbound(msg.surface, msg.external_id, "command", msg.sender):
                 logger.info("turn.duplicate", surface=msg.surface, kind="command")
@@ -164,7 +169,7 @@ class Pipeline:
         n_tokens = await assembly.count_tokens(msg.text)
         # A question with nothing to embed has its context read with it (SQLite: one hop to the store less)
         plan = None if _private(msg.metadata) and active(self.embedder, self.store) else self._context_query
-        turn = await self.store.ingest(msg, n_tokens, context=plan)
+        turn = await self.store.ingest(msg, n_tokens, context=plan, limits=limits)
         if turn is None or (turn.resumed and turn.message.id in self._in_flight):
             logger.info("turn.duplicate", surface=msg.surface)  # external ids may hold a person's id: not logged
             # its reply may be stored and not delivered yet (a crash while sending): the outbox sends it, once

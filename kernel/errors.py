@@ -49,6 +49,15 @@ class NotFound(HiloError):
     """The thing asked for does not exist, or does not belong to the caller (never say which)."""
 
 
+class RateLimited(HiloError):
+    """A rate limit was reached (memory/sql_limits.py): nothing was stored; `wait` seconds until the next try may
+    pass."""
+
+    def __init__(self, wait: float) -> None:
+        super().__init__(f"rate limited for {wait:.0f} s")
+        self.wait = wait
+
+
 class ServiceUnavailable(HiloError):
     """An outside service cannot be reached or answered an error. The message says which and what to check."""
 

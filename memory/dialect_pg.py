@@ -372,10 +372,12 @@ class PostgresStore(SqlStore):
             raise StoreError(f"Postgres client error: {exc}") from exc
 
     async def ingest(self, msg: InboundMessage, token_count: int, *,
-                     context: Callable[[Ingested], ContextQuery] | None = None) -> Ingested | None:
+                     context: Callable[[Ingested], ContextQuery] | None = None,
+                     limits: Sequence[tuple[str, int, int]] = ()) -> Ingested | None:
         """One statement for a known person's new message, which also takes its turn's lease (memory/pg_turn.py);
-        a first contact or a redelivery runs SqlStore.ingest's transaction. `context` is read after it, in its
-        own statement, as load_context would be (a round trip either way)."""
+        a first contact or a redelivery runs SqlStore.ingest's transaction. `limits` and `context` are a
+        statement each, before and after it, as hit_rates and load_context would be (a round trip either way)."""
+        await self._limit(limits)
         owner = turn_lease.new_owner()
         fast = await self._tx("lease", pg_turn.ingest, msg, token_count, owner, self.turn_lease_ttl)
         if fast is None:

@@ -26,6 +26,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from kernel import log
+from kernel.errors import RateLimited
 from kernel.types import InboundMessage
 from memory import migrate as migrations
 from memory import reindex, sqlite_terms, turn_lease
@@ -308,13 +309,16 @@ class SqliteStore(SqlStore):
             executor.shutdown(wait=True)  # the worker is idle now: this returns at once
 
     async def ingest(self, msg: InboundMessage, token_count: int, *,
-                     context: Callable[[Ingested], ContextQuery] | None = None) -> Ingested | None:
+                     context: Callable[[Ingested], ContextQuery] | None = None,
+                     limits: Sequence[tuple[str, int, int]] = ()) -> Ingested | None:
         """SqlStore.ingest, taking the turn's lease in the same transaction (sql_turns.ingest_leased): turn_lock
-        then needs no transaction of its own while the lease is fresh. With `context`, and the lease taken, the
-        context's read transaction follows the commit in the same hop: a hop to the worker thread and back cost
-        about as much as the read itself at 100 messages (a web turn made 4 hops, 3 with this)."""
+        then needs no transaction of its own while the lease is fresh. `limits` are hit in their transaction
+        before it, and `context`'s read transaction (the lease taken) follows its commit, all in one hop: a hop
+        to the worker thread and back cost about as much as the read itself at 100 messages (a web turn made 4
+        hops, 2 with this)."""
         owner = turn_lease.new_owner()
-        stored, read = await self._call(functools.partial(self._ingest_sync, msg, token_count, owner, context))
+        stored, read = await self._call(functools.partial(self._ingest_sync, msg, token_count, owner, context,
+                                                          limits))
         if stored is None or isinstance(stored, Ingested):  # a redelivery (ingest's Rollback): as SqlStore.ingest
             return stored
         turn = self._leased(stored, owner)
@@ -323,7 +327,14 @@ class SqliteStore(SqlStore):
         return turn
 
     def _ingest_sync(self, msg: InboundMessage, token_count: int, owner: str,
-                     context: Callable[[Ingested], ContextQuery] | None) -> tuple[Any, Any]:
+                     context: Callable[[Ingested], ContextQuery] | None,
+                     limits: Sequence[tuple[str, int, int]]) -> tuple[Any, Any]:
+        if limits:
+            from memory import sql_limits
+
+            wait = self._tx_sync("write", sql_limits.hit_each, (list(limits),))
+            if wait:
+                raise RateLimited(wait)
         stored = self._tx_sync("write", turns.ingest_leased, (msg, token_count, owner, self.turn_lease_ttl))
         if context is None or not isinstance(stored, tuple) or not stored[1]:
             return stored, None

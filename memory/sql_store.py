@@ -20,7 +20,7 @@ from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kernel import log
-from kernel.errors import StoreError
+from kernel.errors import RateLimited, StoreError
 from kernel.types import ChatMessage, InboundMessage, ModelCallRecord, OutboxItem, Outgoing, utcnow
 from memory import sql_memories as memories
 from memory import sql_memory_vectors as memory_vectors
@@ -150,9 +150,18 @@ class SqlStore:
     # -- the turn ----------------------------------------------------------------------------------------
 
     async def ingest(self, msg: InboundMessage, token_count: int, *,
-                     context: Callable[[Ingested], ContextQuery] | None = None) -> Ingested | None:
+                     context: Callable[[Ingested], ContextQuery] | None = None,
+                     limits: Sequence[tuple[str, int, int]] = ()) -> Ingested | None:
         # no lease is taken with the message here: its turn's context is read once it holds one
+        await self._limit(limits)
         return await self._tx("write", turns.ingest, msg, token_count)
+
+    async def _limit(self, limits: Sequence[tuple[str, int, int]]) -> None:
+        """Store.ingest's `limits`, hit in their own transaction: RateLimited when one must wait."""
+        if limits:
+            wait = await self.hit_rates(limits)
+            if wait:
+                raise RateLimited(wait)
 
     def ingested_context(self, message_id: int) -> tuple[ContextQuery, ContextRows] | None:
         kept = self._ingested.pop(message_id, None)

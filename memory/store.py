@@ -192,7 +192,8 @@ class Store(Protocol):
         """Apply pending migrations; return the names applied."""
 
     async def ingest(self, msg: InboundMessage, token_count: int, *,
-                     context: Callable[[Ingested], ContextQuery] | None = None) -> Ingested | None:
+                     context: Callable[[Ingested], ContextQuery] | None = None,
+                     limits: Sequence[tuple[str, int, int]] = ()) -> Ingested | None:
         """One write transaction: drop a redelivery (None), resolve the user (by msg.handle, else by identity
         (surface, sender), creating it on first contact), resolve the conversation (singleton surfaces: the
         one of (user, surface); web: msg.conversation_ref, which must be the user's (NotFound otherwise), or a
@@ -202,7 +203,10 @@ class Store(Protocol):
         context: the query of the new message's context. When given and the turn can run at once (its
         conversation's lease was free and taken with the message), the context is read right after the commit,
         in its own read transaction (SQLite: in the same hop to the worker thread), and kept for
-        `ingested_context`. A read that fails leaves nothing kept: the message is stored all the same."""
+        `ingested_context`. A read that fails leaves nothing kept: the message is stored all the same.
+
+        limits: rate limits to hit first ((key, limit, window_s) as RateLimits.hit_rates takes them), in their own
+        transaction (SQLite: in the same hop): RateLimited, with nothing stored, when one must wait."""
 
     def ingested_context(self, message_id: int) -> tuple[ContextQuery, ContextRows] | None:
         """The context `ingest` read for `message_id`, handed over once (None: none was read, it was handed

@@ -35,7 +35,7 @@ from bot.outbox import with_route
 from bot.pipeline import Pipeline
 from bot.runtime import Runtime
 from kernel import log
-from kernel.errors import InputError, NotFound
+from kernel.errors import InputError, NotFound, RateLimited
 from kernel.types import InboundMessage
 from surfaces.web_auth import SESSION_COOKIE, Authenticator, AuthFailed, Caller, Sessions
 from surfaces.web_common import MAX_BODY_BYTES, error, lang, message_json, path_id, read_message, unavailable
@@ -49,6 +49,8 @@ from surfaces.web_widget import WidgetFiles
 __all__ = ["MAX_BODY_BYTES", "SESSION_COOKIE", "Sessions", "WebSurface", "message_json"]
 
 logger = log.get("hilo.web")
+#: A message's rate-limit hits (ApiGuard.message_hits): (key, limit, window_s).
+Hits = list[tuple[str, int, int]]
 
 API_ROUTES = [
     "POST /api/session", "POST /api/messages", "POST /api/messages/stream", "GET /api/conversations",
@@ -126,20 +128,20 @@ class WebSurface:
         self._set_cookie(request, response, token)
         return response
 
-    async def _inbound(self, request: Request) -> tuple[InboundMessage, Caller] | Response:
-        """Check the caller (before reading the body) and their rate limits; then read and check the text."""
+    async def _inbound(self, request: Request) -> tuple[InboundMessage, Caller, Hits] | Response:
+        """Check the caller (before reading the body), then read and check the text: the message, its caller and
+        its rate limits' hits, which the pipeline counts as it stores the message (Pipeline.take: on SQLite in
+        the same hop to the store). A message refused here counts them on its own, and is refused with 429 when
+        one must wait."""
         try:
             caller = await self.auth.caller(request, issue=True)
         except AuthFailed as exc:
             wait = await self.guard.request_limit(request)
             return too_many(request, wait) if wait else error(request, 401, exc.key)
         assert caller is not None
-        wait = await self.guard.message_limits(request, caller.sender)
-        if wait:
-            return too_many(request, wait)
         body = await read_message(request)
         if isinstance(body, Response):
-            return body
+            return await self._refused(request, caller, body)
         # The route names the visitor: a turn cut by a stop is answered by recovery (bot/outbox.py), its reply
         # stored for the conversation's next read (the web sends nothing: it answers in the HTTP response).
         msg = with_route(InboundMessage(
@@ -154,16 +156,25 @@ class WebSurface:
         try:
             self.pipeline.validate(msg)
         except InputError as exc:
-            return error(request, 413 if exc.key == "message_too_long" else 400, exc.key, **exc.params)
-        return msg, caller
+            return await self._refused(
+                request, caller, error(request, 413 if exc.key == "message_too_long" else 400, exc.key, **exc.params))
+        return msg, caller, self.guard.message_hits(request, caller.sender)
+
+    async def _refused(self, request: Request, caller: Caller, refusal: Response) -> Response:
+        """`refusal` for a message that will not be stored, once its rate limits counted it (429 when one must
+        wait): a refused message counts as a sent one."""
+        wait = await self.guard.message_limits(request, caller.sender)
+        return too_many(request, wait) if wait else refusal
 
     async def post_message(self, request: Request) -> Response:
         prepared = await self._inbound(request)
         if isinstance(prepared, Response):
             return prepared
-        msg, caller = prepared
+        msg, caller, hits = prepared
         try:
-            out = await answer_within_stop(self.runtime, self.pipeline, msg)
+            out = await answer_within_stop(self.runtime, self.pipeline, msg, hits)
+        except RateLimited as limited:
+            return too_many(request, limited.wait)
         except TurnOverrun as late:  # the daemon stops, the turn goes on in the task set: 503, never a 500
             return unavailable(request, late.key)
         except InputError as exc:
@@ -196,10 +207,10 @@ class WebSurface:
         prepared = await self._inbound(request)
         if isinstance(prepared, Response):
             return prepared
-        msg, caller = prepared
+        msg, caller, hits = prepared
         response = await stream_turn(
             request, self.pipeline, self.runtime.tasks, msg, new_session=caller.new_token,
-            bound=bound_of(self.runtime))
+            bound=bound_of(self.runtime), limits=hits)
         if caller.new_token and response.status_code == 200:
             self._set_cookie(request, response, caller.new_token)
         return response

@@ -11,7 +11,9 @@ site's own localStorage). CORS never allows credentials: cross-origin calls use 
 Rate limits: counted in the database (migration 0026, memory/sql_limits.py), so N processes on one database
 allow what one does. Per IP, every API request (5x HILO_RATE_LIMIT_IP per minute) and every message
 (HILO_RATE_LIMIT_IP per minute); per visitor or site user, messages (HILO_RATE_LIMIT_VISITOR per minute).
-Over the limit: 429 with Retry-After and the catalogue's "rate_limited" text.
+Over the limit: 429 with Retry-After and the catalogue's "rate_limited" text. A message's hits are counted with it:
+the pipeline hands them to the store's ingest (on SQLite in the same hop as the message; `message_hits`); one refused
+before (its body, its token) counts them here.
 """
 
 from __future__ import annotations
@@ -61,10 +63,9 @@ class RateLimiter:
             return 0.0
         try:
             if more:
-                wait = await counters.hit_rates([(self._key(key), self.per_minute, WINDOW_S), *(
-                    (limiter._key(k), limiter.per_minute, WINDOW_S) for limiter, k in more)])
+                wait = await counters.hit_rates([self.entry(key), *(limiter.entry(k) for limiter, k in more)])
             else:
-                wait = await counters.hit_rate(self._key(key), self.per_minute, WINDOW_S)
+                wait = await counters.hit_rate(*self.entry(key))
         except StoreError as exc:
             if not self._failing:
                 self._failing = True
@@ -74,6 +75,10 @@ class RateLimiter:
             self._failing = False
             logger.info("web.rate_limit_back", limit=self.name)
         return wait
+
+    def entry(self, key: str) -> tuple[str, int, int]:
+        """One hit of `key` as RateLimits.hit_rates (and Store.ingest's `limits`) take it."""
+        return self._key(key), self.per_minute, WINDOW_S
 
     def _key(self, key: str) -> str:
         return f"{self.name}:{rate_subject(key)}"
@@ -149,11 +154,21 @@ class ApiGuard:
 
         return guarded
 
+    def message_hits(self, request: Request, sender: str) -> list[tuple[str, int, int]]:
+        """A message's hits: the IP's request and message limits and the sender's, in the order they are counted
+        (up to the first that must wait). A message to store hands them to the pipeline, which counts them with
+        it (Pipeline.take); a refused one counts them with message_limits."""
+        return [limiter.entry(key) for limiter, key in self._message_limiters(request, sender)]
+
     async def message_limits(self, request: Request, sender: str) -> float:
         """Seconds to wait before this sender (and their IP) may send another message; 0.0 to go ahead. The
         request counts in the IP's request limit too, in the same transaction (an endpoint that `counts_itself`)."""
+        (first, key), *more = self._message_limiters(request, sender)
+        return await first.hit(key, *more)
+
+    def _message_limiters(self, request: Request, sender: str) -> list[tuple[RateLimiter, str]]:
         ip = client_ip(request)
-        return await self.ip_requests.hit(ip, (self.ip_messages, ip), (self.visitor_messages, sender))
+        return [(self.ip_requests, ip), (self.ip_messages, ip), (self.visitor_messages, sender)]
 
     async def request_limit(self, request: Request) -> float:
         """The per-IP request limit alone, for an endpoint that `counts_itself` and refuses before it knows who

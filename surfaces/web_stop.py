@@ -12,6 +12,7 @@ A client that goes away no longer cancels its turn either: the reply is stored a
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 from bot.pipeline import Pipeline
@@ -34,8 +35,10 @@ def bound_of(runtime: Runtime) -> asyncio.Future[None]:
     return runtime.stop.requests_bound()
 
 
-async def answer_within_stop(runtime: Runtime, pipeline: Pipeline, msg: InboundMessage) -> OutboundMessage:
-    """`pipeline.handle(msg)`'s answer; TurnOverrun when the stop's bound comes first (or the daemon drains)."""
+async def answer_within_stop(runtime: Runtime, pipeline: Pipeline, msg: InboundMessage,
+                             limits: Sequence[tuple[str, int, int]] = ()) -> OutboundMessage:
+    """`pipeline.handle(msg, limits=limits)`'s answer; TurnOverrun when the stop's bound comes first (or the daemon
+    drains)."""
     stored: list[Ingested] = []
 
     async def on_ingested(turn: Ingested) -> None:
@@ -43,7 +46,7 @@ async def answer_within_stop(runtime: Runtime, pipeline: Pipeline, msg: InboundM
 
     async def run() -> OutboundMessage | HiloError:
         try:
-            return await pipeline.handle(msg, on_ingested=on_ingested)
+            return await pipeline.handle(msg, on_ingested=on_ingested, limits=limits)
         except HiloError as exc:  # the request answers it (4xx, 503): the task set logs no failure for it
             return exc
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from starlette.requests import Request
@@ -28,9 +28,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from bot.pipeline import Pipeline
 from bot.tasks import TaskSet
 from kernel import catalog, log
-from kernel.errors import Draining, InputError, NotFound, StoreError
+from kernel.errors import Draining, InputError, NotFound, RateLimited, StoreError
 from kernel.types import InboundMessage, Ingested
 from surfaces.web_common import RETRY_AFTER_S, unavailable
+from surfaces.web_guard import too_many
 
 logger = log.get("hilo.web.stream")
 
@@ -48,6 +49,8 @@ def _failure(exc: BaseException, lang: str) -> tuple[int, str, dict[str, object]
         return (413 if exc.key == "message_too_long" else 400), exc.key, exc.params
     if isinstance(exc, NotFound):
         return 404, "not_found", {}
+    if isinstance(exc, RateLimited):
+        return 429, "rate_limited", {"seconds": exc.wait}
     if isinstance(exc, StoreError):  # down, locked, full or broken: the person is told to try again
         return 503, "store_unavailable", {}
     return 500, "internal_error", {}
@@ -56,8 +59,10 @@ def _failure(exc: BaseException, lang: str) -> tuple[int, str, dict[str, object]
 async def stream_turn(
     request: Request, pipeline: Pipeline, tasks: TaskSet, msg: InboundMessage, *,
     new_session: str | None = None, bound: asyncio.Future[None] | None = None,
+    limits: Sequence[tuple[str, int, int]] = (),
 ) -> Response:
-    """Start the turn of `msg`; answer with its events (or a JSON error if it failed before being stored)."""
+    """Start the turn of `msg` (`limits`: Pipeline.take's); answer with its events (or a JSON error if it failed
+    before being stored: 429 with Retry-After when a rate limit was reached)."""
     queue: asyncio.Queue[Event] = asyncio.Queue()  # unbounded: the turn never waits for a slow reader
     lang = msg.language or "en"
 
@@ -72,13 +77,15 @@ async def stream_turn(
 
     async def run() -> None:
         try:
-            out = await pipeline.handle(msg, on_delta=on_delta, on_ingested=on_ingested)
+            out = await pipeline.handle(msg, on_delta=on_delta, on_ingested=on_ingested, limits=limits)
         except Exception as exc:
             status, key, params = _failure(exc, lang)
             if status == 500:
                 logger.error("web.stream_failed", error=type(exc).__name__)
             message = catalog.t(key, lang, **params)
             event: dict[str, Any] = {"error": key, "message": message, "status": status}
+            if status == 429:  # before the message was stored: answered as JSON with Retry-After (below)
+                event["seconds"] = params["seconds"]
             if status == 503:
                 event["retry_after"] = RETRY_AFTER_S
             queue.put_nowait(("error", event))
@@ -98,6 +105,8 @@ async def stream_turn(
     first = await queue.get()
     if first[0] == "error":
         data = first[1]
+        if data["status"] == 429:
+            return too_many(request, data["seconds"])
         if data["status"] == 503:
             return unavailable(request, data["error"])
         return JSONResponse({"error": data["error"], "message": data["message"]}, status_code=data["status"])

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from kernel.errors import NotFound
+from kernel.errors import NotFound, RateLimited
 from kernel.types import InboundMessage, ModelCallRecord, StoredMessage
 from memory.dialect_sqlite import SqliteStore
 from memory.rows import MSG_COLS, to_message
@@ -451,6 +451,25 @@ async def test_a_context_read_with_its_message_goes_stale(store: Store, monkeypa
     assert turn is not None
     monkeypatch.setattr(memory.sql_store, "INGESTED_CONTEXT_FRESH", -1.0)  # older than fresh, whatever the clock
     assert store.ingested_context(turn.message.id) is None
+
+
+async def test_ingest_counts_its_limits_first_and_stores_nothing_over_them(store: Store, backend: Backend) -> None:
+    limits = [("ip:z", 100, 60), ("visitor:z", 3, 60)]
+    await put(store, msg("web", "z", "l0", "known already"))  # a first contact costs Postgres a round trip more
+    counters = store.counters  # type: ignore[attr-defined]
+    before = dict(counters)
+    first = await store.ingest(msg("web", "z", "l1", "one"), 1, limits=limits)
+    assert first is not None
+    # SQLite: the hits' transaction and the message's in one hop; Postgres: a round trip each
+    assert counters["round_trips"] - before["round_trips"] == (1 if backend.name == "sqlite" else 2)
+    with pytest.raises(NotFound):  # refused for its conversation: its hits are counted all the same
+        await store.ingest(msg("web", "z", "l2", "two", ref="999999"), 1, limits=limits)
+    await store.ingest(msg("web", "z", "l3", "three"), 1, limits=limits)
+    with pytest.raises(RateLimited) as limited:
+        await store.ingest(msg("web", "z", "l4", "four"), 1, limits=limits)
+    assert limited.value.wait >= 1
+    stored = backend.select("SELECT content FROM messages WHERE surface = 'web' ORDER BY id")
+    assert [r[0] for r in stored if r[0] in ("one", "two", "three", "four")] == ["one", "three"]
 
 
 async def test_deliveries_are_recorded_updated_and_forgotten(store: Any) -> None:

@@ -17,6 +17,7 @@ import jwt
 import pytest
 
 from bot.config import Settings
+from bot.jobs import JobRegistry
 from bot.models.base import ConnectionFailed
 from bot.models.echo import EchoProvider
 from bot.models.factory import build_chain
@@ -366,6 +367,42 @@ async def test_message_posts_and_refused_ones_count_in_the_ip_request_limit(tmp_
         assert r.status_code == 429 and r.json()["error"] == "rate_limited"
         r = await client.post("/api/messages", json={"text": "hi"}, headers=bearer("forged"))
         assert r.status_code == 429
+
+
+async def test_a_refused_message_counts_in_the_rate_limits_as_a_sent_one(tmp_path: Path) -> None:
+    async with daemon(tmp_path, rate_limit_visitor=3) as client:
+        token = (await client.post("/api/session")).json()["session"]
+        refused = [(await client.post("/api/messages", json=body, headers=bearer(token))).status_code
+                   for body in ({"text": "   "}, {"text": "x" * 20_000}, {"nope": 1})]
+        assert refused == [400, 413, 400]
+        r = await client.post("/api/messages", json={"text": "hi"}, headers=bearer(token))
+        assert r.status_code == 429 and r.json()["error"] == "rate_limited"
+        r = await client.post("/api/messages", json={"text": "   "}, headers=bearer(token))
+        assert r.status_code == 429  # over the limit, a refused one is refused for that first
+        history = await client.get("/api/conversations", headers=bearer(token))
+        assert history.status_code == 200 and history.json()["conversations"] == []  # nothing refused was stored
+
+
+async def test_a_web_turn_counts_its_limits_with_its_message_in_two_hops(tmp_path: Path) -> None:
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'hilo.db'}", secret_key="test-secret",
+                        rate_limit_visitor=2)
+    async with running_daemon(settings, jobs=JobRegistry()) as client:  # no job's store call in the count
+        token = (await client.post("/api/session")).json()["session"]
+        first = await client.post("/api/messages", json={"text": "first"}, headers=bearer(token))
+        conversation = first.json()["conversation_id"]
+        store = client.app.state.hilo["store"]  # type: ignore[attr-defined]
+        before = dict(store.counters)
+        r = await client.post("/api/messages", json={"text": "second", "conversation_id": conversation},
+                              headers=bearer(token))
+        assert r.status_code == 200 and "conversation 2" in r.json()["reply"]  # the first exchange
+        # the limits, the message and its context in one hop to the SQLite worker; the reply in another
+        assert store.counters["round_trips"] - before["round_trips"] == 2
+        assert store.counters["transactions"] - before["transactions"] == 4
+        r = await client.post("/api/messages/stream", json={"text": "third", "conversation_id": conversation},
+                              headers=bearer(token))
+        assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
+        history = await client.get(f"/api/conversations/{conversation}/messages", headers=bearer(token))
+        assert [m["content"] for m in history.json()["messages"] if m["role"] == "user"] == ["first", "second"]
 
 
 def test_allowed_origins_setting() -> None:

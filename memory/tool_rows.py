@@ -13,6 +13,7 @@ if any, stays), each result one line `name(arguments) -> result`, both cut to CO
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +22,14 @@ from kernel.types import ChatMessage, Role, StoredMessage, ToolCall
 #: How much of a call's arguments and of its result an older exchange keeps.
 COMPACT_CHARS = 200
 _ROLES: dict[str, Role] = {"user": "user", "assistant": "assistant", "system": "system"}
+#: The ChatMessage of a plain stored message (neither a tool call nor a result: the same in full and compact), by
+#: (the message object's id, block). The SQLite store's windows hand each turn the StoredMessage objects the turn
+#: before had (memory/windows.py), so a conversation's messages are each built once, not at every turn (py-spy of
+#: a web turn at c=1: building them was 13% of the event loop's time). An entry holds its message, so no other
+#: object can take that id while it lives; oldest out first beyond PLAIN_KEPT (a message read anew, as Postgres
+#: reads every turn, is a new object and a new entry).
+PLAIN_KEPT = 4096
+_plain: OrderedDict[tuple[int, str], tuple[StoredMessage, ChatMessage]] = OrderedDict()
 
 
 def stored_form(m: ChatMessage) -> tuple[str, str, dict[str, Any]]:
@@ -56,6 +65,10 @@ def chat_messages(messages: Sequence[StoredMessage], *, full: bool, block: str) 
     out: list[ChatMessage] = []
     paired: dict[str, ToolCall] = {}  # calls seen in this run: a result is sent in full only after its call
     for m in messages:
+        kept = _plain.get((id(m), block))
+        if kept is not None and kept[0] is m:
+            out.append(kept[1])
+            continue
         calls = calls_of(m)
         if calls:
             paired.update((c.id, c) for c in calls)
@@ -76,5 +89,9 @@ def chat_messages(messages: Sequence[StoredMessage], *, full: bool, block: str) 
                 out.append(ChatMessage("tool", f"{name}({_cut(arguments)}) -> {_cut(m.content)}", block=block,
                                        tokens=m.token_count))
             continue
-        out.append(ChatMessage(_ROLES.get(m.role, "user"), m.content, block=block, tokens=m.token_count))
+        chat = ChatMessage(_ROLES.get(m.role, "user"), m.content, block=block, tokens=m.token_count)
+        if len(_plain) >= PLAIN_KEPT:
+            _plain.popitem(last=False)
+        _plain[id(m), block] = (m, chat)
+        out.append(chat)
     return out

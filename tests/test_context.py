@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -185,6 +186,41 @@ def test_last_two_exchanges_keep_tool_calls_and_results() -> None:
     assert ids(ctx, "conversation") == [m.id for m in conv[-6:]]
     assert [m.role for m in ctx.messages if m.block == "conversation"] == [
         "user", "assistant", "user", "assistant", "tool", "assistant"]
+
+
+def test_a_conversation_read_again_is_sent_as_before_and_its_messages_built_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from memory import tool_rows
+
+    monkeypatch.setattr(tool_rows, "_plain", OrderedDict())
+    conv = [*conversation(3),
+            msg(200, "user", "Book a table for two", minutes=100),
+            msg(201, "assistant", "", minutes=101, metadata={"tool_calls": [
+                {"id": "c1", "name": "book", "arguments": {"people": 2}}]}),
+            msg(202, "tool", '{"ok": true, "table": 12}', minutes=102,
+                metadata={"tool_call_id": "c1", "tool_name": "book"}),
+            msg(203, "assistant", "Booked table 12.", minutes=103)]
+    first = run(ContextRows([], conv, [], []))
+    again = run(ContextRows([], conv, [], []))  # the same objects, as the SQLite store's windows hand them
+    assert again.messages == first.messages
+    sent = [m for m in again.messages if m.block == "conversation"]
+    built = [m for m in first.messages if m.block == "conversation"]
+    plain = [i for i, m in enumerate(conv) if m.role != "tool" and "tool_calls" not in m.metadata]
+    assert all(sent[i] is built[i] for i in plain)  # built once
+    assert sent[7].tool_calls and sent[8].tool_call_id == "c1"  # tool use is rebuilt: it depends on its exchange
+    copies = [replace(m, content=m.content + " (edited)") for m in conv]  # read anew: new objects, new messages
+    edited = [m.content for m in run(ContextRows([], copies, [], [])).messages if m.block == "conversation"]
+    assert edited[0] == "Question number 0: what is the weather in Porto? (edited)"
+
+
+def test_the_built_messages_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from memory import tool_rows
+
+    monkeypatch.setattr(tool_rows, "_plain", OrderedDict())
+    monkeypatch.setattr(tool_rows, "PLAIN_KEPT", 10)
+    for start in range(0, 40, 8):
+        run(ContextRows([], conversation(4, start_id=1000 + start), [], []))
+    assert len(tool_rows._plain) == 10
 
 
 def test_when_even_the_last_two_exchanges_do_not_fit_the_newest_messages_that_fit_stay() -> None:

@@ -19,7 +19,7 @@ from itsdangerous import URLSafeSerializer
 from bot.config import Settings
 from kernel import catalog
 from kernel.errors import ConfigError
-from surfaces.web_auth import Sessions, sign_site_token
+from surfaces.web_auth import AuthFailed, Sessions, sign_site_token
 from tests.fakes.daemon import running_daemon
 
 SECRET = "test-secret"
@@ -179,3 +179,25 @@ async def test_reading_renews_an_old_session_too(client: httpx.AsyncClient) -> N
         assert r.cookies.get("hilo_session") == r.json()["session"] != old
     finally:
         client.cookies.clear()
+
+
+def test_a_checked_token_is_not_checked_again_and_still_expires(monkeypatch: pytest.MonkeyPatch) -> None:
+    sessions = Sessions("test-secret", max_age_s=100)
+    visitor, token = sessions.issue(now=1_000_000.0)
+    checked: list[str] = []
+    loads = sessions._serializer.loads
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        checked.append(args[0])
+        return loads(*args, **kwargs)
+
+    monkeypatch.setattr(sessions._serializer, "loads", counting)
+    monkeypatch.setattr(time, "time", lambda: 1_000_050.0)
+    first, again = sessions.check(token), sessions.check(token)
+    assert first is not None and again is not None and first.visitor == again.visitor == visitor
+    assert checked == [token]  # its signature was checked once
+    assert sessions.check(token[:-2] + ("AA" if token[-2:] != "AA" else "BB")) is None  # forged: never kept
+    assert sessions.check(Sessions("another-key").issue()[1]) is None
+    monkeypatch.setattr(time, "time", lambda: 1_000_101.0)
+    with pytest.raises(AuthFailed, match="session_expired"):
+        sessions.check(token)  # kept, and expired all the same

@@ -56,7 +56,7 @@ from kernel.types import (
 )
 from kernel.zones import zone_name
 from memory.context import AssembledContext
-from memory.store import ContextQuery, ContextRows, Ingested, Store, StoreError
+from memory.store import ContextQuery, Ingested, IngestedContext, Store, StoreError
 
 logger = log.get("hilo.pipeline")
 
@@ -267,7 +267,7 @@ class Pipeline:
                     return await self._said(msg, turn, prepared)
                 msg, turn = prepared
                 ingested = None  # read for the text before it was heard
-            ctx = self._assembled(turn, *ingested) if ingested is not None else await self.context_for(turn)
+            ctx = self._assembled(turn, ingested) if ingested is not None else await self.context_for(turn)
             if msg.images:  # a photo the model sees, on this turn only (bot/vision.py)
                 ctx = vision.seeing(ctx, msg.images)
             pre_model_ms = (time.perf_counter() - started) * 1000
@@ -383,11 +383,12 @@ class Pipeline:
             self.settings, user_id=turn.user_id, surface=m.surface, conversation_id=turn.conversation_id,
             current_message_id=m.id, text=m.content, at=utcnow(), private=_private(m.metadata))
 
-    def _assembled(self, turn: Ingested, query: ContextQuery, rows: ContextRows) -> AssembledContext:
+    def _assembled(self, turn: Ingested, read: IngestedContext) -> AssembledContext:
         """The model's input from the rows ingest read with the message (`_context_query`)."""
+        metrics.observe_retrieval("load", read.seconds)
         m = turn.message
-        return assembly.assemble_rows(self.settings, rows, text=m.content, n_tokens=m.token_count, surface=m.surface,
-                                      at=query.at)
+        return assembly.assemble_rows(self.settings, read.rows, text=m.content, n_tokens=m.token_count,
+                                      surface=m.surface, at=read.query.at)
 
     async def assemble_context(
         self, *, user_id: int | None, surface: str, conversation_id: int | None, current_message_id: int | None,

@@ -20,6 +20,7 @@ import json
 import os
 import re
 import sqlite3
+import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -36,7 +37,7 @@ from memory.sql_store import Logic, SqlStore, context_mode
 from memory.sql_vectors import VectorQuery
 from memory.sqlite_checkpoint import SAFETY_PAGES, Checkpointer
 from memory.sqlite_file import FILE_FIX, TRANSIENT, FileIdentity, file_identity, file_problem
-from memory.store import ContextQuery, Ingested, StoreError, StoreUnavailable
+from memory.store import ContextQuery, Ingested, IngestedContext, StoreError, StoreUnavailable
 from memory.vectors import DEFAULT_CACHE_FLOATS, Matrix, MatrixCache, extend, matrix_cosines, matrix_of, pack, top
 from memory.windows import WindowCache, triggers
 
@@ -323,7 +324,7 @@ class SqliteStore(SqlStore):
             return stored
         turn = self._leased(stored, owner)
         if read is not None:
-            self._keep_context(turn.message.id, *read)
+            self._keep_context(turn.message.id, read)
         return turn
 
     def _ingest_sync(self, msg: InboundMessage, token_count: int, owner: str,
@@ -338,6 +339,7 @@ class SqliteStore(SqlStore):
         stored = self._tx_sync("write", turns.ingest_leased, (msg, token_count, owner, self.turn_lease_ttl))
         if context is None or not isinstance(stored, tuple) or not stored[1]:
             return stored, None
+        began = time.perf_counter()
         try:
             query = context(stored[0])
             rows = self._tx_sync(context_mode(query), turns.load_context, (query,))
@@ -345,7 +347,7 @@ class SqliteStore(SqlStore):
             logger.warning("store.ingested_context_failed", message_id=stored[0].message.id,
                            error=type(exc).__name__)
             return stored, None
-        return stored, (query, rows)
+        return stored, IngestedContext(query, rows, time.perf_counter() - began)
 
     async def migrate(self) -> list[str]:
         """Apply pending migrations (connecting first if needed); return the names applied."""

@@ -38,6 +38,7 @@ from memory.store import (
     ImportResult,
     ImportRow,
     Ingested,
+    IngestedContext,
     Inspection,
     LinkPolicy,
     Memory,
@@ -90,8 +91,8 @@ class SqlStore:
         self._leases: dict[int, tuple[int, str, datetime]] = {}
         #: message id -> the lease its turn holds now (turn_lock): finish_turn releases it as it stores the reply
         self._held: dict[int, turn_lease.Held] = {}
-        #: message id -> (its context query, the rows, time.monotonic() then): what ingest read for its turn
-        self._ingested: dict[int, tuple[ContextQuery, ContextRows, float]] = {}
+        #: message id -> (what ingest read for its turn, time.monotonic() then)
+        self._ingested: dict[int, tuple[IngestedContext, float]] = {}
 
     async def _tx(self, mode: Mode, logic: Logic[T], *args: Any) -> T:
         raise NotImplementedError
@@ -163,30 +164,31 @@ class SqlStore:
             if wait:
                 raise RateLimited(wait)
 
-    def ingested_context(self, message_id: int) -> tuple[ContextQuery, ContextRows] | None:
+    def ingested_context(self, message_id: int) -> IngestedContext | None:
         kept = self._ingested.pop(message_id, None)
-        if kept is None or time.monotonic() - kept[2] > INGESTED_CONTEXT_FRESH:
+        if kept is None or time.monotonic() - kept[1] > INGESTED_CONTEXT_FRESH:
             return None
-        return kept[0], kept[1]
+        return kept[0]
 
-    def _keep_context(self, message_id: int, query: ContextQuery, rows: ContextRows) -> None:
+    def _keep_context(self, message_id: int, read: IngestedContext) -> None:
         """Keep what ingest read for `message_id`'s turn (entries of turns that never ran go once stale)."""
         now = time.monotonic()
         if len(self._ingested) >= 64:
-            self._ingested = {k: v for k, v in self._ingested.items() if now - v[2] <= INGESTED_CONTEXT_FRESH}
-        self._ingested[message_id] = (query, rows, now)
+            self._ingested = {k: v for k, v in self._ingested.items() if now - v[1] <= INGESTED_CONTEXT_FRESH}
+        self._ingested[message_id] = (read, now)
 
     async def _read_ingested(self, turn: Ingested, context: Callable[[Ingested], ContextQuery] | None) -> None:
         """Store.ingest's `context`, read after the ingest's commit (its own round trip on Postgres)."""
         if context is None:
             return
+        began = time.perf_counter()
         try:
             query = context(turn)
             rows = await self.load_context(query)
         except Exception as exc:  # the message is stored: its turn reads the context again, and says why not
             logger.warning("store.ingested_context_failed", message_id=turn.message.id, error=type(exc).__name__)
             return
-        self._keep_context(turn.message.id, query, rows)
+        self._keep_context(turn.message.id, IngestedContext(query, rows, time.perf_counter() - began))
 
     def turn_lock(self, conversation_id: int, message_id: int, *, adopt: turn_lease.Adopt | None = None,
                   grace: float = 0.0) -> AbstractAsyncContextManager[bool]:

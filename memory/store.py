@@ -90,6 +90,15 @@ class ContextRows:
     memory_cosines: dict[int, float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class IngestedContext:
+    """A context `ingest` read with its message: the query, its rows and the seconds the read took."""
+
+    query: ContextQuery
+    rows: ContextRows
+    seconds: float
+
+
 #: Seconds a context read with its message (`Store.ingest(context=...)`) stays good for the turn: a turn that starts
 #: later reads its own, so that what was stored meanwhile (another surface's message, a memory) is in it.
 INGESTED_CONTEXT_FRESH = 2.0
@@ -208,7 +217,7 @@ class Store(Protocol):
         limits: rate limits to hit first ((key, limit, window_s) as RateLimits.hit_rates takes them), in their own
         transaction (SQLite: in the same hop): RateLimited, with nothing stored, when one must wait."""
 
-    def ingested_context(self, message_id: int) -> tuple[ContextQuery, ContextRows] | None:
+    def ingested_context(self, message_id: int) -> IngestedContext | None:
         """The context `ingest` read for `message_id`, handed over once (None: none was read, it was handed
         over already, or it is older than INGESTED_CONTEXT_FRESH seconds)."""
 

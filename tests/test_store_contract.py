@@ -409,10 +409,10 @@ async def test_ingest_reads_the_context_it_is_given_once(store: Store, backend: 
     turn = await store.ingest(msg("telegram", "7", "c2", "more tea please"), 3, context=plan)
     assert turn is not None
     read = store.ingested_context(turn.message.id)
-    assert read is not None and read[0] is planned[0]
-    assert read[1] == await store.load_context(planned[0])  # what the turn would have read itself
-    assert [m.content for m in read[1].conversation] == ["tea with lemon", "noted: lemon"]
-    assert [m.content for m in read[1].cross_surface] == ["about tea"]
+    assert read is not None and read.query is planned[0] and read.seconds > 0
+    assert read.rows == await store.load_context(planned[0])  # what the turn would have read itself
+    assert [m.content for m in read.rows.conversation] == ["tea with lemon", "noted: lemon"]
+    assert [m.content for m in read.rows.cross_surface] == ["about tea"]
     assert store.ingested_context(turn.message.id) is None, "handed over once"
     # SQLite: the write and the read are two transactions in one hop to the worker; Postgres: two round trips
     assert counters["transactions"] - before["transactions"] == 3  # (+ the load_context above)

@@ -10,8 +10,11 @@ conversation's window for its person's next turn (memory/windows.py) until anoth
 baselines' rows do, between blocks); `windows kept` says what share of the turns found theirs. Then runs,
 interleaved in ten blocks so every row sees the same machine state, on each backend:
 
-  hilo           a turn as the pipeline runs it, lexical recall (HILO_EMBEDDER=none): ingest (1 write tx), the
-                 turn lease, load_context (1 read tx) + assembly; finish_turn (reply + usage) after the model
+  hilo           a turn as the pipeline runs it, lexical recall (HILO_EMBEDDER=none): Pipeline.take (ingest, 1
+                 write tx, and with nothing to embed the context's read, 1 read tx, in the same call: on SQLite
+                 one hop), the turn lease, Pipeline.turn_context (assembly, or the read too when take could not
+                 do it); finish_turn (reply + usage) after the model. `context` is from take's end to the
+                 context; `pre` from the message to the context, the figure that counts
   hilo +vec      the same with the local embedder (the default where it is installed): the question's embedding
                  is its own column (`embed`), and `pre` excludes it; its people's messages have vectors
                  (random unit vectors: the search costs the same whatever they say)
@@ -55,7 +58,7 @@ from bench.web_turn import bare_endpoint, hilo_web, pg_insert, sqlite_insert
 from bench.wire import counting_proxy
 from bot.config import Settings
 from bot.pipeline import Pipeline
-from kernel import blas, heap, log, tokens
+from kernel import blas, heap, log
 from kernel.types import InboundMessage
 from memory.open import open_store
 
@@ -107,13 +110,16 @@ async def run_hilo(store: Any, pipeline: Pipeline, turns: int, next_turn: NextTu
         if embedder is not None:
             embedder.last_ms = 0.0
         t0 = time.perf_counter()
-        turn = await store.ingest(msg, tokens.count(text))
+        taken = await pipeline.take(msg)
+        turn = taken.turn
+        assert turn is not None
         t1 = time.perf_counter()
         # as the pipeline holds it: context, model, finish
         async with store.turn_lock(turn.conversation_id, turn.message.id):
-            ctx = await pipeline.context_for(turn)
+            ctx = await pipeline.turn_context(turn)
             t2 = time.perf_counter()
             await store.finish_turn(turn, "ok", 1, [])
+        pipeline.release(taken)
         after = store.counters
         embed = embedder.last_ms if embedder is not None else 0.0
         out["embed_ms"].append(embed)
@@ -345,8 +351,8 @@ async def main() -> None:
           f"(1 min) {load_at_start[0]:.2f} at the start, {load[0]:.2f} at the end ({os.cpu_count()} cores)\n")
     print_tables(results)
     print("\nhilo's and seed's statements include the writes after the model (reply, usage / update); fts stops "
-          "before it.\ntrips: hilo's are the store's calls (one per transaction); wire: every round trip to "
-          "Postgres, counted by a proxy (a separate, untimed pass).")
+          "before it.\ntrips: hilo's are the store's calls (SQLite: hops to its worker thread; Postgres: one per "
+          "statement); wire: every round trip to Postgres, counted by a proxy (a separate, untimed pass).")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "results": results, "seeded_rows": seeded, "people": args.people,

@@ -249,7 +249,6 @@ class Pipeline:
         self, msg: InboundMessage, turn: Ingested, lang: str, started: float,
         on_delta: DeltaSink | None, on_ingested: IngestSink | None, prepare: Prepare | None = None,
     ) -> OutboundMessage:
-        ingested = self.store.ingested_context(turn.message.id)  # read with the message (take), if it was
         if on_ingested is not None:
             await on_ingested(turn)
         # the lease across processes first, then in-process: a turn waiting for its conversation's earlier
@@ -260,14 +259,14 @@ class Pipeline:
             if answered:  # another process answered this message while this one waited for the lease
                 return await self._answered_elsewhere(msg, turn)
             if prepare is not None:  # under the lease: no other process's recovery answers it meanwhile
+                self.store.ingested_context(turn.message.id)  # read for the text before it is heard: not used
                 prepared = await prepare(msg, turn)
                 if prepared is None:
                     return OutboundMessage(msg.surface, msg.sender, "", "duplicate")
                 if isinstance(prepared, str):
                     return await self._said(msg, turn, prepared)
                 msg, turn = prepared
-                ingested = None  # read for the text before it was heard
-            ctx = self._assembled(turn, ingested) if ingested is not None else await self.context_for(turn)
+            ctx = await self.turn_context(turn)
             if msg.images:  # a photo the model sees, on this turn only (bot/vision.py)
                 ctx = vision.seeing(ctx, msg.images)
             pre_model_ms = (time.perf_counter() - started) * 1000
@@ -365,6 +364,12 @@ class Pipeline:
             user_id=turn.user_id, message_id=turn.message.id, reply_id=reply.id,
             metadata={"outcome": "ok", "queued": True, "answered_elsewhere": True},
         )
+
+    async def turn_context(self, turn: Ingested) -> AssembledContext:
+        """The model's input for a taken turn (inside its turn lock): what ingest read with its message (`take`),
+        else `context_for`."""
+        read = self.store.ingested_context(turn.message.id)
+        return self._assembled(turn, read) if read is not None else await self.context_for(turn)
 
     async def context_for(self, turn: Ingested) -> AssembledContext:
         """The model's input for a stored message (one read transaction)."""

@@ -158,8 +158,8 @@ class Pipeline:
         self.validate(msg)
         command = commands.parse(msg.text)
         if command is not None and command.name in commands.HANDLERS:
-            if limits and (wait := await self.rate_limits.hit_rates(limits)):
-                raise RateLimited(wait)
+            if limits:
+                RateLimited.unless_zero(await self.rate_limits.hit_rates(limits))
             # A command (/link, /memory ...) is not a turn: not stored as a message, never shown to the model.
             if not await self.store.record_inbound(msg.surface, msg.external_id, "command", msg.sender):
                 logger.info("turn.duplicate", surface=msg.surface, kind="command")

@@ -57,6 +57,12 @@ class RateLimited(HiloError):
         super().__init__(f"rate limited for {wait:.0f} s")
         self.wait = wait
 
+    @classmethod
+    def unless_zero(cls, wait: float) -> None:
+        """Raise one when `wait` (RateLimits.hit_rates' answer) is not 0.0: a limit was reached."""
+        if wait:
+            raise cls(wait)
+
 
 class ServiceUnavailable(HiloError):
     """An outside service cannot be reached or answered an error. The message says which and what to check."""

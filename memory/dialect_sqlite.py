@@ -33,7 +33,7 @@ from memory import migrate as migrations
 from memory import reindex, sqlite_terms, turn_lease
 from memory import sql_turns as turns
 from memory.rows import INSERT_COLS, Db, Mode, Rollback, columns_by_table, to_ts
-from memory.sql_store import Logic, SqlStore, context_mode
+from memory.sql_store import Logic, SqlStore, context_mode, unread
 from memory.sql_vectors import VectorQuery
 from memory.sqlite_checkpoint import SAFETY_PAGES, Checkpointer
 from memory.sqlite_file import FILE_FIX, TRANSIENT, FileIdentity, file_identity, file_problem
@@ -329,13 +329,12 @@ class SqliteStore(SqlStore):
 
     def _ingest_sync(self, msg: InboundMessage, token_count: int, owner: str,
                      context: Callable[[Ingested], ContextQuery] | None,
-                     limits: Sequence[tuple[str, int, int]]) -> tuple[Any, Any]:
+                     limits: Sequence[tuple[str, int, int]]
+                     ) -> tuple[tuple[Ingested, bool] | Ingested | None, IngestedContext | None]:
         if limits:
             from memory import sql_limits
 
-            wait = self._tx_sync("write", sql_limits.hit_each, (list(limits),))
-            if wait:
-                raise RateLimited(wait)
+            RateLimited.unless_zero(self._tx_sync("write", sql_limits.hit_each, (list(limits),)))
         stored = self._tx_sync("write", turns.ingest_leased, (msg, token_count, owner, self.turn_lease_ttl))
         if context is None or not isinstance(stored, tuple) or not stored[1]:
             return stored, None
@@ -343,9 +342,8 @@ class SqliteStore(SqlStore):
         try:
             query = context(stored[0])
             rows = self._tx_sync(context_mode(query), turns.load_context, (query,))
-        except Exception as exc:  # the message is stored: its turn reads the context again, and says why not
-            logger.warning("store.ingested_context_failed", message_id=stored[0].message.id,
-                           error=type(exc).__name__)
+        except Exception as exc:
+            unread(stored[0], exc)
             return stored, None
         return stored, IngestedContext(query, rows, time.perf_counter() - began)
 

@@ -62,6 +62,12 @@ logger = log.get("hilo.store")
 Logic = Callable[..., Coroutine[Any, Any, T]]
 
 
+def unread(turn: Ingested, exc: Exception) -> None:
+    """Store.ingest's context read failed: the message is stored all the same, and its turn reads the context
+    itself (and says why not, if it cannot)."""
+    logger.warning("store.ingested_context_failed", message_id=turn.message.id, error=type(exc).__name__)
+
+
 def context_mode(query: ContextQuery) -> Mode:
     """load_context's transaction: every row it reads is bounded by the turn's moment, so no snapshot is needed
     ("reads"; Postgres reads it in one statement of its own: memory/pg_context.py); with a query vector, a read
@@ -160,9 +166,7 @@ class SqlStore:
     async def _limit(self, limits: Sequence[tuple[str, int, int]]) -> None:
         """Store.ingest's `limits`, hit in their own transaction: RateLimited when one must wait."""
         if limits:
-            wait = await self.hit_rates(limits)
-            if wait:
-                raise RateLimited(wait)
+            RateLimited.unless_zero(await self.hit_rates(limits))
 
     def ingested_context(self, message_id: int) -> IngestedContext | None:
         kept = self._ingested.pop(message_id, None)
@@ -185,8 +189,8 @@ class SqlStore:
         try:
             query = context(turn)
             rows = await self.load_context(query)
-        except Exception as exc:  # the message is stored: its turn reads the context again, and says why not
-            logger.warning("store.ingested_context_failed", message_id=turn.message.id, error=type(exc).__name__)
+        except Exception as exc:
+            unread(turn, exc)
             return
         self._keep_context(turn.message.id, IngestedContext(query, rows, time.perf_counter() - began))
 

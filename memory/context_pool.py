@@ -61,7 +61,7 @@ def message_cost(messages: Sequence[StoredMessage]) -> int:
     return sum(m.token_count + MESSAGE_OVERHEAD for m in messages)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Pick:
     """A chosen memory or recalled message: its score, its data line and what the line costs; a memory's `parts`
     are its score's components (memory/memory_score.py)."""

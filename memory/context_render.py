@@ -53,6 +53,9 @@ LINE_SLACK = 1
 EPISODE_GAP = timedelta(hours=1)
 
 _SPEAKERS = {"user": "me", "assistant": "you", "tool": "tool", "system": "note"}
+_SECOND = timedelta(seconds=1)
+#: Data lines kept rendered (`turn_line`): a turn recalls up to 128 messages, mostly those the turn before recalled.
+LINES_KEPT = 8192
 
 
 @functools.lru_cache(maxsize=64)
@@ -91,7 +94,7 @@ def format_when(when: datetime) -> str:
 
 def format_age(when: datetime, now: datetime) -> str:
     """How long ago, coarse: 'just now', '12 min ago', '5 h ago', '3 d ago'."""
-    seconds = max(0, int((_utc(now) - _utc(when)).total_seconds()))
+    seconds = max(0, (_utc(now) - _utc(when)) // _SECOND)  # whole seconds, as int(total_seconds()) for a past moment
     if seconds < 60:
         return "just now"
     if seconds < 3600:
@@ -114,10 +117,10 @@ def _header_tokens(line: str) -> int:
 
 def episode_header(created_at: datetime, surface: str, now: datetime | None) -> tuple[str, int]:
     """An episode's header line: its date, how long ago (when `now` is known) and surface; and its cost."""
-    parts = [format_when(created_at)]
-    if now is not None:
-        parts.append(format_age(created_at, now))
-    line = f"[{', '.join([*parts, surface])}]"
+    if now is None:
+        line = f"[{format_when(created_at)}, {surface}]"
+    else:
+        line = f"[{format_when(created_at)}, {format_age(created_at, now)}, {surface}]"
     return line, _header_tokens(line)
 
 
@@ -140,8 +143,11 @@ def data_line(label: str, content: str, token_count: int) -> tuple[str, int]:
     return f"- [{label}] {quoted}", _label_tokens(label) + token_count + escaped + LINE_SLACK
 
 
+@functools.lru_cache(maxsize=LINES_KEPT)
 def turn_line(role: str, content: str, token_count: int) -> tuple[str, int]:
-    """One turn of an episode, `- me: "..."`, and its token cost (see the module docstring)."""
+    """One turn of an episode, `- me: "..."`, and its token cost (see the module docstring). Cached: the same
+    recalled and cross-surface messages come back turn after turn (a lookup hashes the content once, instead of
+    collapsing, escaping and formatting it again)."""
     quoted, escaped = quote(content)
     who = speaker(role)
     return f"- {who}: {quoted}", fixed_tokens(f'- {who}: ""\n') + token_count + escaped + LINE_SLACK

@@ -190,3 +190,27 @@ def test_recalled_messages_compete_by_their_fused_score_and_carry_its_components
     # memories score memory_score's mix: these share no word with the message (relevance 0), so importance,
     # confidence and recency put them at about 0.27, behind the two good matches, ahead of the one 3 z-units down
     assert [i.kind for i in order] == ["recalled_message", "recalled_message", "fact", "fact", "recalled_message"]
+
+
+def test_ages_and_episode_headers_read_whole_seconds_at_each_boundary() -> None:
+    from datetime import UTC, datetime
+
+    from memory.context_render import episode_header, format_age, turn_line
+
+    now = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+    cases = [(timedelta(seconds=59, microseconds=999_999), "just now"), (timedelta(seconds=60), "1 min ago"),
+             (timedelta(minutes=59, seconds=59), "59 min ago"), (timedelta(hours=1), "1 h ago"),
+             (timedelta(hours=47, minutes=59), "47 h ago"), (timedelta(hours=48), "2 d ago"),
+             (-timedelta(minutes=5), "just now")]
+    for ago, text in cases:
+        assert format_age(now - ago, now) == text, ago
+        naive = (now - ago).replace(tzinfo=None)  # a naive stored time is UTC
+        assert format_age(naive, now) == text, ago
+    line, cost = episode_header(now - timedelta(minutes=90), "telegram", now)
+    assert line == "[2024-05-01 10:30 UTC, 1 h ago, telegram]" and cost == count(line + "\n") + 1
+    assert episode_header(now, "web", None)[0] == "[2024-05-01 12:00 UTC, web]"
+    # a line rendered again is the same line and cost, whether it is kept or not
+    first = turn_line("user", 'say "hi"\nthere', 6)
+    assert first == ('- me: "say \\"hi\\" there"', count('- me: ""\n') + 6 + 2 + 1)
+    assert turn_line("user", 'say "hi"\nthere', 6) == first
+    assert turn_line("assistant", 'say "hi"\nthere', 6)[0] == '- you: "say \\"hi\\" there"'

@@ -175,7 +175,7 @@ class PgDb(Db):
     def ids(self, ids: Sequence[Any]) -> list[Any]:
         return list(ids)
 
-    async def hits(self, q: ContextQuery, terms: list[str], excluded: list[int], limit: int,
+    async def hits(self, q: ContextQuery, terms: list[str], excluded: Any, limit: int,
                    episode_limit: int) -> tuple[list[Any], list[Any]]:
         """Recall's lexical and episode hits in one statement: migration 0032's hilo_recall_hits, as the
         one-statement read calls it (memory/pg_context.py; sql_recall.recall's statements, which the store's

@@ -245,18 +245,18 @@ class SqliteDb(Db):
     def ids(self, ids: Sequence[Any]) -> str:
         return json.dumps(list(ids))
 
-    async def hits(self, q: ContextQuery, terms: list[str], excluded: list[int], limit: int,
+    async def hits(self, q: ContextQuery, terms: list[str], excluded: Any, limit: int,
                    episode_limit: int) -> tuple[list[Any], list[Any]]:
         """Recall's lexical and episode hits in one statement (memory/sqlite_terms.py): the best `limit` (+ EXTRA_HITS)
         messages of those ROWS keeps (load_context's exclusions and `at` applied, as on Postgres), the best
-        `episode_limit` episodes."""
+        `episode_limit` episodes. `excluded`: the window's ids as `ids` gives them (JSON)."""
         if not terms:
             return [], []
         idfs = await sqlite_terms.weights(self, q.user_id, terms)
         avgdl = await sqlite_terms.mean_length(self, "messages")
         rows = await self.all(sqlite_terms.hits_sql(len(terms)), *sqlite_terms.params(
             q.user_id, terms, idfs, avgdl, limit + EXTRA_HITS, await sqlite_terms.mean_length(self, "episodes"),
-            episode_limit, self.ts(q.at), self.ids(excluded), q.current_message_id, q.conversation_id))
+            episode_limit, self.ts(q.at), excluded, q.current_message_id, q.conversation_id))
         return [(r[1], r[2]) for r in rows if r[0] == 0], [(r[1], r[2]) for r in rows if r[0] == 1]
 
 

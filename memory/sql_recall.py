@@ -82,13 +82,13 @@ async def recall(db: Db, q: ContextQuery,
     """The recalled messages, best first (at most q.search_limit), and each one's score components."""
     if q.search_limit <= 0:
         return [], {}
-    at = db.ts(q.at)
+    at, out = db.ts(q.at), db.ids(excluded)  # the ids as the dialect passes them, converted once for 3 statements
     # where a statement costs no round trip (SQLite), a person whose whole history is in the window already (a
     # web visitor's first hundred turns) is not searched: OUTSIDE says so instead of the search's five statements
-    if db.probes and not await db.value(OUTSIDE, q.user_id, at, db.ids(excluded)):
+    if db.probes and not await db.value(OUTSIDE, q.user_id, at, out):
         return [], {}
     terms = query_terms(q.search_text)
-    lexical, found = await db.hits(q, terms, excluded, LEXICAL_HITS, EPISODE_HITS) if terms else ([], [])
+    lexical, found = await db.hits(q, terms, out, LEXICAL_HITS, EPISODE_HITS) if terms else ([], [])
     hits, episode_scores = dict(lexical), dict(found)
     near = await vectors.recall(db, q, excluded)
     if not hits and not episode_scores and not near:
@@ -96,7 +96,7 @@ async def recall(db: Db, q: ContextQuery,
     members = sorted(episode_scores, key=lambda e: -episode_scores[e])[:EPISODE_MEMBERS]
     cosine = vectors.row_cosine(db, q)
     sql, extra = (ROWS, ()) if cosine is None else (ROWS_OF.format(join=cosine[0], cosine=cosine[1]), (cosine[2],))
-    rows: list[Any] = await db.all(sql, db.ids(sorted({*hits, *near})), q.user_id, at, db.ids(excluded),
+    rows: list[Any] = await db.all(sql, db.ids(sorted({*hits, *near})), q.user_id, at, out,
                                    q.current_message_id, q.conversation_id, db.ids(members), MEMBERS_CAP, *extra)
     by_id = {int(r[0]): r for r in rows}
     gathered = candidates(rows, hits)

@@ -100,6 +100,8 @@ def components(memory: Memory, query: Sequence[Sequence[str]], now: datetime,
 def score_memories(memories: Sequence[Memory], text: str, now: datetime, weights: MemoryWeights | None = None,
                    cosines: Mapping[int, float] | None = None) -> list[dict[str, float]]:
     """Per memory (in order), its components and its score under "memory" (the weighted mean)."""
+    if not memories:  # most people have none: the question is not stemmed for nothing
+        return []
     weights = weights or MemoryWeights()
     query = query_words(text)
     out = []

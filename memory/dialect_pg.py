@@ -148,13 +148,13 @@ class PgDb(Db):
         return [(int(row[0]), float(row[1])) for row in rows]
 
     def cosine_sql(self, vector: Sequence[float], embedder: str) -> tuple[str, str, Any] | None:
-        """Recall's row read joins each candidate's vector of `embedder` and computes its cosine with $9, parsed
-        once in a sub-select (an InitPlan): as a bare `$9::text::halfvec` the generic plan parsed the question's
+        """Recall's row read joins each candidate's vector of `embedder` and computes its cosine with $10, parsed
+        once in a sub-select (an InitPlan): as a bare `$10::text::halfvec` the generic plan parsed the question's
         512-float text again for every candidate row (19.5 ms of a turn's 37 at 1,000 vectors a person, against
         6.9 ms parsed once; docs/architecture.md, "Performance budget"), as hilo_nearest parses it (migration 0043)."""
         dim = len(vector)
         return (f"LEFT JOIN message_vectors v ON v.message_id = m.id AND v.embedder = {quote(embedder)} "
-                f"AND v.dim = {dim}", f"1 - (v.vector::halfvec({dim}) <=> (SELECT $9::text::halfvec({dim})))",
+                f"AND v.dim = {dim}", f"1 - (v.vector::halfvec({dim}) <=> (SELECT $10::text::halfvec({dim})))",
                 pg_literal(vector))
 
     async def cosines(self, vq: VectorQuery, ids: Sequence[int]) -> dict[int, float]:

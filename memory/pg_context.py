@@ -61,12 +61,14 @@ def read_sql(vector: bool = False, dim: int = 0) -> str:
     """READ, or with a query vector (`vector`) its variant: each memory's vector of the question's embedder ($21)
     comes along, and when the database keeps vectors (`dim` > 0, the question's dimension) the person's nearest
     messages too: hilo_nearest (migrations/postgres/0043; $22 the question's vector, $23 how many), whose hits
-    join the lexical hits in `recalled`, every recalled row with its cosine."""
+    join the lexical hits in `recalled` (without their neighbours: sql_recall.recall), every recalled row with its
+    cosine."""
     near = vector and dim > 0
     hit_ids = "SELECT hit_id FROM hits WHERE hit_kind = 0"
+    plain = "ARRAY[]::bigint[]"  # sql_recall.ROWS_OF's $9: the vector hits, read without their neighbours
     cosine, join = "NULL", ""
     if near:
-        hit_ids += " UNION SELECT message_id FROM near"
+        plain = f"ARRAY(SELECT message_id FROM near EXCEPT {hit_ids})"
         # a vector hit's row takes the cosine the search gave it (the same expression, which
         # sql_vectors.candidate_cosines keeps over the row's anyway): a halfvec cosine is some 1.5 us at 512
         # dimensions: about 0.4 ms of the read's p50 (8.6 -> 8.2) with recall's 128 vector hits at 100 x 1,000
@@ -91,7 +93,7 @@ def read_sql(vector: bool = False, dim: int = 0) -> str:
             1: f"ARRAY({hit_ids})", 2: "$1", 3: "$2",
             4: "(SELECT ids FROM excluded)", 5: "$5", 6: "$4",
             7: "ARRAY(SELECT hit_id FROM hits WHERE hit_kind = 1 ORDER BY hit_score DESC, hit_id DESC LIMIT $15)",
-            8: "$16"}).format(cosine=cosine, join=join)
+            8: "$16", 9: plain}).format(cosine=cosine, join=join)
         + ") "
         + _row(FACT, memory=_MEMORY, blob="blob" if vector else None) + " FROM facts UNION ALL "
         + _row(RECENT, message=_MSG, blob=none).replace(f"SELECT {RECENT}, ", f"SELECT {RECENT} + side, ")

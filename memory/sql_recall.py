@@ -8,8 +8,9 @@ terms' document frequencies when they are not cached):
    memory/sqlite_terms.py, migration 0032's hilo_recall_hits on Postgres);
 2. the rows: those messages, their neighbours (the message before and after in the conversation) and every
    message of the best EPISODE_MEMBERS episodes (MEMBERS_CAP at most), with the same exclusions as (1).
-With a query vector, one more: the person's nearest `search_limit` messages (memory/sql_vectors.py), which join
-the lexical hits in (3), and every candidate's cosine with the question, not only the vector hits': on Postgres (3)
+With a query vector, one more: the person's nearest `search_limit` messages (memory/sql_vectors.py), whose rows
+(2) reads too, without their neighbours (`recall`), and every candidate's cosine with the question, not
+only the vector hits': on Postgres (2)
 joins each row's vector and computes it; SQLite takes it from the person's cached matrix (no statement). Measured
 on bench/memory_bench.py: 0.551 / 0.618 (EN / ES at 2,000 tokens) when the other candidates took the floor of the
 vector term, 0.582 / 0.646 with their own cosines. Then `retrieval.score` fuses the terms and the best
@@ -36,8 +37,9 @@ EPISODE_MEMBERS = 8
 MEMBERS_CAP = 40
 
 #: $1 lexical hits, $2 user, $3 at, $4 excluded ids, $5 current message, $6 its conversation, $7 episodes whose
-#: messages all come, $8 the longest such episode. Each row: MSG_COLS, episode id, the previous and next message's id
-#: (a hit's own; NULL on the other rows: `candidates` reads them from the hits).
+#: messages all come, $8 the longest such episode, $9 more messages wanted without their neighbours (the vector
+#: hits that are no lexical hit). Each row: MSG_COLS, episode id, the previous and next message's id (a lexical
+#: hit's own; NULL on the other rows: `candidates` reads them from the hits).
 #: The message before / after message `x` of its conversation: ORDER BY ... LIMIT 1 is one seek of
 #: (conversation_id, id) in both dialects (SQLite's max() with a range would walk the conversation).
 PREV = ("(SELECT p.id FROM messages p WHERE p.conversation_id = {x}.conversation_id AND p.id < {x}.id "
@@ -58,7 +60,8 @@ ROWS_OF = (
     f"WITH hit AS MATERIALIZED (SELECT m.id, {PREV.format(x='m')} AS prev_id, {NEXT.format(x='m')} AS next_id "
     "FROM messages m WHERE m.id = ANY($1::bigint[])), "
     "member AS (SELECT m.id FROM messages m WHERE m.episode_id IN (SELECT e.id FROM episodes e "
-    "WHERE e.id = ANY($7::bigint[]) AND e.message_count <= $8)), "
+    "WHERE e.id = ANY($7::bigint[]) AND e.message_count <= $8) UNION ALL SELECT m.id FROM messages m "
+    "WHERE m.id = ANY($9::bigint[])), "
     "wanted AS (SELECT id, max(prev_id) AS prev_id, max(next_id) AS next_id FROM (SELECT id, prev_id, next_id "
     "FROM hit UNION ALL SELECT prev_id, NULL, NULL FROM hit UNION ALL SELECT next_id, NULL, NULL FROM hit "
     "UNION ALL SELECT id, NULL, NULL FROM member) AS k WHERE id IS NOT NULL GROUP BY id) "
@@ -73,7 +76,7 @@ ROWS_OF = (
 #: the window's few rows when there is not.
 OUTSIDE = ("SELECT EXISTS (SELECT 1 FROM messages m WHERE m.user_id = $1 AND m.created_at <= $2 "
            "AND m.id <> ALL($3::bigint[]))")
-#: Each row also carries its cosine with the question when the dialect computes it there ($9: sql_vectors.row_cosine).
+#: Each row also carries its cosine with the question when the dialect computes it there ($10: sql_vectors.row_cosine).
 ROWS = ROWS_OF.format(cosine="NULL", join="")
 
 
@@ -96,8 +99,14 @@ async def recall(db: Db, q: ContextQuery,
     members = sorted(episode_scores, key=lambda e: -episode_scores[e])[:EPISODE_MEMBERS]
     cosine = vectors.row_cosine(db, q)
     sql, extra = (ROWS, ()) if cosine is None else (ROWS_OF.format(join=cosine[0], cosine=cosine[1]), (cosine[2],))
-    rows: list[Any] = await db.all(sql, db.ids(sorted({*hits, *near})), q.user_id, at, out,
-                                   q.current_message_id, q.conversation_id, db.ids(members), MEMBERS_CAP, *extra)
+    # A vector hit comes without its neighbours: seeking them cost 128 hits two index seeks and a row each, for
+    # candidates far in meaning that share no word with the question (the neighbour term counts a lexical hit's
+    # score only). bench/memory_bench.py with the local embedder, at 2,000 tokens: en 0.617 -> 0.626, es 0.667 ->
+    # 0.656 (1,000: 0.534 -> 0.534, 0.564 -> 0.573); bench/context_bench.py's SQLite hilo +vec pre-model p50 ~11.0
+    # -> ~9.0 ms at 1,000 x 1,000 (three interleaved pairs of 300 turns).
+    rows: list[Any] = await db.all(sql, db.ids(sorted(hits)), q.user_id, at, out, q.current_message_id,
+                                   q.conversation_id, db.ids(members), MEMBERS_CAP,
+                                   db.ids(sorted(set(near) - set(hits))), *extra)
     by_id = {int(r[0]): r for r in rows}
     gathered = candidates(rows, hits)
     in_rows = None if cosine is None else {int(r[0]): float(r[14]) for r in rows if r[14] is not None}

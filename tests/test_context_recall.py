@@ -119,7 +119,8 @@ async def test_the_recalled_rows_score_as_if_every_row_knew_both_neighbours(stor
     checked = 0
     for hit_ids, excluded, members in cases:
         rows = await store._tx("reads", lambda db, h=hit_ids, x=excluded, e=members: db.all(
-            sql_recall.ROWS, db.ids(h), uid, db.ts(T0 + timedelta(days=30)), db.ids(x), None, None, db.ids(e), 40))
+            sql_recall.ROWS, db.ids(h), uid, db.ts(T0 + timedelta(days=30)), db.ids(x), None, None, db.ids(e), 40,
+            db.ids([])))
         assert {int(r[0]) for r in rows} >= set(hit_ids) - set(excluded), "every hit not left out is a row"
         bm25 = {i: rng.uniform(0.5, 5.0) for i in hit_ids}
         found = {e: rng.uniform(0.5, 5.0) for e in members}

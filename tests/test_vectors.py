@@ -153,6 +153,19 @@ async def test_every_recall_candidate_carries_its_own_cosine(store: Store) -> No
     assert abs(rows.recall_scores[hit.message.id]["vector"] - math.cos(1.2)) < 0.01, rows.recall_scores
 
 
+async def test_a_vector_hit_comes_without_its_neighbours_a_lexical_hit_with_them(store: Store) -> None:
+    # two hours apart: an episode each, so no episode brings another's messages. Only "allergic" has a vector of
+    # the question's embedder: the one vector hit. Its neighbours are far in meaning and share no word: read as
+    # candidates they cost a vector search's 128 hits two index seeks and a row each (sql_recall.recall),
+    # and they came back as recalled messages. The lexical hit's neighbours still come.
+    texts = ("the weather", "I am allergic to peanuts", "the news", "walked the dog", "I like pizza", "read a book")
+    said = [await say(store, "ana", f"a{i}", text, T0 + timedelta(hours=2 * i)) for i, text in enumerate(texts)]
+    await store.write_vectors("e1", [(said[1].message.id, axis(0, tilt=0.1))])
+    rows = await store.load_context(query(said[0], axis(0), search_text="pizza", search_limit=10, cross_limit=0))
+    assert sorted(m.content for m in rows.recalled) == sorted(texts[1:2] + texts[3:6]), rows.recalled
+    assert rows.recall_scores[said[1].message.id]["vector"] > 0.99
+
+
 async def test_the_dialects_give_the_candidates_cosines_alike(store: Store) -> None:
     # the two ways a dialect gives candidates their cosine: in recall's row read (cosine_sql) or apart (cosines);
     # each dialect's `cosines` answers for the ids asked, of the person and the embedder, whichever it uses

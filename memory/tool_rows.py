@@ -23,15 +23,21 @@ from kernel.types import ChatMessage, Role, StoredMessage, ToolCall
 COMPACT_CHARS = 200
 _ROLES: dict[str, Role] = {"user": "user", "assistant": "assistant", "system": "system"}
 #: The ChatMessage of a plain stored message (neither a tool call nor a result: the same in full and compact), by
-#: (the message object's id, block). The SQLite store's windows hand each turn the StoredMessage objects the turn
-#: before had (memory/windows.py), so a conversation's messages are each built once, not at every turn (py-spy of
-#: a web turn at c=1: building them was 13% of the event loop's time). An entry holds its message, so no other
-#: object can take that id while it lives; oldest out first beyond PLAIN_KEPT (a message read anew, as Postgres
-#: reads every turn, is a new object and a new entry). As many as the windows hold (16 MB: ~25,000 chat lines),
-#: about 350 bytes each besides the text they share: 4,096 missed every time once 64 visitors' conversations
-#: passed 90 turns (a web load at c=1 with 32,768: +15% req/s there).
+#: (message id, block), with the message it was built from: a conversation's messages are each built once, not at
+#: every turn (py-spy of a web turn at c=1: building them was 13% of the event loop's time). The SQLite store's
+#: windows hand each turn the very objects the turn before had (memory/windows.py); Postgres, and SQLite when the
+#: window was not kept, read them anew: an entry serves a message read again when what the ChatMessage is made of
+#: (role, content, tokens, metadata) is the same (`_same`), so a row with the same id and other text (another
+#: database in the same process) is built anew. Oldest out first beyond PLAIN_KEPT. As many as the windows hold
+#: (16 MB: ~25,000 chat lines), about 350 bytes each besides the text they share: 4,096 missed every time once 64
+#: visitors' conversations passed 90 turns (a web load at c=1 with 32,768: +15% req/s there).
 PLAIN_KEPT = 32_768
 _plain: OrderedDict[tuple[int, str], tuple[StoredMessage, ChatMessage]] = OrderedDict()
+
+
+def _same(kept: StoredMessage, m: StoredMessage) -> bool:
+    return kept is m or (kept.content == m.content and kept.role == m.role and kept.token_count == m.token_count
+                         and kept.metadata == m.metadata)
 
 
 def stored_form(m: ChatMessage) -> tuple[str, str, dict[str, Any]]:
@@ -67,8 +73,8 @@ def chat_messages(messages: Sequence[StoredMessage], *, full: bool, block: str) 
     out: list[ChatMessage] = []
     paired: dict[str, ToolCall] = {}  # calls seen in this run: a result is sent in full only after its call
     for m in messages:
-        kept = _plain.get((id(m), block))
-        if kept is not None and kept[0] is m:
+        kept = _plain.get((m.id, block))
+        if kept is not None and _same(kept[0], m):
             out.append(kept[1])
             continue
         calls = calls_of(m)
@@ -94,6 +100,6 @@ def chat_messages(messages: Sequence[StoredMessage], *, full: bool, block: str) 
         chat = ChatMessage(_ROLES.get(m.role, "user"), m.content, block=block, tokens=m.token_count)
         if len(_plain) >= PLAIN_KEPT:
             _plain.popitem(last=False)
-        _plain[id(m), block] = (m, chat)
+        _plain[m.id, block] = (m, chat)
         out.append(chat)
     return out

@@ -208,9 +208,17 @@ def test_a_conversation_read_again_is_sent_as_before_and_its_messages_built_once
     plain = [i for i, m in enumerate(conv) if m.role != "tool" and "tool_calls" not in m.metadata]
     assert all(sent[i] is built[i] for i in plain)  # built once
     assert sent[7].tool_calls and sent[8].tool_call_id == "c1"  # tool use is rebuilt: it depends on its exchange
-    copies = [replace(m, content=m.content + " (edited)") for m in conv]  # read anew: new objects, new messages
+    # read anew with the same text (as Postgres reads every turn, and SQLite when the window was not kept): new
+    # objects, the same messages as built before
+    reread = [replace(m, metadata=dict(m.metadata)) for m in conv]
+    sent_again = [m for m in run(ContextRows([], reread, [], [])).messages if m.block == "conversation"]
+    assert sent_again == built and all(sent_again[i] is built[i] for i in plain)
+    copies = [replace(m, content=m.content + " (edited)") for m in conv]  # the same ids, other text: built anew
     edited = [m.content for m in run(ContextRows([], copies, [], [])).messages if m.block == "conversation"]
     assert edited[0] == "Question number 0: what is the weather in Porto? (edited)"
+    other_role = [replace(conv[0], role="assistant"), *conv[1:]]  # the same id and text, said by the other side
+    assert next(m.role for m in run(ContextRows([], other_role, [], [])).messages
+                if m.block == "conversation") == "assistant"
 
 
 def test_the_built_messages_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:

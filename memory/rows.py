@@ -10,6 +10,7 @@ same text on both.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -168,11 +169,30 @@ def load_metadata(text: str | None) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"value": value}
 
 
+#: StoredMessage is frozen: its dataclass __init__ sets each of its 11 fields through object.__setattr__ (1.2 us a
+#: message). `to_message` sets them through the slots' own setters instead (0.64 us), some 350 times a turn on
+#: Postgres (every row read anew) and on SQLite for the recalled rows.
+_NEW_MESSAGE = object.__new__
+(_ID, _CONVERSATION, _USER, _SURFACE, _ROLE, _CONTENT, _TOKENS, _EXTERNAL, _CREATED, _METADATA,
+ _REPLY_TO) = (getattr(StoredMessage, f.name).__set__ for f in dataclasses.fields(StoredMessage))
+
+
 def to_message(row: Sequence[Any]) -> StoredMessage:
-    """A row selected with MSG_COLS (in StoredMessage's field order: positional, a third cheaper than by keyword,
-    some 330 times a turn)."""
-    return StoredMessage(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], as_dt(row[8]),
-                         load_metadata(row[9]), row[10])
+    """A row selected with MSG_COLS (in StoredMessage's field order), as StoredMessage(*row) would make it (the
+    created_at parsed, the metadata loaded)."""
+    m = _NEW_MESSAGE(StoredMessage)
+    _ID(m, row[0])
+    _CONVERSATION(m, row[1])
+    _USER(m, row[2])
+    _SURFACE(m, row[3])
+    _ROLE(m, row[4])
+    _CONTENT(m, row[5])
+    _TOKENS(m, row[6])
+    _EXTERNAL(m, row[7])
+    _CREATED(m, as_dt(row[8]))
+    _METADATA(m, load_metadata(row[9]))
+    _REPLY_TO(m, row[10])
+    return m
 
 
 def _json_list(value: Any) -> list[Any]:

@@ -673,3 +673,9 @@ def test_a_message_row_is_read_in_the_order_its_columns_are_selected() -> None:
     assert (m.id, m.conversation_id, m.user_id, m.surface, m.role, m.content, m.token_count, m.external_id,
             m.created_at.isoformat(), m.metadata, m.reply_to) == (
         7, 3, 2, "web", "user", "hola", 1, "x-1", "2026-11-01T10:00:00+00:00", {"a": 1}, 5)
+    # built through the slots' setters, it is the message StoredMessage's own constructor makes: equal,
+    # still frozen
+    made = StoredMessage(7, 3, 2, "web", "user", "hola", 1, "x-1", m.created_at, {"a": 1}, 5)
+    assert m == made and repr(m) == repr(made)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        m.content = "changed"  # type: ignore[misc]

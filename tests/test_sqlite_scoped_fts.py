@@ -99,7 +99,7 @@ async def test_episodes_are_found_through_their_messages_postings(tmp_path: Path
         async def hits(text: str) -> tuple[list[int], list[int]]:
             q = ContextQuery(user_id=kim, surface="web", conversation_id=None, current_message_id=None,
                              at=T0 + 6 * day, cross_since=T0 + 6 * day, search_text=text)
-            lexical, episodes = await store._tx("reads", lambda db: db.hits(q, query_terms(text), [], 10, 5))
+            lexical, episodes = await store._tx("reads", lambda db: db.hits(q, query_terms(text), db.ids([]), 10, 5))
             return [int(m) for m, _ in lexical], [int(e) for e, _ in episodes]
 
         # one message of ten holds the word: its episode, not the other one, and none of lee's five
@@ -139,8 +139,8 @@ async def test_lexical_hits_are_only_messages_recall_may_return(tmp_path: Path) 
         q = ContextQuery(user_id=kim, surface="telegram", conversation_id=now.conversation_id,
                          current_message_id=now.message.id, at=T0 + day + timedelta(minutes=5),
                          cross_since=T0 + day, search_text="kayak")
-        lexical, _ = await store._tx("reads", lambda db: db.hits(q, query_terms("kayak"), [*window, now.message.id],
-                                                                  10, 5))
+        left_out = [*window, now.message.id]
+        lexical, _ = await store._tx("reads", lambda db: db.hits(q, query_terms("kayak"), db.ids(left_out), 10, 5))
         wanted = 10 + EXTRA_HITS
         assert sorted(int(m) for m, _ in lexical) == trips[70 - wanted:70]
     finally:

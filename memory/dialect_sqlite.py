@@ -252,7 +252,7 @@ class SqliteDb(Db):
         `episode_limit` episodes. `excluded`: the window's ids as `ids` gives them (JSON)."""
         if not terms:
             return [], []
-        idfs = await sqlite_terms.weights(self, q.user_id, terms)
+        terms, idfs = sqlite_terms.strongest(terms, await sqlite_terms.weights(self, q.user_id, terms))
         avgdl = await sqlite_terms.mean_length(self, "messages")
         rows = await self.all(sqlite_terms.hits_sql(len(terms)), *sqlite_terms.params(
             q.user_id, terms, idfs, avgdl, limit + EXTRA_HITS, await sqlite_terms.mean_length(self, "episodes"),

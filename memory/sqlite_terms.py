@@ -31,7 +31,8 @@ statement and its vocab read were 0.9-1.0 ms of a turn's context read. Recall at
 (English) and 0.560 -> 0.551 (Spanish) on bench/memory_bench.py.
 
 What is lost: a message holding only common words, older than their newest `per_term` postings, is no
-candidate (its score is the lowest of any match anyway); with `hilo context --at` in the past, a common term's
+candidate (its score is the lowest of any match anyway); a question of more than SEARCHED_TERMS index terms
+searches and scores its rarest SEARCHED_TERMS (a message holding only its commonest words is no candidate); with `hilo context --at` in the past, a common term's
 newest postings may all come after `at` (ROWS drops them), its rarer terms still search the whole history.
 """
 
@@ -50,6 +51,13 @@ from memory.pg_terms import K1, B, idf
 #: with the local embedder en 0.462 -> 0.466 at 500, the rest the same; (240, 30) lost 0.004 at 2,000 in both
 #: languages. The hits statement took 0.92x the time (interleaved over 976 captured statements at 100 x 1,000).
 BUDGET = (360, 45)
+#: Index terms a question searches at most: past them, the ones rarest in the person's messages (highest idf). A
+#: statement's work is its candidates times its terms (each candidate's tf of each term), and every term brings at
+#: least BUDGET's 45 postings: it grew with the square of a question's length (at 1,000 people x 1,000 messages, a
+#: turn's read took 4.3 ms at a median question's 8-10 terms and 8-10 ms at 13-18). The commonest terms of a long
+#: question weigh least in BM25 and bring only their newest postings anyway. The memory benchmark's questions have
+#: at most 9 (bench/memory_bench.py: unchanged); bench/context_bench.py's everyday lines 8 at the median, 12 at p90.
+SEARCHED_TERMS = 10
 #: Episodes scored per question: the newest of those the candidate messages belong to (an episode is a long
 #: document: fewer of them are scored).
 EPISODE_CANDIDATES = 160
@@ -170,6 +178,14 @@ async def weights(db: Any, user_id: int, terms: list[str]) -> list[float]:
             known[key] = float(found.get(key, 0)) if key == owner else idf(float(found.get(key, 0)), known[owner])
             cache[("messages", key)] = (known[key], now + DF_TTL_S)
     return [known[k] for k in keys]
+
+
+def strongest(terms: list[str], idfs: list[float]) -> tuple[list[str], list[float]]:
+    """The SEARCHED_TERMS terms of highest idf (all of them when there are no more), in the question's order."""
+    if len(terms) <= SEARCHED_TERMS:
+        return terms, idfs
+    kept = sorted(sorted(range(len(terms)), key=lambda i: -idfs[i])[:SEARCHED_TERMS])
+    return [terms[i] for i in kept], [idfs[i] for i in kept]
 
 
 def params(user_id: int, terms: list[str], idfs: list[float], avgdl: float, limit: int, episodes_avgdl: float,

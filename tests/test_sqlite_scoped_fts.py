@@ -8,6 +8,7 @@ import sqlite3
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from kernel.tokens import count
 from kernel.types import InboundMessage
@@ -145,3 +146,48 @@ async def test_lexical_hits_are_only_messages_recall_may_return(tmp_path: Path) 
         assert sorted(int(m) for m, _ in lexical) == trips[70 - wanted:70]
     finally:
         await store.close()
+
+
+async def test_a_long_question_searches_its_rarest_terms_only(tmp_path: Path) -> None:
+    """A question of more than SEARCHED_TERMS index terms walks the postings of the rarest of them in the person's
+    messages (a statement's work grew with the square of a question's length); what only its rarest word finds is
+    still found, and a short question searches every term."""
+    terms = ["aa", "bb", "cc", "dd", "ee", "ff", "gg", "hh", "ii", "jj", "kk", "ll"]
+    idfs = [0.1, 2.0, 0.3, 5.0, 0.2, 1.0, 0.4, 3.0, 0.5, 4.0, 0.6, 0.05]
+    kept, weights = sqlite_terms.strongest(terms, idfs)
+    # the 10 of highest idf ("aa" 0.1 and "ll" 0.05 are the commonest), in the question's order
+    assert kept == ["bb", "cc", "dd", "ee", "ff", "gg", "hh", "ii", "jj", "kk"]
+    assert weights == [w for w in idfs if w >= 0.2] and sqlite_terms.strongest(terms[:10], idfs[:10]) == (
+        terms[:10], idfs[:10])
+    store = SqliteStore(str(tmp_path / "hilo.db"))
+    await store.open()
+    try:
+        common = "my friend said the weather today was nice and the coffee good at the market near home"
+        await store.import_rows(rows("lea", [common] * 60 + ["the zeppelin flew over the market"] + [common] * 60))
+        lea = await store.user_id("lea")
+        question = ("did my friend say the weather today was nice, the coffee good at the market near home, "
+                    "and the zeppelin")
+        assert len(query_terms(question)) > sqlite_terms.SEARCHED_TERMS
+        q = ContextQuery(user_id=lea, surface="web", conversation_id=None, current_message_id=None,
+                         at=T0 + timedelta(days=1), cross_since=T0, search_text=question)
+        statements: list[str] = []
+        lexical, _ = await store._tx("reads", lambda db: _hits_seen(db, q, query_terms(question), statements))
+        with closing(sqlite3.connect(tmp_path / "hilo.db")) as conn:
+            (zeppelin,) = conn.execute("SELECT id FROM messages WHERE content LIKE '%zeppelin%'").fetchone()
+        assert int(lexical[0][0]) == zeppelin, "the rarest term's message is the best hit"
+        searched = [s.count("MATCH") for s in statements if "messages_fts MATCH" in s]
+        assert searched == [sqlite_terms.SEARCHED_TERMS]
+    finally:
+        await store.close()
+
+
+async def _hits_seen(db: Any, q: ContextQuery, terms: list[str], seen: list[str]) -> Any:
+    """db.hits, keeping the text of each statement it runs."""
+    run = db.all
+
+    async def all_(sql: str, *args: Any) -> Any:
+        seen.append(sql)
+        return await run(sql, *args)
+
+    db.all = all_
+    return await db.hits(q, terms, db.ids([]), 10, 5)

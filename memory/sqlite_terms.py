@@ -32,8 +32,9 @@ statement and its vocab read were 0.9-1.0 ms of a turn's context read. Recall at
 
 What is lost: a message holding only common words, older than their newest `per_term` postings, is no
 candidate (its score is the lowest of any match anyway); a question of more than SEARCHED_TERMS index terms
-searches and scores its rarest SEARCHED_TERMS (a message holding only its commonest words is no candidate); with `hilo context --at` in the past, a common term's
-newest postings may all come after `at` (ROWS drops them), its rarer terms still search the whole history.
+searches and scores its rarest SEARCHED_TERMS (a message holding only its commonest words is no candidate);
+with `hilo context --at` in the past, a common term's newest postings may all come after `at` (ROWS drops them),
+its rarer terms still search the whole history.
 """
 
 from __future__ import annotations

@@ -8,10 +8,10 @@ terms' document frequencies when they are not cached):
    memory/sqlite_terms.py, migration 0032's hilo_recall_hits on Postgres);
 2. the rows: those messages, their neighbours (the message before and after in the conversation) and every
    message of the best EPISODE_MEMBERS episodes (MEMBERS_CAP at most), with the same exclusions as (1).
-With a query vector, one more: the person's nearest `search_limit` messages (memory/sql_vectors.py), whose rows
-(2) reads too, without their neighbours (`recall`), and every candidate's cosine with the question, not
-only the vector hits': on Postgres (2)
-joins each row's vector and computes it; SQLite takes it from the person's cached matrix (no statement). Measured
+With a query vector, one more: the person's nearest `search_limit` messages (memory/sql_vectors.py). (2) reads
+their rows too, without their neighbours (`recall` says why), and every candidate gets its cosine with the
+question, not only the vector hits: on Postgres (2) joins each row's vector and computes it; SQLite takes it from
+the person's cached matrix (no statement). Measured
 on bench/memory_bench.py: 0.551 / 0.618 (EN / ES at 2,000 tokens) when the other candidates took the floor of the
 vector term, 0.582 / 0.646 with their own cosines. Then `retrieval.score` fuses the terms and the best
 `search_limit` are returned with their components.
@@ -38,7 +38,8 @@ MEMBERS_CAP = 40
 
 #: $1 lexical hits, $2 user, $3 at, $4 excluded ids, $5 current message, $6 its conversation, $7 episodes whose
 #: messages all come, $8 the longest such episode, $9 more messages wanted without their neighbours (the vector
-#: hits that are no lexical hit). Each row: MSG_COLS, episode id, the previous and next message's id (a lexical
+#: hits that are no lexical hit; `more` holds these and the episodes' members: rows wanted without their
+#: neighbours). Each row: MSG_COLS, episode id, the previous and next message's id (a lexical
 #: hit's own; NULL on the other rows: `candidates` reads them from the hits).
 #: The message before / after message `x` of its conversation: ORDER BY ... LIMIT 1 is one seek of
 #: (conversation_id, id) in both dialects (SQLite's max() with a range would walk the conversation).
@@ -59,12 +60,12 @@ NEXT = ("(SELECT n.id FROM messages n WHERE n.conversation_id = {x}.conversation
 ROWS_OF = (
     f"WITH hit AS MATERIALIZED (SELECT m.id, {PREV.format(x='m')} AS prev_id, {NEXT.format(x='m')} AS next_id "
     "FROM messages m WHERE m.id = ANY($1::bigint[])), "
-    "member AS (SELECT m.id FROM messages m WHERE m.episode_id IN (SELECT e.id FROM episodes e "
+    "more AS (SELECT m.id FROM messages m WHERE m.episode_id IN (SELECT e.id FROM episodes e "
     "WHERE e.id = ANY($7::bigint[]) AND e.message_count <= $8) UNION ALL SELECT m.id FROM messages m "
     "WHERE m.id = ANY($9::bigint[])), "
     "wanted AS (SELECT id, max(prev_id) AS prev_id, max(next_id) AS next_id FROM (SELECT id, prev_id, next_id "
     "FROM hit UNION ALL SELECT prev_id, NULL, NULL FROM hit UNION ALL SELECT next_id, NULL, NULL FROM hit "
-    "UNION ALL SELECT id, NULL, NULL FROM member) AS k WHERE id IS NOT NULL GROUP BY id) "
+    "UNION ALL SELECT id, NULL, NULL FROM more) AS k WHERE id IS NOT NULL GROUP BY id) "
     f"SELECT {MSG_COLS}, m.episode_id, w.prev_id, w.next_id, {{cosine}} "
     "FROM wanted w JOIN messages m ON m.id = w.id {join} WHERE m.user_id = $2 AND m.created_at <= $3 "
     "AND m.id <> ALL($4::bigint[]) "

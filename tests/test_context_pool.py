@@ -8,11 +8,11 @@ header line per episode (date, how long ago, surface) and `- me: "..."` / `- you
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from kernel.tokens import MESSAGE_OVERHEAD, count
 from memory.context import AssembledContext, BlockShares, assemble, render_text
-from memory.context_render import MEMORY_HEADER, header_tokens
+from memory.context_render import MEMORY_HEADER, episode_header, format_age, header_tokens, turn_line
 from memory.store import ContextRows, StoredMessage
 from tests.test_context import (
     NEW,
@@ -193,10 +193,6 @@ def test_recalled_messages_compete_by_their_fused_score_and_carry_its_components
 
 
 def test_ages_and_episode_headers_read_whole_seconds_at_each_boundary() -> None:
-    from datetime import UTC, datetime
-
-    from memory.context_render import episode_header, format_age, turn_line
-
     now = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
     cases = [(timedelta(seconds=59, microseconds=999_999), "just now"), (timedelta(seconds=60), "1 min ago"),
              (timedelta(minutes=59, seconds=59), "59 min ago"), (timedelta(hours=1), "1 h ago"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from bot import metrics
@@ -43,23 +44,32 @@ async def assemble_context(
         n_tokens = await count_tokens(text)
     rows = None
     if user_id is not None:
-        vector = None
         began = time.perf_counter()
+        query = context_query(settings, user_id=user_id, surface=surface, conversation_id=conversation_id,
+                              current_message_id=current_message_id, text=text, at=at, private=private)
         if private and embedder is not None and active(embedder, store):
-            vector = await embed_query(embedder, text, settings.embed_query_timeout, user_id=user_id)
-            metrics.observe_retrieval("embed", time.perf_counter() - began)
-            began = time.perf_counter()
-        rows = await store.load_context(context_query(
-            settings, user_id=user_id, surface=surface, conversation_id=conversation_id,
-            current_message_id=current_message_id, text=text, at=at, private=private, vector=vector,
-            embedder=embedder.name if vector is not None and embedder else ""))
-        metrics.observe_retrieval("load", time.perf_counter() - began)
+            embedding = [0.0]
+
+            async def embedded() -> tuple[float, ...] | None:
+                started = time.perf_counter()
+                try:
+                    return await embed_query(embedder, text, settings.embed_query_timeout, user_id=user_id)
+                finally:
+                    embedding[0] = time.perf_counter() - started
+                    metrics.observe_retrieval("embed", embedding[0])
+
+            # the store reads what needs no vector while the question is embedded (Store.load_context)
+            rows = await store.load_context(replace(query, embedder=embedder.name), vector=embedded())
+            metrics.observe_retrieval("load", time.perf_counter() - began - embedding[0])
+        else:
+            rows = await store.load_context(query)
+            metrics.observe_retrieval("load", time.perf_counter() - began)
     return assemble_rows(settings, rows, text=text, n_tokens=n_tokens, surface=surface, at=at)
 
 
 def context_query(
     settings: Settings, *, user_id: int, surface: str, conversation_id: int | None, current_message_id: int | None,
-    text: str, at: datetime, private: bool = True, vector: tuple[float, ...] | None = None, embedder: str = "",
+    text: str, at: datetime, private: bool = True,
 ) -> ContextQuery:
     """What the store gathers for a context (the settings' windows and limits; a group's: no memory, no other
     surfaces)."""
@@ -69,7 +79,7 @@ def context_query(
         at=at, cross_since=at - timedelta(hours=s.cross_surface_hours),
         cross_limit=s.cross_surface_limit if private else 0,
         search_text=text, search_limit=recall_limit(s.context_budget) if private else 0,
-        facts_limit=50 if private else 0, query_vector=vector, embedder=embedder,
+        facts_limit=50 if private else 0,
     )
 
 

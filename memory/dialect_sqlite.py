@@ -21,8 +21,9 @@ import os
 import re
 import sqlite3
 import time
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -37,7 +38,7 @@ from memory.sql_store import Logic, SqlStore, context_mode, unread
 from memory.sql_vectors import VectorQuery
 from memory.sqlite_checkpoint import SAFETY_PAGES, Checkpointer
 from memory.sqlite_file import FILE_FIX, TRANSIENT, FileIdentity, file_identity, file_problem
-from memory.store import ContextQuery, Ingested, IngestedContext, StoreError, StoreUnavailable
+from memory.store import ContextQuery, ContextRows, Ingested, IngestedContext, StoreError, StoreUnavailable, with_vector
 from memory.vectors import DEFAULT_CACHE_FLOATS, Matrix, MatrixCache, extend, matrix_cosines, matrix_of, pack, top
 from memory.windows import WindowCache, triggers
 
@@ -199,6 +200,14 @@ class SqliteDb(Db):
         matrix = await self._matrix(vq.user_id, vq.embedder, len(vq.vector)) if ids else None
         return {} if matrix is None else matrix_cosines(matrix, vq.vector, ids)
 
+    async def warm(self, user_id: int, embedder: str) -> None:
+        """The person's matrix of `embedder` made current in the cache (`_matrix`), ahead of a search."""
+        cached = self.matrices.get((user_id, embedder))
+        dim = cached.rows.shape[1] if cached is not None else await self.value(f"SELECT dim {_PERSON} LIMIT 1",
+                                                                                  user_id, embedder)
+        if dim:
+            await self._matrix(user_id, embedder, int(dim))
+
     async def _matrix(self, user_id: int, embedder: str, dim: int) -> Matrix | None:
         """The person's vectors of `embedder`, from the cache: as they are when nothing was committed since they were
         last checked (no other connection's commit: PRAGMA data_version; no write of this store that may touch
@@ -346,6 +355,39 @@ class SqliteStore(SqlStore):
             unread(stored[0], exc)
             return stored, None
         return stored, IngestedContext(query, rows, time.perf_counter() - began)
+
+    async def load_context(self, query: ContextQuery, *,
+                           vector: Awaitable[tuple[float, ...] | None] | None = None) -> ContextRows:
+        """With a `vector` still being computed, what needs none of it is read meanwhile (sql_turns.read_context:
+        the memories, the window, recall's hits and rows, and the person's vector matrix made current), then the
+        vector search and the scoring with what the embedding gave (finish_context), in a second transaction:
+        the question's embedding no longer waits for the store's read, nor the read for the embedding. At 1,000
+        people x 1,000 messages the read took 4 of the 6.5 ms of a turn's context with vectors."""
+        if vector is None:
+            return await super().load_context(query)
+        read = asyncio.ensure_future(self._tx(context_mode(query), self._read_ahead, query))
+        try:
+            embedded = await vector
+        except BaseException:
+            read.cancel()  # its transaction runs to its end on the worker; nothing of it is kept
+            raise
+        try:
+            partial = await read
+        except StoreError:
+            partial = None  # read it all with the vector
+        full = with_vector(query, embedded)
+        if partial is None:
+            return await super().load_context(full)
+        return await self._tx(context_mode(full), turns.finish_context, full, partial)
+
+    async def _read_ahead(self, db: SqliteDb, query: ContextQuery) -> turns.ReadContext:
+        """read_context of `query` (its embedder named, its vector to come), and the person's matrix of that
+        embedder read into the cache if it is not there (a first turn since start: ~2,000 rows and their float16
+        to float32, some 4.5 ms at 1,000 messages) while the question is embedded."""
+        read = await turns.read_context(db, replace(query, query_vector=None))
+        if query.embedder:
+            await db.warm(query.user_id, query.embedder)
+        return read
 
     async def migrate(self) -> list[str]:
         """Apply pending migrations (connecting first if needed); return the names applied."""

@@ -20,6 +20,7 @@ vector term, 0.582 / 0.646 with their own cosines. Then `retrieval.score` fuses 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from memory import retrieval
@@ -81,46 +82,101 @@ OUTSIDE = ("SELECT EXISTS (SELECT 1 FROM messages m WHERE m.user_id = $1 AND m.c
 ROWS = ROWS_OF.format(cosine="NULL", join="")
 
 
+@dataclass(slots=True)
+class Gathered:
+    """What recall reads up to its scoring (`gather`): the lexical and episode hits, the vector hits when searched
+    (`searched`), and ROWS' rows; the moment and left-out ids as the dialect passes them. `nothing`: nothing of
+    the person's lies outside the window."""
+
+    at: Any
+    out: Any
+    hits: dict[int, float] = field(default_factory=dict)
+    episode_scores: dict[int, float] = field(default_factory=dict)
+    near: dict[int, float] = field(default_factory=dict)
+    searched: bool = False
+    rows: list[Any] = field(default_factory=list)
+    nothing: bool = False
+
+
 async def recall(db: Db, q: ContextQuery,
                  excluded: list[int]) -> tuple[list[StoredMessage], dict[int, dict[str, float]]]:
     """The recalled messages, best first (at most q.search_limit), and each one's score components."""
     if q.search_limit <= 0:
         return [], {}
-    at, out = db.ts(q.at), db.ids(excluded)  # the ids as the dialect passes them, converted once for 3 statements
+    return await finish(db, q, excluded, await gather(db, q, excluded))
+
+
+async def gather(db: Db, q: ContextQuery, excluded: list[int], *, search: bool = True) -> Gathered:
+    """Recall's reads up to its scoring: the probe, the hits, the vector hits (q's vector; not when `search` is
+    False: the question is embedded meanwhile, `finish` searches them) and ROWS."""
+    g = Gathered(db.ts(q.at), db.ids(excluded))  # the ids as the dialect passes them, converted once
     # where a statement costs no round trip (SQLite), a person whose whole history is in the window already (a
     # web visitor's first hundred turns) is not searched: OUTSIDE says so instead of the search's five statements
-    if db.probes and not await db.value(OUTSIDE, q.user_id, at, out):
-        return [], {}
+    if db.probes and not await db.value(OUTSIDE, q.user_id, g.at, g.out):
+        g.nothing = True
+        return g
     terms = query_terms(q.search_text)
-    lexical, found = await db.hits(q, terms, out, LEXICAL_HITS, EPISODE_HITS) if terms else ([], [])
-    hits, episode_scores = dict(lexical), dict(found)
-    near = await vectors.recall(db, q, excluded)
-    if not hits and not episode_scores and not near:
-        return [], {}
-    members = sorted(episode_scores, key=lambda e: -episode_scores[e])[:EPISODE_MEMBERS]
-    cosine = vectors.row_cosine(db, q)
-    sql, extra = (ROWS, ()) if cosine is None else (ROWS_OF.format(join=cosine[0], cosine=cosine[1]), (cosine[2],))
+    lexical, found = await db.hits(q, terms, g.out, LEXICAL_HITS, EPISODE_HITS) if terms else ([], [])
+    g.hits, g.episode_scores = dict(lexical), dict(found)
+    if search:
+        g.near, g.searched = await vectors.recall(db, q, excluded), True
+    if not g.hits and not g.episode_scores and not g.near:
+        return g
+    members = sorted(g.episode_scores, key=lambda e: -g.episode_scores[e])[:EPISODE_MEMBERS]
     # A vector hit comes without its neighbours: seeking them cost 128 hits two index seeks and a row each, for
     # candidates far in meaning that share no word with the question (the neighbour term counts a lexical hit's
     # score only). bench/memory_bench.py with the local embedder, at 2,000 tokens: en 0.617 -> 0.626, es 0.667 ->
     # 0.656 (1,000: 0.534 -> 0.534, 0.564 -> 0.573); bench/context_bench.py's SQLite hilo +vec pre-model p50 ~11.0
     # -> ~9.0 ms at 1,000 x 1,000 (three interleaved pairs of 300 turns).
-    rows: list[Any] = await db.all(sql, db.ids(sorted(hits)), q.user_id, at, out, q.current_message_id,
-                                   q.conversation_id, db.ids(members), MEMBERS_CAP,
-                                   db.ids(sorted(set(near) - set(hits))), *extra)
-    by_id = {int(r[0]): r for r in rows}
-    gathered = candidates(rows, hits)
-    in_rows = None if cosine is None else {int(r[0]): float(r[14]) for r in rows if r[14] is not None}
-    cosines = await vectors.candidate_cosines(db, q, near, list(by_id), in_rows)
-    scores = retrieval.best(gathered, episode_scores, q.search_text, cosines or None, q.search_limit)
+    g.rows = await _rows(db, q, g, sorted(g.hits), members, sorted(set(g.near) - set(g.hits)))
+    return g
+
+
+async def finish(db: Db, q: ContextQuery, excluded: list[int], g: Gathered,
+                 ) -> tuple[list[StoredMessage], dict[int, dict[str, float]]]:
+    """The vector search `gather` left (with q's vector, if any: the rows of its hits that ROWS did not bring
+    are read apart, without neighbours as ever) and the scoring of every candidate: the messages, best first,
+    and their components."""
+    if g.nothing:
+        return [], {}
+    if not g.searched:
+        g.near, g.searched = await vectors.recall(db, q, excluded), True
+        have = {int(r[0]) for r in g.rows}
+        late = sorted(i for i in g.near if i not in have)
+        if late:
+            g.rows += await _rows(db, q, g, [], [], late)
+    if not g.rows:
+        return [], {}
+    by_id = {int(r[0]): r for r in g.rows}
+    gathered = candidates(g.rows, g.hits)
+    in_rows = (None if vectors.row_cosine(db, q) is None
+               else {int(r[0]): float(r[14]) for r in g.rows if r[14] is not None})
+    cosines = await vectors.candidate_cosines(db, q, g.near, list(by_id), in_rows)
+    scores = retrieval.best(gathered, g.episode_scores, q.search_text, cosines or None, q.search_limit)
     # only the returned rows become messages (a few of the hundreds of candidates at 100k messages)
     return [to_message(by_id[i][:11]) for i in scores], scores
+
+
+async def _rows(db: Db, q: ContextQuery, g: Gathered, hits: list[int], members: list[int],
+                plain: list[int]) -> list[Any]:
+    """ROWS for lexical hits `hits` (with their neighbours), the episodes `members` and messages `plain`."""
+    cosine = vectors.row_cosine(db, q)
+    sql, extra = (ROWS, ()) if cosine is None else (ROWS_OF.format(join=cosine[0], cosine=cosine[1]), (cosine[2],))
+    return list(await db.all(sql, db.ids(hits), q.user_id, g.at, g.out, q.current_message_id, q.conversation_id,
+                             db.ids(members), MEMBERS_CAP, db.ids(plain), *extra))
+
+
+def _first(row: Sequence[Any]) -> int:
+    return int(row[0])
 
 
 def candidates(rows: Sequence[Any], hits: Mapping[int, float]) -> list[retrieval.Candidate]:
     """ROWS' rows as retrieval's candidates (`hits`: message id -> BM25). A hit's row carries its two neighbours; any
     other row learns from the hits which hit lies before or after it (the hit's next or previous is the row). A
-    neighbour that is no hit stays unknown: retrieval scores it as no neighbour (both take the floor)."""
+    neighbour that is no hit stays unknown: retrieval scores it as no neighbour (both take the floor). In id order,
+    however the rows came (ROWS once, or ROWS and the rows of a question's vector hits after it: `finish`): the
+    scores' sums over the candidates then add up in one order."""
+    rows = sorted(rows, key=_first)
     before: dict[int, int] = {}  # row id -> the hit right before it
     after: dict[int, int] = {}  # row id -> the hit right after it
     for r in rows:

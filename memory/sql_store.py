@@ -14,7 +14,7 @@ what it runs (`hilo context` starts in under 0.25 s: docs/architecture.md, "Perf
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -48,6 +48,7 @@ from memory.store import (
     Pending,
     Redemption,
     StoredMessage,
+    with_vector,
 )
 
 if TYPE_CHECKING:  # in the signatures only: at run time the methods import what they use (below)
@@ -235,7 +236,10 @@ class SqlStore:
             except StoreError:  # it lapses after its ttl
                 continue
 
-    async def load_context(self, query: ContextQuery) -> ContextRows:
+    async def load_context(self, query: ContextQuery, *,
+                           vector: Awaitable[tuple[float, ...] | None] | None = None) -> ContextRows:
+        if vector is not None:
+            query = with_vector(query, await vector)
         return await self._tx(context_mode(query), turns.load_context, query)
 
     async def finish_turn(

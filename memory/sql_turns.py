@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -238,23 +239,40 @@ AFTER_AND_CROSS = (
 )
 
 
+@dataclass(slots=True)
+class ReadContext:
+    """What `read_context` read of a context: everything but what needs the question's vector (`finish_context`
+    adds it): the memories' rows (with their vectors of q.embedder), the conversation and cross-surface turns,
+    and recall's gathered rows (None: no recall)."""
+
+    facts_rows: list[Any]
+    conversation: list[StoredMessage]
+    cross: list[StoredMessage]
+    excluded: list[int]
+    recall: sql_recall.Gathered | None
+
+
 async def load_context(db: Db, q: ContextQuery) -> ContextRows:
     """Memories (with their cosines to a query vector), the current conversation and cross-surface turns (one
     statement) and recall (memory/sql_recall.py: three SELECTs, plus the dialect's term statistics on Postgres
     when there is something to search, and one vector search with a query vector), every row at or before the
     turn's moment."""
+    return await finish_context(db, q, await read_context(db, q, search=True))
+
+
+async def read_context(db: Db, q: ContextQuery, *, search: bool = False) -> ReadContext:
+    """load_context's reads but the vector search (`search`: that too, with q's vector). Without it, a store
+    reads this while the question is embedded, and `finish_context` with the vector after (the memories' vectors
+    of q.embedder come along whenever it is named)."""
     at, cur = db.ts(q.at), q.current_message_id
-    facts, cosines = [], {}
+    facts_rows: list[Any] = []
     if q.facts_limit > 0:
-        # with a query vector, each memory's vector of that embedder comes along (NULL otherwise): its cosine
-        rows = list(reversed(await db.all(
+        # each memory's vector of the question's embedder comes along (NULL otherwise): its cosine
+        facts_rows = list(reversed(await db.all(
             f"SELECT {MEMORY_COLS}, CASE WHEN embedder = $4 THEN vector END FROM memories WHERE user_id = $1 "
             "AND ended_at IS NULL AND created_at <= $2 AND (expires_at IS NULL OR expires_at > $2) "
-            "ORDER BY id DESC LIMIT $3", q.user_id, at, q.facts_limit, q.embedder if q.query_vector else "",
+            "ORDER BY id DESC LIMIT $3", q.user_id, at, q.facts_limit, q.embedder,
         )))
-        facts = [to_memory(r[:-1]) for r in rows]
-        if q.query_vector:
-            cosines = cosines_of(q.query_vector, [(int(r[0]), r[-1]) for r in rows])
     conversation: list[StoredMessage] = []
     cross: list[StoredMessage] = []
     recent = q.recent_limit if q.conversation_id is not None else 0
@@ -267,12 +285,21 @@ async def load_context(db: Db, q: ContextQuery) -> ContextRows:
     # A reply sorts right after the message it answers, even when a queued turn was stored in between.
     conversation.sort(key=lambda m: (m.reply_to if m.reply_to is not None else m.id, m.id))
     cross.reverse()
+    excluded = [m.id for m in conversation] + [m.id for m in cross] + ([cur] if cur is not None else [])
+    gathered = (await sql_recall.gather(db, q, excluded, search=search)) if q.search_limit > 0 else None
+    return ReadContext(facts_rows, conversation, cross, excluded, gathered)
+
+
+async def finish_context(db: Db, q: ContextQuery, read: ReadContext) -> ContextRows:
+    """The context from `read` (`read_context`'s, of q without its vector or with it) and q's vector: the
+    memories' cosines, recall's vector search if `read` left it, and recall's scoring."""
+    facts = [to_memory(r[:-1]) for r in read.facts_rows]
+    cosines = cosines_of(q.query_vector, [(int(r[0]), r[-1]) for r in read.facts_rows]) if q.query_vector else {}
     recalled: list[StoredMessage] = []
     scores: dict[int, dict[str, float]] = {}
-    if q.search_limit > 0:
-        excluded = [m.id for m in conversation] + [m.id for m in cross] + ([cur] if cur is not None else [])
-        recalled, scores = await sql_recall.recall(db, q, excluded)
-    return ContextRows(facts=facts, conversation=conversation, cross_surface=cross, recalled=recalled,
+    if read.recall is not None:
+        recalled, scores = await sql_recall.finish(db, q, read.excluded, read.recall)
+    return ContextRows(facts=facts, conversation=read.conversation, cross_surface=read.cross, recalled=recalled,
                        recall_scores=scores, memory_cosines=cosines)
 
 

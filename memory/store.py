@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -72,6 +72,11 @@ class ContextQuery:
     facts_limit: int = 50
     query_vector: tuple[float, ...] | None = None
     embedder: str = ""
+
+
+def with_vector(query: ContextQuery, vector: tuple[float, ...] | None) -> ContextQuery:
+    """`query` with the question's embedding (Store.load_context's `vector`), or lexical only without one."""
+    return replace(query, query_vector=vector) if vector else replace(query, query_vector=None, embedder="")
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,8 +240,12 @@ class Store(Protocol):
     async def stored_turn(self, message_id: int) -> Ingested | None:
         """A stored person's message with no reply and no model call, as a turn to answer (else None)."""
 
-    async def load_context(self, query: ContextQuery) -> ContextRows:
-        """One read transaction gathering everything context assembly needs (see ContextQuery)."""
+    async def load_context(self, query: ContextQuery, *,
+                           vector: Awaitable[tuple[float, ...] | None] | None = None) -> ContextRows:
+        """One read transaction gathering everything context assembly needs (see ContextQuery). `vector`: the
+        question's embedding, still being computed (query.embedder names the embedder, query.query_vector is
+        None): the context is read with what it gives (None: lexical only). SQLite reads what needs no vector
+        meanwhile, in a read transaction of its own, and the rest in a second one (`with_vector`)."""
 
     async def finish_turn(
         self, turn: Ingested, reply: str | None, reply_tokens: int, calls: Sequence[ModelCallRecord],

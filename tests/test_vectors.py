@@ -4,14 +4,18 @@ load_context under lexical recall's rules, forget and linking, and a Postgres th
 
 from __future__ import annotations
 
+import asyncio
 import math
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from kernel.types import InboundMessage
-from memory.store import ContextQuery, Ingested, Store
+from memory.store import ContextQuery, Ingested, MemoryDraft, Store
 from tests.backends import Backend
+from tests.waiting import wait_until
 
 T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(days=3)
 DIM = 8
@@ -180,6 +184,95 @@ async def test_the_dialects_give_the_candidates_cosines_alike(store: Store) -> N
     got = await store._tx("read", lambda db: db.cosines(vq, ids))  # type: ignore[attr-defined]
     assert sorted(got) == ids[:2], "bob's vector is not ana's"
     assert all(abs(got[t.message.id] - math.cos(0.4 * i)) < 0.01 for i, t in enumerate(ana) if i), got
+
+
+async def _history(store: Store) -> Ingested:
+    """ana's history for the two ways of reading a context with a vector: lexical hits ("pizza") with neighbours,
+    vector hits, messages of both, a memory with a vector; the question's turn."""
+    texts = ("the weather", "I like pizza", "the news", "lovely sun", "pizza with friends", "fed the dog",
+             "a good book", "nice day")
+    said = [await say(store, "ana", f"h{i}", text, T0 + timedelta(hours=2 * i)) for i, text in enumerate(texts)]
+    await store.write_vectors("e1", [(t.message.id, axis(i % 3, tilt=0.2 * i)) for i, t in enumerate(said)])
+    await store.add_memory(said[0].user_id, MemoryDraft("likes the sea"), vector=axis(0, tilt=0.1), embedder="e1")
+    return await say(store, "ana", "hq", "pizza or a walk?", T0 + timedelta(days=1), surface="web")
+
+
+async def test_a_vector_given_while_the_store_reads_gives_the_same_context(store: Store) -> None:
+    """Store.load_context with the question's embedding still being computed (`vector`): SQLite reads what needs
+    no vector meanwhile and the rest after it, Postgres awaits it first; either way the context is the one read
+    with the vector given, and the one read lexically when the embedding gives nothing."""
+    turn = await _history(store)
+    asked = query(turn, None, conversation_id=turn.conversation_id, current_message_id=turn.message.id,
+                  search_text="pizza or a walk?", search_limit=8, at=datetime.now(UTC))  # the memory is new
+    given = await store.load_context(replace(asked, query_vector=tuple(axis(0))))
+    # the lexical hits, and a message only the vector search finds (no word of the question, no hit next to it)
+    assert {"I like pizza", "pizza with friends", "a good book"} <= {m.content for m in given.recalled}
+    assert given.memory_cosines and max(s["vector"] for s in given.recall_scores.values()) > 0.99
+
+    async def embedded(vector: list[float] | None) -> tuple[float, ...] | None:
+        return tuple(vector) if vector is not None else None
+
+    assert await store.load_context(asked, vector=embedded(axis(0))) == given
+    lexical = await store.load_context(replace(asked, embedder=""))
+    assert await store.load_context(asked, vector=embedded(None)) == lexical
+    assert "a good book" not in {m.content for m in lexical.recalled} and not lexical.memory_cosines
+
+
+async def test_sqlite_reads_a_context_while_the_question_is_embedded(tmp_path: Any) -> None:
+    """The read transaction of what needs no vector commits, and the person's vectors are in the cache, before
+    the embedding is given: both wait for neither (the gate holds the embedding until the read is seen done)."""
+    from memory.dialect_sqlite import SqliteStore
+
+    store = SqliteStore(str(tmp_path / "hilo.db"))
+    await store.open()
+    try:
+        turn = await _history(store)
+        asked = query(turn, None, conversation_id=turn.conversation_id, current_message_id=turn.message.id,
+                      search_text="pizza or a walk?", search_limit=5)
+        given = await store.load_context(replace(asked, query_vector=tuple(axis(0))))
+        store.matrices.clear()  # a first turn since start: the matrix is read ahead too
+        transactions, loads = store.counters["transactions"], store.matrices.counters["loads"]
+        gate = asyncio.Event()
+
+        async def embedded() -> tuple[float, ...]:
+            await gate.wait()
+            return tuple(axis(0))
+
+        reading = asyncio.create_task(store.load_context(asked, vector=embedded()))
+        await wait_until(lambda: store.counters["transactions"] == transactions + 1, "the read ahead")
+        assert store.matrices.counters["loads"] == loads + 1 and not reading.done()
+        gate.set()
+        assert await reading == given
+        assert store.counters["transactions"] == transactions + 2
+        assert store.matrices.counters["loads"] == loads + 1, "the search used the matrix read ahead"
+    finally:
+        await store.close()
+
+
+async def test_an_embedding_that_raises_drops_the_read_ahead(tmp_path: Any) -> None:
+    """An embedder's error reaches the caller (embed_query turns the expected ones into None first); what was read
+    meanwhile is dropped, and the store's worker goes on answering."""
+    from memory.dialect_sqlite import SqliteStore
+
+    store = SqliteStore(str(tmp_path / "hilo.db"))
+    await store.open()
+    try:
+        turn = await _history(store)
+        asked = query(turn, None, conversation_id=turn.conversation_id, current_message_id=turn.message.id)
+
+        async def broken() -> tuple[float, ...]:
+            raise RuntimeError("the embedder broke")
+
+        with pytest.raises(RuntimeError, match="the embedder broke"):
+            await store.load_context(asked, vector=broken())
+        lexical = replace(asked, embedder="")
+        assert await store.load_context(asked, vector=_none()) == await store.load_context(lexical)
+    finally:
+        await store.close()
+
+
+async def _none() -> None:
+    return None
 
 
 def test_the_writes_that_keep_the_sqlite_vector_cache_name_real_functions() -> None:

@@ -370,6 +370,8 @@ class SqliteStore(SqlStore):
             embedded = await vector
         except BaseException:
             read.cancel()  # its transaction runs to its end on the worker; nothing of it is kept
+            if read.done() and not read.cancelled():
+                read.exception()  # a read that failed first is no news beside the embedding's own error
             raise
         try:
             partial = await read
@@ -382,8 +384,8 @@ class SqliteStore(SqlStore):
 
     async def _read_ahead(self, db: SqliteDb, query: ContextQuery) -> turns.ReadContext:
         """read_context of `query` (its embedder named, its vector to come), and the person's matrix of that
-        embedder read into the cache if it is not there (a first turn since start: ~2,000 rows and their float16
-        to float32, some 4.5 ms at 1,000 messages) while the question is embedded."""
+        embedder read into the cache if it is not there (their first turn since start: at 1,000 messages, 1,000
+        rows and their float16 made float32, some 4.5 ms) while the question is embedded."""
         read = await turns.read_context(db, replace(query, query_vector=None))
         if query.embedder:
             await db.warm(query.user_id, query.embedder)

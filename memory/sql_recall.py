@@ -9,12 +9,13 @@ terms' document frequencies when they are not cached):
 2. the rows: those messages, their neighbours (the message before and after in the conversation) and every
    message of the best EPISODE_MEMBERS episodes (MEMBERS_CAP at most), with the same exclusions as (1).
 With a query vector, one more: the person's nearest `search_limit` messages (memory/sql_vectors.py). (2) reads
-their rows too, without their neighbours (`recall` says why), and every candidate gets its cosine with the
-question, not only the vector hits: on Postgres (2) joins each row's vector and computes it; SQLite takes it from
-the person's cached matrix (no statement). Measured
-on bench/memory_bench.py: 0.551 / 0.618 (EN / ES at 2,000 tokens) when the other candidates took the floor of the
-vector term, 0.582 / 0.646 with their own cosines. Then `retrieval.score` fuses the terms and the best
-`search_limit` are returned with their components.
+their rows too, without their neighbours (`gather` says why); when the question is embedded while the rest is read
+(SQLite: Store.load_context's `vector`), `gather` runs without it and `finish` reads the rows of the vector hits
+that (2) did not bring, in a statement of their own. Every candidate gets its cosine with the question, not only
+the vector hits: on Postgres (2) joins each row's vector and computes it; SQLite takes it from the person's cached
+matrix (no statement). Measured on bench/memory_bench.py: 0.551 / 0.618 (EN / ES at 2,000 tokens) when the other
+candidates took the floor of the vector term, 0.582 / 0.646 with their own cosines. Then `retrieval.score` fuses the
+terms and the best `search_limit` are returned with their components.
 """
 
 from __future__ import annotations

@@ -7,8 +7,12 @@ and web, over 60 days up to ten minutes ago. Every row below has people of its o
 for each turn), so that no row's writes land in a conversation another row reads, and the caches of term
 statistics and vectors are as cold as a daemon serving many people keeps them. The SQLite store keeps a
 conversation's window for its person's next turn (memory/windows.py) until another connection commits (here the
-baselines' rows do, between blocks); `windows kept` says what share of the turns found theirs. Then runs,
-interleaved in ten blocks so every row sees the same machine state, on each backend:
+baselines' rows do, between blocks); `windows kept` says what share of the turns found theirs. Each row first
+gives each of its people one turn (the warm-up: a person's first turn since the process started reads their
+window and vectors cold; its p50 and worst are reported apart as `first`), then runs --turns turns, interleaved
+in blocks of BLOCK so every row sees the same machine state (p99 over 1,000 turns is their tenth worst; over 200
+it was the second, and a few first turns of people the warm-up's random draw had missed set it), on each
+backend:
 
   hilo           a turn as the pipeline runs it, lexical recall (HILO_EMBEDDER=none): Pipeline.take (ingest, 1
                  write tx, and with nothing to embed the context's read, 1 read tx, in the same call: on SQLite
@@ -31,7 +35,7 @@ wire through a proxy (bench/wire.py, a separate untimed pass). Writes bench/resu
 test: nothing here asserts a time.
 
     python bench/context_bench.py [--people 100] [--messages-per-person 1000] [--turns 300] [--postgres]
-    python bench/context_bench.py --people 1000 --messages-per-person 1000 --postgres --turns 200
+    python bench/context_bench.py --people 1000 --messages-per-person 1000 --postgres --turns 1000
 """
 
 from __future__ import annotations
@@ -65,6 +69,9 @@ from kernel.types import InboundMessage
 from memory.open import open_store
 
 ROWS = ("hilo", "hilo +vec", "fts", "seed", "hilo web", "bare endpoint")
+#: Turns each row runs before the next row's (interleaved blocks: every row sees the same machine state, and the
+#: baselines' commits between them leave hilo's SQLite windows as a busy daemon keeps them, some 35% kept).
+BLOCK = 20
 
 
 def pct(values: list[float], q: float) -> float:
@@ -182,9 +189,12 @@ async def runners_for(backend: str, store: Any, dsn: str, settings: Settings, rn
 
     def turns_of(row: str) -> NextTurn:
         people = groups[row]
+        first = iter(people)  # the warm-up: each person's first turn since start, one after the other
 
         def next_turn() -> tuple[str, str]:
-            k = rng.choice(people)
+            k = next(first, None)
+            if k is None:
+                k = rng.choice(people)
             return f"p{k}", sentence(rng, language_of(k))
         return next_turn
 
@@ -256,6 +266,9 @@ def print_tables(results: dict[str, dict[str, dict[str, float]]]) -> None:
                   f"{r['pre_model_p50_ms']:>9.2f}{r['pre_model_p99_ms']:>9.2f}{_ms(r, 'embed_p50_ms'):>10}"
                   f"{_ms(r, 'embed_p99_ms'):>10}{r['statements_per_turn']:>7.0f}{r['round_trips_per_turn']:>7.0f}"
                   f"{wire_of(r):>7}{ratio:>21}{kept_of(r):>14}")
+    firsts = [f"{backend} {name} {r['first_pre_model_p50_ms']:.2f} / {r['first_pre_model_max_ms']:.2f}"
+              for backend, rows in results.items() for name, r in rows.items() if "first_pre_model_p50_ms" in r]
+    print("\na person's first turn since start (the warm-up), pre-model p50 / worst: " + ", ".join(firsts))
     print(f"\n{'backend':<10}{'web row':<15}{'turn p50':>9}{'turn p99':>9}{'stmts':>7}{'trips':>7}{'wire':>7}"
           "  (whole request)")
     for backend, rows in results.items():
@@ -316,18 +329,20 @@ async def main() -> None:
         settings = Settings(database_url=f"sqlite:///{path}", secret_key="bench-" + "k" * 40,
                             rate_limit_visitor=10**9, rate_limit_ip=10**9)
         data: dict[tuple[str, str], dict[str, list[float]]] = {}
+        firsts: dict[tuple[str, str], dict[str, list[float]]] = {}
         t_run = time.perf_counter()
         async with contextlib.AsyncExitStack() as stack:
             runners: list[tuple[str, str, Runner]] = []
             for backend, store in stores.items():
                 runners += await runners_for(backend, store, dsns[backend], settings, rng, groups, embedder, stack)
-            for _, _, run in runners:  # warm-up
-                await run(20)
+            for backend, name, run in runners:  # warm-up: each person's first turn since start, reported apart
+                firsts[(backend, name)] = await run(args.pool)
             heap.settle()  # as `hilo serve` does once its components started (kernel/heap.py)
             # and the seed's gigabyte on disk: the kernel flushing it during the timed turns is no daemon's day
             os.sync()
-            block = max(1, args.turns // 10)
-            for _ in range(10):  # interleaved: every row runs a block in turn
+            block = min(BLOCK, args.turns)
+            blocks = max(1, args.turns // block)
+            for _ in range(blocks):  # interleaved: every row runs a block in turn
                 for backend, name, run in runners:
                     for key, val in (await run(block)).items():
                         data.setdefault((backend, name), {}).setdefault(key, []).extend(val)
@@ -343,13 +358,18 @@ async def main() -> None:
     results: dict[str, dict[str, dict[str, float]]] = {}
     for (backend, name), d in data.items():
         results.setdefault(backend, {})[name] = summary(d)
+    for (backend, name), d in firsts.items():
+        if d.get("pre_model_ms"):
+            results[backend][name]["first_pre_model_p50_ms"] = statistics.median(d["pre_model_ms"])
+            results[backend][name]["first_pre_model_max_ms"] = max(d["pre_model_ms"])
     for name, trips in wire.items():
         results["postgres"][name]["wire_round_trips_per_turn"] = trips
     load = os.getloadavg()
     print(f"seeded {seeded:,} messages ({args.people:,} people x {args.messages_per_person:,}): "
           + ", ".join(f"{b} {s:.1f} s" for b, s in seed_s.items())
           + "".join(f"; {b} {n:,} vectors in {s:.1f} s" for b, (n, s) in vectors.items())
-          + f"; {block * 10} turns per row, {args.pool} people each, interleaved, in {run_s:.0f} s; load average "
+          + f"; {block * blocks} turns per row after each person's first, {args.pool} people each, interleaved in "
+          f"blocks of {block}, in {run_s:.0f} s; load average "
           f"(1 min) {load_at_start[0]:.2f} at the start, {load[0]:.2f} at the end ({os.cpu_count()} cores)\n")
     print_tables(results)
     print("\nhilo's and seed's statements include the writes after the model (reply, usage / update); fts stops "
@@ -359,7 +379,7 @@ async def main() -> None:
     args.out.write_text(json.dumps({
         "results": results, "seeded_rows": seeded, "people": args.people,
         "messages_per_person": args.messages_per_person, "pool": args.pool, "seed_s": seed_s,
-        "turns_per_row": block * 10, "loadavg_start": load_at_start, "loadavg_end": load,
+        "turns_per_row": block * blocks, "block": block, "loadavg_start": load_at_start, "loadavg_end": load,
         "embedder": embedder.name if embedder is not None else None,
     }, indent=2))
     print(f"wrote {args.out}")

@@ -35,7 +35,7 @@ PY = sys.executable
 
 #: section -> (full arguments, --quick arguments); {out} is the JSON file of the run's folder
 SECTIONS: dict[str, tuple[str, list[str], list[str]]] = {
-    "a": ("context_bench.py", ["--people", "1000", "--messages-per-person", "1000", "--postgres", "--turns", "200"],
+    "a": ("context_bench.py", ["--people", "1000", "--messages-per-person", "1000", "--postgres", "--turns", "1000"],
           ["--people", "60", "--messages-per-person", "200", "--postgres", "--turns", "40", "--pool", "5"]),
     # lexical rows: the embedder's rows (+emb) cost a 100k-vector HNSW build on Postgres (~6 min on 2 cores): run
     # bench/memory_bench.py without --no-embedder for them
@@ -154,13 +154,15 @@ def goals(r: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
 
 
 def section_a(d: dict[str, Any]) -> str:
-    lines = [f"{d['people']:,} people x {d['messages_per_person']:,} messages, {d['turns_per_row']} turns per row "
-             f"({d['pool']} people each, drawn at random), interleaved; times in ms. Windows kept: the share of "
-             "turns that found their conversation's window kept since their person's turn before (SQLite: "
-             "memory/windows.py).", "",
+    lines = [f"{d['people']:,} people x {d['messages_per_person']:,} messages, {d['turns_per_row']:,} turns per row "
+             f"({d['pool']} people each, drawn at random) after each person's first, interleaved in blocks of "
+             f"{d.get('block', 20)}; times in ms. Windows kept: the share of turns that found their conversation's "
+             "window kept since their person's turn before (SQLite: memory/windows.py). First turn: a person's "
+             "first since the process started (their window and vectors read cold), pre-model p50 / worst of "
+             f"the {d['pool']}.", "",
              "| backend | row | context p50 | context p99 | pre-model p50 | pre-model p99 | embedding p50 / p99 | "
-             "pre-model vs seed (p50, p99) | statements | store calls | wire round trips | windows kept |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "pre-model vs seed (p50, p99) | statements | store calls | wire round trips | windows kept | first turn |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for backend, rows in d["results"].items():
         seed = rows["seed"]
         for name in ("hilo", "hilo +vec", "fts", "seed"):
@@ -173,7 +175,7 @@ def section_a(d: dict[str, Any]) -> str:
                     f"{r['pre_model_p50_ms'] / seed['pre_model_p50_ms']:.1f}x, "
                     f"{r['pre_model_p99_ms'] / seed['pre_model_p99_ms']:.1f}x | {r['statements_per_turn']:.0f} | "
                     f"{r['round_trips_per_turn']:.0f} | {_f(r.get('wire_round_trips_per_turn'), '.1f')} | "
-                    f"{_f(r.get('windows_kept'), '.0%')} |")
+                    f"{_f(r.get('windows_kept'), '.0%')} | {_first(r)} |")
     lines += ["", "| backend | web row (whole request) | p50 | p99 | vs bare p50 | wire round trips |",
               "|---|---|---:|---:|---:|---:|"]
     for backend, rows in d["results"].items():
@@ -184,6 +186,12 @@ def section_a(d: dict[str, Any]) -> str:
                          f"{r['turn_p50_ms'] / bare['turn_p50_ms']:.1f}x | "
                          f"{_f(r.get('wire_round_trips_per_turn'), '.1f')} |")
     return "\n".join(lines)
+
+
+def _first(r: dict[str, Any]) -> str:
+    if "first_pre_model_p50_ms" not in r:
+        return "-"
+    return f"{r['first_pre_model_p50_ms']:.2f} / {r['first_pre_model_max_ms']:.2f}"
 
 
 def section_b(d: dict[str, Any]) -> str:

@@ -198,17 +198,19 @@ async def runners_for(backend: str, store: Any, dsn: str, settings: Settings, rn
             return f"p{k}", sentence(rng, language_of(k))
         return next_turn
 
+    # one draw per row for the whole run (its warm-up first): a runner's blocks go on with it
+    turns = {row: turns_of(row) for row in ("hilo", "hilo +vec", "fts", "seed")}
     pipeline = Pipeline(settings, store, chain=None)  # type: ignore[arg-type]
     runners: list[tuple[str, str, Runner]] = [
-        (backend, "hilo", lambda n: run_hilo(store, pipeline, n, turns_of("hilo"))),
+        (backend, "hilo", lambda n: run_hilo(store, pipeline, n, turns["hilo"])),
     ]
     if embedder is not None:
         with_vectors = Pipeline(settings, store, chain=None, embedder=embedder)  # type: ignore[arg-type]
         runners.append((backend, "hilo +vec",
-                        lambda n: run_hilo(store, with_vectors, n, turns_of("hilo +vec"), embedder)))
+                        lambda n: run_hilo(store, with_vectors, n, turns["hilo +vec"], embedder)))
     runners += [
-        (backend, "fts", lambda n: run_fts(raw, n, turns_of("fts"), settings.cross_surface_hours)),
-        (backend, "seed", lambda n: run_seed(raw, n, turns_of("seed"))),
+        (backend, "fts", lambda n: run_fts(raw, n, turns["fts"], settings.cross_surface_hours)),
+        (backend, "seed", lambda n: run_seed(raw, n, turns["seed"])),
     ]
     web_people = [(int(await store.user_id(f"p{k}")), language_of(k)) for k in groups["hilo web"]]
     web = await stack.enter_async_context(hilo_web(settings, store, raw, web_people,

@@ -48,19 +48,20 @@ async def assemble_context(
         query = context_query(settings, user_id=user_id, surface=surface, conversation_id=conversation_id,
                               current_message_id=current_message_id, text=text, at=at, private=private)
         if private and embedder is not None and active(embedder, store):
-            embedding = [0.0]
+            embedding_s = 0.0
 
             async def embedded() -> tuple[float, ...] | None:
+                nonlocal embedding_s
                 started = time.perf_counter()
                 try:
                     return await embed_query(embedder, text, settings.embed_query_timeout, user_id=user_id)
                 finally:
-                    embedding[0] = time.perf_counter() - started
-                    metrics.observe_retrieval("embed", embedding[0])
+                    embedding_s = time.perf_counter() - started
+                    metrics.observe_retrieval("embed", embedding_s)
 
             # the store reads what needs no vector while the question is embedded (Store.load_context)
             rows = await store.load_context(replace(query, embedder=embedder.name), vector=embedded())
-            metrics.observe_retrieval("load", time.perf_counter() - began - embedding[0])
+            metrics.observe_retrieval("load", time.perf_counter() - began - embedding_s)
         else:
             rows = await store.load_context(query)
             metrics.observe_retrieval("load", time.perf_counter() - began)

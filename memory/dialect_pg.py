@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -41,16 +41,7 @@ from memory.rows import INSERT_COLS, Db, Mode, Rollback, aware, columns_by_table
 from memory.sql_import import ImportWrites
 from memory.sql_store import Logic, SqlStore
 from memory.sql_vectors import VectorQuery
-from memory.store import (
-    ContextQuery,
-    ContextRows,
-    ImportResult,
-    ImportRow,
-    Ingested,
-    StoreError,
-    StoreUnavailable,
-    with_vector,
-)
+from memory.store import ContextQuery, ContextRows, ImportResult, ImportRow, Ingested, StoreError, StoreUnavailable
 
 T = TypeVar("T")
 logger = log.get("hilo.store")
@@ -396,12 +387,9 @@ class PostgresStore(SqlStore):
             await self._read_ingested(turn, context)
         return turn
 
-    async def load_context(self, query: ContextQuery, *,
-                           vector: Awaitable[tuple[float, ...] | None] | None = None) -> ContextRows:
+    async def _read_context(self, query: ContextQuery) -> ContextRows:
         """One statement, with a query vector or without (memory/pg_context.py): a `vector` being computed is
-        awaited first (the statement is one round trip: nothing to read meanwhile)."""
-        if vector is not None:
-            query = with_vector(query, await vector)
+        awaited first (SqlStore.load_context: the statement is one round trip, nothing to read meanwhile)."""
         return await self._tx("reads", pg_context.load_context, query)
 
     async def finish_turn(

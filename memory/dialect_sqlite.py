@@ -23,7 +23,6 @@ import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -364,7 +363,7 @@ class SqliteStore(SqlStore):
         the question's embedding no longer waits for the store's read, nor the read for the embedding. At 1,000
         people x 1,000 messages the read took 4 of the 6.5 ms of a turn's context with vectors."""
         if vector is None:
-            return await super().load_context(query)
+            return await self._read_context(query)
         read = asyncio.ensure_future(self._tx(context_mode(query), self._read_ahead, query))
         try:
             embedded = await vector
@@ -379,14 +378,14 @@ class SqliteStore(SqlStore):
             partial = None  # read it all with the vector
         full = with_vector(query, embedded)
         if partial is None:
-            return await super().load_context(full)
+            return await self._read_context(full)
         return await self._tx(context_mode(full), turns.finish_context, full, partial)
 
     async def _read_ahead(self, db: SqliteDb, query: ContextQuery) -> turns.ReadContext:
         """read_context of `query` (its embedder named, its vector to come), and the person's matrix of that
         embedder read into the cache if it is not there (their first turn since start: at 1,000 messages, 1,000
         rows and their float16 made float32, some 4.5 ms) while the question is embedded."""
-        read = await turns.read_context(db, replace(query, query_vector=None))
+        read = await turns.read_context(db, query)
         if query.embedder:
             await db.warm(query.user_id, query.embedder)
         return read

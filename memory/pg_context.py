@@ -61,7 +61,7 @@ def read_sql(vector: bool = False, dim: int = 0) -> str:
     """READ, or with a query vector (`vector`) its variant: each memory's vector of the question's embedder ($21)
     comes along, and when the database keeps vectors (`dim` > 0, the question's dimension) the person's nearest
     messages too: hilo_nearest (migrations/postgres/0043; $22 the question's vector, $23 how many), whose hits
-    join the lexical hits in `recalled` (without their neighbours: sql_recall.recall), every recalled row with its
+    join the lexical hits in `recalled` (without their neighbours: sql_recall.gather), every recalled row with its
     cosine."""
     near = vector and dim > 0
     hit_ids = "SELECT hit_id FROM hits WHERE hit_kind = 0"

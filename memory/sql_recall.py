@@ -85,16 +85,15 @@ ROWS = ROWS_OF.format(cosine="NULL", join="")
 
 @dataclass(slots=True)
 class Gathered:
-    """What recall reads up to its scoring (`gather`): the lexical and episode hits, the vector hits when searched
-    (`searched`), and ROWS' rows; the moment and left-out ids as the dialect passes them. `nothing`: nothing of
-    the person's lies outside the window."""
+    """What recall reads up to its scoring (`gather`): the lexical and episode hits, the vector hits (None until
+    searched), and ROWS' rows; the moment and left-out ids as the dialect passes them. `nothing`: nothing of the
+    person's lies outside the window."""
 
     at: Any
     out: Any
     hits: dict[int, float] = field(default_factory=dict)
     episode_scores: dict[int, float] = field(default_factory=dict)
-    near: dict[int, float] = field(default_factory=dict)
-    searched: bool = False
+    near: dict[int, float] | None = None
     rows: list[Any] = field(default_factory=list)
     nothing: bool = False
 
@@ -120,7 +119,7 @@ async def gather(db: Db, q: ContextQuery, excluded: list[int], *, search: bool =
     lexical, found = await db.hits(q, terms, g.out, LEXICAL_HITS, EPISODE_HITS) if terms else ([], [])
     g.hits, g.episode_scores = dict(lexical), dict(found)
     if search:
-        g.near, g.searched = await vectors.recall(db, q, excluded), True
+        g.near = await vectors.recall(db, q, excluded)
     if not g.hits and not g.episode_scores and not g.near:
         return g
     members = sorted(g.episode_scores, key=lambda e: -g.episode_scores[e])[:EPISODE_MEMBERS]
@@ -129,7 +128,7 @@ async def gather(db: Db, q: ContextQuery, excluded: list[int], *, search: bool =
     # score only). bench/memory_bench.py with the local embedder, at 2,000 tokens: en 0.617 -> 0.626, es 0.667 ->
     # 0.656 (1,000: 0.534 -> 0.534, 0.564 -> 0.573); bench/context_bench.py's SQLite hilo +vec pre-model p50 ~11.0
     # -> ~9.0 ms at 1,000 x 1,000 (three interleaved pairs of 300 turns).
-    g.rows = await _rows(db, q, g, sorted(g.hits), members, sorted(set(g.near) - set(g.hits)))
+    g.rows = await _rows(db, q, g, sorted(g.hits), members, sorted(set(g.near or ()) - set(g.hits)))
     return g
 
 
@@ -140,8 +139,8 @@ async def finish(db: Db, q: ContextQuery, excluded: list[int], g: Gathered,
     and their components."""
     if g.nothing:
         return [], {}
-    if not g.searched:
-        g.near, g.searched = await vectors.recall(db, q, excluded), True
+    if g.near is None:
+        g.near = await vectors.recall(db, q, excluded)
         have = {int(r[0]) for r in g.rows}
         late = sorted(i for i in g.near if i not in have)
         if late:

@@ -240,6 +240,10 @@ class SqlStore:
                            vector: Awaitable[tuple[float, ...] | None] | None = None) -> ContextRows:
         if vector is not None:
             query = with_vector(query, await vector)
+        return await self._read_context(query)
+
+    async def _read_context(self, query: ContextQuery) -> ContextRows:
+        """load_context's read, the query's vector (if any) in it: one read transaction."""
         return await self._tx(context_mode(query), turns.load_context, query)
 
     async def finish_turn(

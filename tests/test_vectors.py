@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from kernel.types import InboundMessage
+from memory.dialect_sqlite import SqliteStore
 from memory.store import ContextQuery, Ingested, MemoryDraft, Store
 from tests.backends import Backend
 from tests.waiting import wait_until
@@ -160,7 +161,7 @@ async def test_every_recall_candidate_carries_its_own_cosine(store: Store) -> No
 async def test_a_vector_hit_comes_without_its_neighbours_a_lexical_hit_with_them(store: Store) -> None:
     # two hours apart: an episode each, so no episode brings another's messages. Only "allergic" has a vector of
     # the question's embedder: the one vector hit. Its neighbours are far in meaning and share no word: read as
-    # candidates they cost a vector search's 128 hits two index seeks and a row each (sql_recall.recall),
+    # candidates they cost a vector search's 128 hits two index seeks and a row each (sql_recall.gather),
     # and they came back as recalled messages. The lexical hit's neighbours still come.
     texts = ("the weather", "I am allergic to peanuts", "the news", "walked the dog", "I like pizza", "read a book")
     said = [await say(store, "ana", f"a{i}", text, T0 + timedelta(hours=2 * i)) for i, text in enumerate(texts)]
@@ -221,8 +222,6 @@ async def test_a_vector_given_while_the_store_reads_gives_the_same_context(store
 async def test_sqlite_reads_a_context_while_the_question_is_embedded(tmp_path: Any) -> None:
     """The read transaction of what needs no vector commits, and the person's vectors are in the cache, before
     the embedding is given: both wait for neither (the gate holds the embedding until the read is seen done)."""
-    from memory.dialect_sqlite import SqliteStore
-
     store = SqliteStore(str(tmp_path / "hilo.db"))
     await store.open()
     try:
@@ -252,8 +251,6 @@ async def test_sqlite_reads_a_context_while_the_question_is_embedded(tmp_path: A
 async def test_an_embedding_that_raises_drops_the_read_ahead(tmp_path: Any) -> None:
     """An embedder's error reaches the caller (embed_query turns the expected ones into None first); what was read
     meanwhile is dropped, and the store's worker goes on answering."""
-    from memory.dialect_sqlite import SqliteStore
-
     store = SqliteStore(str(tmp_path / "hilo.db"))
     await store.open()
     try:
@@ -290,8 +287,6 @@ def test_the_writes_that_keep_the_sqlite_vector_cache_name_real_functions() -> N
 
 
 async def test_the_sqlite_matrices_stay_within_their_bound_and_still_answer(tmp_path: Any) -> None:
-    from memory.dialect_sqlite import SqliteStore
-
     store = SqliteStore(tmp_path / "hilo.db", cache_floats=3 * 2 * DIM)  # three people of two vectors each
     await store.open()
     try:

@@ -20,9 +20,9 @@ backend:
                  do it); finish_turn (reply + usage) after the model. `context` is from take's end to the
                  context; `pre` from the message to the context, the figure that counts
   hilo +vec      the same with the local embedder (the default where it is installed): the question's embedding
-                 is its own column (`embed`), and `pre` excludes it (the turn's time less the embedding's own: on
-                 SQLite the store reads what needs no vector while the question is embedded, and the part of
-                 that read the embedding covers is waited for by nobody); its people's messages have vectors
+                 is its own column (`embed`), and `pre` excludes it (the turn's time less the embedding's own: the
+                 store reads what needs no vector while the question is embedded, and the part of that read the
+                 embedding covers is waited for by nobody); its people's messages have vectors
                  (random unit vectors: the search costs the same whatever they say)
   fts            the earlier baseline (bench/baselines.py): ten awaited queries, an unfiltered full-text query
   seed           the seed pattern (bench/baselines.py): six awaited queries, four of them before the model

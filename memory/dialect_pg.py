@@ -388,9 +388,16 @@ class PostgresStore(SqlStore):
         return turn
 
     async def _read_context(self, query: ContextQuery) -> ContextRows:
-        """One statement, with a query vector or without (memory/pg_context.py): a `vector` being computed is
-        awaited first (SqlStore.load_context: the statement is one round trip, nothing to read meanwhile)."""
+        """One statement, with a query vector or without (memory/pg_context.py)."""
         return await self._tx("reads", pg_context.load_context, query)
+
+    async def _read_ahead(self, query: ContextQuery) -> pg_context.Read:
+        """The one statement without the vector being computed (SqlStore.load_context)."""
+        return await self._tx("reads", pg_context.read_ahead, query)
+
+    async def _finish_context(self, query: ContextQuery, partial: Any) -> ContextRows:
+        """The vector's part: one statement more when the database keeps vectors (pg_context.finish)."""
+        return await self._tx("reads", pg_context.finish, query, partial)
 
     async def finish_turn(
         self, turn: Ingested, reply: str | None, reply_tokens: int, calls: Sequence[ModelCallRecord],

@@ -21,7 +21,7 @@ import os
 import re
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, TypeVar
@@ -37,7 +37,7 @@ from memory.sql_store import Logic, SqlStore, context_mode, unread
 from memory.sql_vectors import VectorQuery
 from memory.sqlite_checkpoint import SAFETY_PAGES, Checkpointer
 from memory.sqlite_file import FILE_FIX, TRANSIENT, FileIdentity, file_identity, file_problem
-from memory.store import ContextQuery, ContextRows, Ingested, IngestedContext, StoreError, StoreUnavailable, with_vector
+from memory.store import ContextQuery, Ingested, IngestedContext, StoreError, StoreUnavailable
 from memory.vectors import DEFAULT_CACHE_FLOATS, Matrix, MatrixCache, extend, matrix_cosines, matrix_of, pack, top
 from memory.windows import WindowCache, triggers
 
@@ -355,33 +355,10 @@ class SqliteStore(SqlStore):
             return stored, None
         return stored, IngestedContext(query, rows, time.perf_counter() - began)
 
-    async def load_context(self, query: ContextQuery, *,
-                           vector: Awaitable[tuple[float, ...] | None] | None = None) -> ContextRows:
-        """With a `vector` still being computed, what needs none of it is read meanwhile (sql_turns.read_context:
-        the memories, the window, recall's hits and rows, and the person's vector matrix made current), then the
-        vector search and the scoring with what the embedding gave (finish_context), in a second transaction:
-        the question's embedding no longer waits for the store's read, nor the read for the embedding. At 1,000
-        people x 1,000 messages the read took 4 of the 6.5 ms of a turn's context with vectors."""
-        if vector is None:
-            return await self._read_context(query)
-        read = asyncio.ensure_future(self._tx(context_mode(query), self._read_ahead, query))
-        try:
-            embedded = await vector
-        except BaseException:
-            read.cancel()  # its transaction runs to its end on the worker; nothing of it is kept
-            if read.done() and not read.cancelled():
-                read.exception()  # a read that failed first is no news beside the embedding's own error
-            raise
-        try:
-            partial = await read
-        except StoreError:
-            partial = None  # read it all with the vector
-        full = with_vector(query, embedded)
-        if partial is None:
-            return await self._read_context(full)
-        return await self._tx(context_mode(full), turns.finish_context, full, partial)
+    async def _read_ahead(self, query: ContextQuery) -> turns.ReadContext:
+        return await self._tx(context_mode(query), self._read_and_warm, query)
 
-    async def _read_ahead(self, db: SqliteDb, query: ContextQuery) -> turns.ReadContext:
+    async def _read_and_warm(self, db: SqliteDb, query: ContextQuery) -> turns.ReadContext:
         """read_context of `query` (its embedder named, its vector to come), and the person's matrix of that
         embedder read into the cache if it is not there (their first turn since start: at 1,000 messages, 1,000
         rows and their float16 made float32, some 4.5 ms) while the question is embedded."""

@@ -13,6 +13,7 @@ what it runs (`hilo context` starts in under 0.25 s: docs/architecture.md, "Perf
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -238,13 +239,42 @@ class SqlStore:
 
     async def load_context(self, query: ContextQuery, *,
                            vector: Awaitable[tuple[float, ...] | None] | None = None) -> ContextRows:
-        if vector is not None:
-            query = with_vector(query, await vector)
-        return await self._read_context(query)
+        """With a `vector` still being computed (the question being embedded), what needs none of it is read
+        meanwhile (`_read_ahead`: the memories, the window, recall's hits and rows), then the rest with what the
+        embedding gave (`_finish_context`: the vector search and the scoring): the embedding no longer waits for the
+        store's read, nor the read for the embedding. At 1,000 people x 1,000 messages the read took 4 of the 6.5
+        ms of a SQLite turn's context with vectors; on Postgres the read ahead is one statement, the vector's part
+        another (memory/pg_context.py)."""
+        if vector is None:
+            return await self._read_context(query)
+        read = asyncio.ensure_future(self._read_ahead(query))
+        try:
+            embedded = await vector
+        except BaseException:
+            read.cancel()  # a SQLite transaction runs to its end on the worker; nothing of it is kept
+            if read.done() and not read.cancelled():
+                read.exception()  # a read that failed first is no news beside the embedding's own error
+            raise
+        try:
+            partial = await read
+        except StoreError:
+            partial = None  # read it all with the vector
+        full = with_vector(query, embedded)
+        if partial is None:
+            return await self._read_context(full)
+        return await self._finish_context(full, partial)
 
     async def _read_context(self, query: ContextQuery) -> ContextRows:
         """load_context's read, the query's vector (if any) in it: one read transaction."""
         return await self._tx(context_mode(query), turns.load_context, query)
+
+    async def _read_ahead(self, query: ContextQuery) -> Any:
+        """load_context's read of what needs no vector (`query` names its embedder, its vector is to come)."""
+        return await self._tx(context_mode(query), turns.read_context, query)
+
+    async def _finish_context(self, query: ContextQuery, partial: Any) -> ContextRows:
+        """The context from `_read_ahead`'s `partial` and `query`'s vector (None: the embedding gave nothing)."""
+        return await self._tx(context_mode(query), turns.finish_context, query, partial)
 
     async def finish_turn(
         self, turn: Ingested, reply: str | None, reply_tokens: int, calls: Sequence[ModelCallRecord],

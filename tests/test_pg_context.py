@@ -5,9 +5,11 @@ after ANALYZE; nothing of a forgotten person, and nothing of one person in anoth
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -17,6 +19,7 @@ from kernel.types import InboundMessage, Ingested, utcnow
 from memory import pg_context, sql_turns
 from memory.store import ContextQuery, ContextRows
 from tests.fakes.postgres import SERVER, fresh_store, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
+from tests.waiting import wait_until
 
 WORDS = ("parrot", "garden", "violin", "lisbon", "kiwi", "tomato", "bicycle", "sister", "rain", "museum")
 
@@ -145,29 +148,39 @@ async def embedded(store: Any, embedder: str = "e1") -> dict[str, Ingested]:
     return last
 
 
+#: The queries with a vector each comparison reads: the default windows, a window holding everything, small limits,
+#: no recall, no word to search, another embedder's vectors, no embedder named.
+VECTOR_CASES = ({}, {"recent_limit": 200, "cross_limit": 20},
+                {"recent_limit": 5, "cross_limit": 3, "search_limit": 4, "facts_limit": 1}, {"search_limit": 0},
+                {"search_text": "?! ..."}, {"embedder": "other"}, {"embedder": None})
+
+
+async def vector_queries(store: Any, seed: int) -> AsyncIterator[tuple[str, Ingested, dict[str, Any], ContextQuery]]:
+    """embedded's people, ANALYZEd; for each and each of VECTOR_CASES, its last turn's query with a random vector."""
+    last = await embedded(store)
+    await store._tx("lease", lambda db: db.run("ANALYZE messages, episodes"))
+    rng = random.Random(seed)
+    for person, turn in last.items():
+        for kw in VECTOR_CASES:
+            yield person, turn, kw, query(turn, **{"query_vector": tuple(unit(rng)), "embedder": "e1", **kw})
+
+
 async def test_with_a_query_vector_the_one_statement_read_returns_what_the_statements_return(store: Any) -> None:
     """With a query vector the read also carries the person's nearest messages (hilo_nearest, migration 0043), each
     recalled row's cosine and each memory's vector: the same rows, scores and memory cosines as sql_turns.load_context
     (its transaction, recall's statements and the vector search apart)."""
-    last = await embedded(store)
-    await store._tx("lease", lambda db: db.run("ANALYZE messages, episodes"))
-    rng = random.Random(11)
-    for person, turn in last.items():
-        for kw in ({}, {"recent_limit": 200, "cross_limit": 20},
-                   {"recent_limit": 5, "cross_limit": 3, "search_limit": 4, "facts_limit": 1}, {"search_limit": 0},
-                   {"search_text": "?! ..."}, {"embedder": "other"}, {"embedder": None}):
-            q = query(turn, **{"query_vector": tuple(unit(rng)), "embedder": "e1", **kw})
-            new = await store._tx("reads", pg_context.load_context, q)
-            old = await store._tx("read", sql_turns.load_context, q)
-            assert shape(new) == shape(old), (person, kw)
-            assert new.memory_cosines == old.memory_cosines, (person, kw)
-            got = shape(new)
-            assert got["users"] == {turn.user_id}
-            if kw.get("search_limit", 1) and kw.get("recent_limit") != 200 and kw.get("embedder", "e1") == "e1":
-                assert got["recalled"] and all("vector" in s for s in got["scores"].values()), (person, kw)
-                assert new.memory_cosines, (person, kw)
-            if kw.get("search_text"):  # no word to search: the vector hits alone
-                assert got["recalled"] and not any(s["bm25"] for s in got["scores"].values())
+    async for person, turn, kw, q in vector_queries(store, 11):
+        new = await store._tx("reads", pg_context.load_context, q)
+        old = await store._tx("read", sql_turns.load_context, q)
+        assert shape(new) == shape(old), (person, kw)
+        assert new.memory_cosines == old.memory_cosines, (person, kw)
+        got = shape(new)
+        assert got["users"] == {turn.user_id}
+        if kw.get("search_limit", 1) and kw.get("recent_limit") != 200 and kw.get("embedder", "e1") == "e1":
+            assert got["recalled"] and all("vector" in s for s in got["scores"].values()), (person, kw)
+            assert new.memory_cosines, (person, kw)
+        if kw.get("search_text"):  # no word to search: the vector hits alone
+            assert got["recalled"] and not any(s["bm25"] for s in got["scores"].values())
 
 
 async def test_with_a_query_vector_the_store_reads_a_turn_in_one_statement(store: Any) -> None:
@@ -179,3 +192,48 @@ async def test_with_a_query_vector_the_store_reads_a_turn_in_one_statement(store
     assert store.counters["statements"] - before == 1
     assert rows.recalled and {m.user_id for m in rows.recalled} == {turn.user_id}
     assert all("vector" in s for s in rows.recall_scores.values()) and rows.memory_cosines
+
+
+async def test_read_ahead_then_finished_with_the_vector_returns_the_one_statement_read(store: Any) -> None:
+    """Read without the question's vector (the question being embedded: pg_context.read_ahead, the memories'
+    vectors of its embedder along), then finished with it (pg_context.finish: the nearest messages, their rows and
+    the earlier rows' cosines, one statement): the same rows, scores and memory cosines as the one-statement read
+    with the vector; and, when the embedding gave nothing, the lexical read's."""
+    async for person, turn, kw, q in vector_queries(store, 17):
+        ahead = await store._tx("reads", pg_context.read_ahead, replace(q, query_vector=None))
+        split = await store._tx("reads", pg_context.finish, q, ahead)
+        whole = await store._tx("reads", pg_context.load_context, q)
+        assert shape(split) == shape(whole), (person, kw)
+        assert split.memory_cosines == whole.memory_cosines, (person, kw)
+        assert shape(split)["users"] == {turn.user_id}, (person, kw)
+        if kw.get("search_limit", 1) and kw.get("recent_limit") != 200 and kw.get("embedder", "e1") == "e1":
+            assert all("vector" in s for s in shape(split)["scores"].values()), (person, kw)
+        lexical = replace(q, query_vector=None, embedder="")
+        ahead = await store._tx("reads", pg_context.read_ahead, replace(q, query_vector=None))
+        assert shape(await store._tx("reads", pg_context.finish, lexical, ahead)) == shape(
+            await store._tx("reads", pg_context.load_context, lexical)), (person, kw)
+
+
+async def test_postgres_reads_a_context_while_the_question_is_embedded(store: Any) -> None:
+    """Store.load_context with the question's embedding still being computed: the statement of what needs no
+    vector runs before the embedding is given (the gate holds it until that statement is seen done), the vector's
+    statement after; the context is the one-statement read's with the vector."""
+    turn = (await embedded(store))["bo"]
+    vector = tuple(unit(random.Random(5)))
+    asked = query(turn, embedder="e1")
+    given = await store.load_context(replace(asked, query_vector=vector))  # the term statistics cached too
+    gate = asyncio.Event()
+
+    async def embedding() -> tuple[float, ...]:
+        await gate.wait()
+        return vector
+
+    before = store.counters["statements"]
+    reading = asyncio.create_task(store.load_context(asked, vector=embedding()))
+    await wait_until(lambda: store.counters["statements"] == before + 1, "the read ahead")
+    assert not reading.done()
+    gate.set()
+    got = await reading
+    assert shape(got) == shape(given) and got.memory_cosines == given.memory_cosines
+    assert all("vector" in s for s in got.recall_scores.values()) and got.memory_cosines
+    assert store.counters["statements"] == before + 2

@@ -13,9 +13,12 @@ import pytest
 
 from bench.wire import counting_proxy
 from bot.config import Settings
+from bot.embedders.openai_compat import OpenAIEmbedder
+from bot.embedding import embed_pending
 from bot.pipeline import Pipeline
 from kernel.types import InboundMessage, Outgoing
 from memory.open import open_store
+from tests.fakes.model_server import FakeModelServer
 from tests.fakes.pgbouncer import BOUNCER, pgbouncer_session  # noqa: F401  (autouse fixture)
 from tests.fakes.postgres import SERVER, db_name, postgres_databases, postgres_session  # noqa: F401
 
@@ -28,6 +31,9 @@ MAX_ROUND_TRIPS = 8
 #: asyncpg parses and describes each statement in a round trip of its own, then binds and executes it). A ceiling,
 #: so that a change that adds a round trip is seen; lower it with every change that removes one.
 TODAY = {"postgres": 3, "pgbouncer": 6}
+#: With an embedder and the person's vectors stored: load_context is two statements (the read ahead while the
+#: question is embedded, then the vector's part: memory/pg_context.py read_ahead, finish), 4; pgbouncer 8.
+TODAY_WITH_VECTORS = {"postgres": 4, "pgbouncer": 8}
 
 
 async def one_turn(store: object, pipeline: Pipeline, k: int, wire: object, steps: dict[str, int]) -> None:
@@ -57,8 +63,9 @@ async def one_turn(store: object, pipeline: Pipeline, k: int, wire: object, step
     mark("lease release", t)
 
 
-async def measure(pooled: bool) -> tuple[float, dict[str, float]]:
-    """(round trips of a whole turn on the wire, per step), a mean over 5 turns after 6 that warm up."""
+async def measure(pooled: bool, embedder: OpenAIEmbedder | None = None) -> tuple[float, dict[str, float]]:
+    """(round trips of a whole turn on the wire, per step), a mean over 5 turns after 6 that warm up; with
+    `embedder`, the warm-up's messages have vectors of it and each turn's question is embedded."""
     url = SERVER.create_database()
     if pooled:
         BOUNCER.url(url)  # started on first use
@@ -71,9 +78,11 @@ async def measure(pooled: bool) -> tuple[float, dict[str, float]]:
         store = open_store(proxied)
         await store.open()
         try:
-            pipeline = Pipeline(Settings(), store, chain=None)  # type: ignore[arg-type]
+            pipeline = Pipeline(Settings(), store, chain=None, embedder=embedder)  # type: ignore[arg-type]
             for k in range(6):  # first contact; statements prepared (cached when the cache is on)
                 await one_turn(store, pipeline, k, wire, {})
+                if embedder is not None:
+                    assert await embed_pending(store, embedder)
             steps: dict[str, int] = {}
             turns = 5
             for k in range(6, 6 + turns):
@@ -95,3 +104,17 @@ async def test_a_whole_turn_costs_no_more_round_trips_than_today(kind: str) -> N
 async def test_a_whole_turn_costs_at_most_8_round_trips_on_the_wire(kind: str) -> None:
     total, per_step = await measure(kind == "pgbouncer")
     assert total <= MAX_ROUND_TRIPS, f"a whole turn took {total} round trips on the wire: {per_step}"
+
+
+@pytest.mark.parametrize("kind", ["postgres", "pgbouncer"])
+async def test_a_turn_with_vectors_costs_no_more_than_today_and_at_most_8(kind: str,
+                                                                          model_server: FakeModelServer) -> None:
+    embedder = OpenAIEmbedder(model="embed-fake", api_key="sk-test", base_url=f"{model_server.base_url}/v1",
+                              timeout=5)
+    try:
+        total, per_step = await measure(kind == "pgbouncer", embedder)
+    finally:
+        await embedder.aclose()
+    statements = 2  # the read ahead and the vector's part; through pgbouncer, each parsed in a round trip first
+    assert per_step["load_context"] == statements * (2 if kind == "pgbouncer" else 1), per_step
+    assert total <= TODAY_WITH_VECTORS[kind] <= MAX_ROUND_TRIPS, f"a turn with vectors took {total}: {per_step}"

@@ -200,7 +200,7 @@ async def _history(store: Store) -> Ingested:
 
 async def test_a_vector_given_while_the_store_reads_gives_the_same_context(store: Store) -> None:
     """Store.load_context with the question's embedding still being computed (`vector`): SQLite reads what needs
-    no vector meanwhile and the rest after it, Postgres awaits it first; either way the context is the one read
+    no vector meanwhile and the rest after it (Postgres: a statement each); either way the context is the one read
     with the vector given, and the one read lexically when the embedding gives nothing."""
     turn = await _history(store)
     asked = query(turn, None, conversation_id=turn.conversation_id, current_message_id=turn.message.id,

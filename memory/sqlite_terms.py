@@ -51,14 +51,22 @@ from memory.pg_terms import K1, B, idf
 #: same recall with 360: en 0.411/0.442/0.463/0.481 -> 0.411/0.442/0.463/0.485, es 0.463/0.485/0.551/0.563 both;
 #: with the local embedder en 0.462 -> 0.466 at 500, the rest the same; (240, 30) lost 0.004 at 2,000 in both
 #: languages. The hits statement took 0.92x the time (interleaved over 976 captured statements at 100 x 1,000).
-BUDGET = (360, 45)
+#: (240, 30) since issue 14's pre-model p99 (SQLite, 1,000 x 1,000): with SEARCHED_TERMS 8, the memory benchmark at
+#: 2,000 tokens en 0.463 -> 0.459, es 0.551 -> 0.547 (with the local embedder 0.626 -> 0.630, 0.656 -> 0.652), within
+#: the issue's one point of 0.455 / 0.551; a lexical turn's pre-model p50 / p99 over three interleaved rounds of
+#: 1,000 turns, (360, 45) 10 terms -> (360, 45) 8 terms -> (240, 30) 8 terms: 6.50 / 12.57 -> 5.30 / 10.07 -> 4.95 /
+#: 8.91 ms (memory/sqlite_terms.py's SEARCHED_TERMS says why 8).
+BUDGET = (240, 30)
 #: Index terms a question searches at most: past them, the ones rarest in the person's messages (highest idf). A
 #: statement's work is its candidates times its terms (each candidate's tf of each term), and every term brings at
 #: least BUDGET's 45 postings: it grew with the square of a question's length (at 1,000 people x 1,000 messages, a
 #: turn's read took 4.3 ms at a median question's 8-10 terms and 8-10 ms at 13-18). The commonest terms of a long
 #: question weigh least in BM25 and bring only their newest postings anyway. The memory benchmark's questions have
-#: at most 9 (bench/memory_bench.py: unchanged); bench/context_bench.py's everyday lines 8 at the median, 12 at p90.
-SEARCHED_TERMS = 10
+#: at most 9; bench/context_bench.py's everyday lines 8 at the median, 12 at p90. 10 until issue 14's pre-model p99:
+#: at 8 the memory benchmark's recall is the same at every budget (at 6 es fell 0.551 -> 0.507 at 2,000 tokens), and
+#: the questions past 8 terms, half of context_bench's lines and the whole of its tail, read 8 terms' postings:
+#: load_context's p50 / p99 3.85 / 8.95 -> 2.87 / 5.57 ms in one interleaved pair of 1,000 turns (BUDGET: both).
+SEARCHED_TERMS = 8
 #: Episodes scored per question: the newest of those the candidate messages belong to (an episode is a long
 #: document: fewer of them are scored).
 EPISODE_CANDIDATES = 160

@@ -155,10 +155,11 @@ async def test_a_long_question_searches_its_rarest_terms_only(tmp_path: Path) ->
     terms = ["aa", "bb", "cc", "dd", "ee", "ff", "gg", "hh", "ii", "jj", "kk", "ll"]
     idfs = [0.1, 2.0, 0.3, 5.0, 0.2, 1.0, 0.4, 3.0, 0.5, 4.0, 0.6, 0.05]
     kept, weights = sqlite_terms.strongest(terms, idfs)
-    # the 10 of highest idf ("aa" 0.1 and "ll" 0.05 are the commonest), in the question's order
-    assert kept == ["bb", "cc", "dd", "ee", "ff", "gg", "hh", "ii", "jj", "kk"]
-    assert weights == [w for w in idfs if w >= 0.2] and sqlite_terms.strongest(terms[:10], idfs[:10]) == (
-        terms[:10], idfs[:10])
+    # the 8 of highest idf (cc 0.3, ee 0.2, aa 0.1 and ll 0.05 are the commonest), in the question's order
+    assert sqlite_terms.SEARCHED_TERMS == 8
+    assert kept == ["bb", "dd", "ff", "gg", "hh", "ii", "jj", "kk"]
+    assert weights == [w for w in idfs if w >= 0.4] and sqlite_terms.strongest(terms[:8], idfs[:8]) == (
+        terms[:8], idfs[:8])
     store = SqliteStore(str(tmp_path / "hilo.db"))
     await store.open()
     try:

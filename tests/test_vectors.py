@@ -268,6 +268,31 @@ async def test_an_embedding_that_raises_drops_the_read_ahead(tmp_path: Any) -> N
         await store.close()
 
 
+async def test_an_embedding_that_fails_while_the_store_reads_ahead_leaves_the_store_answering(store: Store) -> None:
+    """On every backend: the embedder's error reaches the caller once the read ahead has begun (its task is
+    cancelled: on Postgres maybe mid-statement); the store then reads the next contexts as ever."""
+    turn = await _history(store)
+    asked = query(turn, None, conversation_id=turn.conversation_id, current_message_id=turn.message.id,
+                  search_text="pizza or a walk?", search_limit=8, at=datetime.now(UTC))
+    counters: dict[str, int] = store.counters  # type: ignore[attr-defined]
+
+    async def broken() -> tuple[float, ...]:
+        began = counters["round_trips"]
+        await wait_until(lambda: counters["round_trips"] > began, "the read ahead's start")
+        raise RuntimeError("the embedder broke")
+
+    for _ in range(3):
+        with pytest.raises(RuntimeError, match="the embedder broke"):
+            await store.load_context(asked, vector=broken())
+    given = await store.load_context(replace(asked, query_vector=tuple(axis(0))))
+
+    async def embedded() -> tuple[float, ...]:
+        return tuple(axis(0))
+
+    assert await store.load_context(asked, vector=embedded()) == given
+    assert given.recalled and {m.user_id for m in given.recalled} == {turn.user_id}
+
+
 async def _none() -> None:
     return None
 

@@ -10,6 +10,11 @@ thread while the store writes the last one on its own: SQLite and Postgres work 
 releases it; Postgres is another process), so on two cores the two overlap. On Postgres the terms are found here,
 not in the store's transaction, because the store's Python work runs while the server waits for it
 (Store.import_terms_ahead).
+A store that takes batches side by side (Store.import_lanes: Postgres, whose server inserts on one backend per
+connection) gets the lines split into lanes by person: each person's lines stay in one lane, in the file's order
+(their conversations and episodes go on from batch to batch as in one lane), and each lane stores its batches one
+after another while the others store theirs. Postgres's server, not the reader, was the limit: one lane stored
+1,000,000 lines at ~9,300-11,700 lines/s, the server busy ~80% of the time and the client waiting for it.
 A bad line stops the import there, naming the line: the lines before it are stored (and said so), nothing after;
 fix the line and run the import again: it goes on from there. Token counts are computed here, like for live
 messages.
@@ -17,8 +22,10 @@ messages.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import zlib
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -84,36 +91,70 @@ def derived_key(user: str, data: dict[str, Any], created: datetime) -> str:
     return "line:" + hashlib.blake2b("\x1f".join(parts).encode(), digest_size=12).hexdigest()
 
 
+def unreadable(path: str | Path, exc: OSError) -> ImportFileError:
+    """The error of a file that cannot be read (only the file's: a store's socket error is the store's)."""
+    return ImportFileError(f"cannot read {path}: {exc.strerror}")
+
+
 def count_lines(path: str | Path) -> int:
     """The file's non-empty line count, for the progress bar: a pass over raw bytes, no line held."""
     total = 0
-    with open(path, "rb") as fh:
-        for line in fh:
-            if line.strip():
-                total += 1
+    try:
+        with open(path, "rb") as fh:
+            for line in fh:
+                if line.strip():
+                    total += 1
+    except OSError as exc:
+        raise unreadable(path, exc) from None
     return total
 
 
-def batches(path: str | Path, bad_line: list[ImportFileError],
-            terms: Callable[[], bool] = lambda: True) -> Iterator[list[ImportRow]]:
-    """The file's valid rows, BATCH at a time; at a bad line, the rows before it, then `bad_line` holds its error.
-    A batch's rows carry their index terms when `terms()` says so as it begins."""
-    batch: list[ImportRow] = []
+def lane_of(user: str, lanes: int) -> int:
+    """The lane of a person's lines (0 .. lanes - 1): the same on every run of the same file (crc32, not hash())."""
+    return zlib.crc32(user.encode()) % lanes if lanes > 1 else 0
+
+
+def batches(path: str | Path, bad_line: list[ImportFileError], terms: Callable[[], bool] = lambda: True,
+            lanes: int = 1) -> Iterator[tuple[int, list[ImportRow]]]:
+    """The file's valid rows as (lane, rows), at most BATCH rows, a lane's rows in the file's order; at a bad
+    line, every lane's rows before it, then `bad_line` holds its error. Rows carry their index terms when
+    `terms()` says so as the batch before them is given out."""
+    pending: list[list[ImportRow]] = [[] for _ in range(lanes)]
     with_terms = terms()
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                batch.append(_row(n, line, with_terms))
-            except ImportFileError as exc:
-                bad_line.append(exc)
-                break
-            if len(batch) >= BATCH:
-                yield batch
-                batch, with_terms = [], terms()
-    if batch:
-        yield batch
+    for n, line in _lines(path):
+        if line is not None and not line.strip():
+            continue
+        try:
+            if line is None:
+                raise ImportFileError(f"line {n}: not UTF-8 text")
+            row = _row(n, line, with_terms)
+        except ImportFileError as exc:
+            bad_line.append(exc)
+            break
+        lane = lane_of(row.user, lanes)
+        pending[lane].append(row)
+        if len(pending[lane]) >= BATCH:
+            yield lane, pending[lane]
+            pending[lane], with_terms = [], terms()
+    for lane, rows in enumerate(pending):
+        if rows:
+            yield lane, rows
+
+
+def _lines(path: str | Path) -> Iterator[tuple[int, str | None]]:
+    """(line number, line) of the file, None for a line that is not UTF-8 text (the last given); an error opening
+    or reading it as the file's (ImportFileError)."""
+    try:
+        with open(path, "rb") as fh:  # bytes, each line decoded: a bad byte is named at its own line
+            for n, raw in enumerate(fh, 1):
+                try:
+                    line = raw.decode()
+                except UnicodeDecodeError:
+                    yield n, None
+                    return
+                yield n, line
+    except OSError as exc:
+        raise unreadable(path, exc) from None
 
 
 class ImportStopped(ImportFileError):
@@ -128,35 +169,44 @@ class ImportStopped(ImportFileError):
 
 async def import_file(store: Store, path: str | Path,
                       on_batch: Callable[[int, int], None] | None = None) -> ImportResult:
-    """Store the file BATCH lines a transaction, streamed; `on_batch(lines, total)` after each (total: the file's
-    line count, counted first only when on_batch is given). Raises ImportStopped at a bad line."""
-    import asyncio
+    """Store the file BATCH lines a transaction, streamed, in the store's lanes (`batches`); `on_batch(lines,
+    total)` after each (total: the file's line count, counted first only when on_batch is given). Raises
+    ImportStopped at a bad line."""
+    inserted = skipped = 0
+    total = await asyncio.to_thread(count_lines, path) if on_batch is not None else 0
+    bad: list[ImportFileError] = []
+    # Terms are found as lines are read when the store wants them so (Store.import_terms_ahead) and batches bring
+    # new rows; while they are all stored already (a re-run, the start of a resumed import) the reader skips
+    # them: the store never uses a skipped row's terms.
+    storing = store.import_terms_ahead
+    lines = batches(path, bad, lambda: storing, max(1, store.import_lanes))
+    running: dict[int, tuple[asyncio.Future[ImportResult], int]] = {}  # lane -> its batch being stored, size
 
+    async def landed(lane: int) -> None:
+        nonlocal inserted, skipped, storing
+        task, size = running.pop(lane)
+        result = await task
+        inserted += result.inserted
+        skipped += result.skipped
+        storing = store.import_terms_ahead and result.inserted > 0
+        if on_batch is not None:
+            on_batch(size, total)
+
+    ahead = asyncio.ensure_future(asyncio.to_thread(next, lines, None))
     try:
-        total = await asyncio.to_thread(count_lines, path) if on_batch is not None else 0
-        bad: list[ImportFileError] = []
-        # Terms are found as lines are read when the store wants them so (Store.import_terms_ahead) and batches bring
-        # new rows; while they are all stored already (a re-run, the start of a resumed import) the reader skips
-        # them: the store never uses a skipped row's terms.
-        storing = store.import_terms_ahead
-        lines = batches(path, bad, lambda: storing)
-        inserted = skipped = 0
-        ahead = asyncio.ensure_future(asyncio.to_thread(next, lines, None))
-        while (batch := await ahead) is not None:
-            ahead = asyncio.ensure_future(asyncio.to_thread(next, lines, None))  # read on while this one is stored
-            try:
-                result = await store.import_rows(batch)
-            except BaseException:
-                await asyncio.gather(ahead, return_exceptions=True)
-                raise
-            inserted += result.inserted
-            skipped += result.skipped
-            storing = store.import_terms_ahead and result.inserted > 0
-            if on_batch is not None:
-                on_batch(len(batch), total)
-    except OSError as exc:
-        raise ImportFileError(f"cannot read {path}: {exc.strerror}") from None
+        while (item := await ahead) is not None:
+            lane, batch = item
+            ahead = asyncio.ensure_future(asyncio.to_thread(next, lines, None))  # read on meanwhile
+            if lane in running:  # a lane's batches one after another: its people's episodes go on in order
+                await landed(lane)
+            running[lane] = (asyncio.ensure_future(store.import_rows(batch)), len(batch))
+        for lane in sorted(running):
+            await landed(lane)
+    except BaseException:
+        for task, _ in running.values():
+            task.cancel()  # its transaction rolls back: the next run stores its lines
+        await asyncio.gather(ahead, *(task for task, _ in running.values()), return_exceptions=True)
+        raise
     if bad:
         raise ImportStopped(bad[0], ImportResult(inserted, skipped))
     return ImportResult(inserted, skipped)
-

@@ -84,6 +84,11 @@ class SqlStore:
     #: 14,700-14,900 lines/s, found in the store's transaction 14,500-16,700: no gain, so they stay there)
     import_terms_ahead = False
 
+    @property
+    def import_lanes(self) -> int:
+        """Store.import_lanes: one batch at a time (SQLite has one writer; a dialect with more says so)."""
+        return 1
+
     def __init__(self, clock: Callable[[], datetime] | None) -> None:
         #: "now" for everything the store stamps or compares (aware UTC): injectable for tests
         self.clock: Callable[[], datetime] = clock or utcnow

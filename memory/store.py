@@ -298,6 +298,11 @@ class Store(Protocol):
     #: the store's own Python work leaves the database idle (Postgres, a server process); False where that gains
     #: nothing (SQLite: its thread finds them while the reading thread parses the next lines).
     import_terms_ahead: bool
+    @property
+    def import_lanes(self) -> int:
+        """How many `import_rows` batches `hilo import` may have in flight at once, each of other people's lines
+        (memory/importer.py): 1 where one writer is all there is (SQLite); 2 on Postgres, which inserts on a
+        backend per connection."""
 
     # -- message vectors (memory/vectors.py): the embed job and `hilo embed` write, load_context searches ------
 

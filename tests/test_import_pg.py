@@ -6,7 +6,11 @@ a batch imported again. And an import stopped after a batch, then run again, sto
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
+from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,7 +20,7 @@ import pytest
 from memory import importer, sql_import
 from memory.dialect_pg import PostgresStore
 from memory.episodes import MAX_MESSAGES
-from memory.store import ImportRow
+from memory.store import ImportResult, ImportRow
 from tests.fakes.postgres import SERVER, db_name, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
 
 T0 = datetime(2026, 2, 1, 9, 0, tzinfo=UTC)
@@ -60,11 +64,18 @@ async def _import(writes: sql_import.ImportWrites) -> list[list[Any]]:
 
 
 def _dump(url: str) -> list[list[Any]]:
-    """What the database holds, by natural keys (ids aside), and the episodes that disagree with their messages."""
+    """What the database holds, by natural keys (ids aside: the owner token of a search column, '_u<id>', names the
+    person's handle), and the episodes that disagree with their messages."""
     db = db_name(url)
+    handles = {f"'_u{uid}'": f"'_u{handle}'" for uid, handle in SERVER.query(db, "SELECT id, handle FROM users")}
+
+    def owners(rows: list[Any]) -> list[list[Any]]:
+        return [[re.sub(r"'_u\d+'", lambda m: handles[m[0]], v) if isinstance(v, str) else v for v in row]
+                for row in rows]
+
     conv = ("(SELECT u.handle || ' ' || c.surface || ' ' || coalesce(c.external_ref, '-') FROM conversations c "
             "JOIN users u ON u.id = c.user_id WHERE c.id = {}.conversation_id)")
-    return [
+    return [owners(rows) for rows in (
         SERVER.query(db, "SELECT handle, created_at FROM users ORDER BY 1"),
         SERVER.query(db, "SELECT u.handle, c.surface, c.singleton, c.title, c.external_ref, c.created_at, "
                          "c.updated_at FROM conversations c JOIN users u ON u.id = c.user_id ORDER BY 1, 2, 5"),
@@ -85,7 +96,7 @@ def _dump(url: str) -> list[list[Any]]:
                          f"OR ({_SORTED.format('x.terms')} FROM messages x, {_WORDS.format('x.terms')} "
                          f"WHERE x.episode_id = e.id) IS DISTINCT FROM ({_SORTED.format('e.terms')} "
                          f"FROM {_WORDS.format('e.terms')})"),
-    ]
+    )]
 
 
 async def test_set_based_writes_store_the_rows_of_the_one_by_one_writes() -> None:
@@ -116,16 +127,21 @@ async def _import_file(path: Path, url: str, stop_after_first: bool = False) -> 
         await store.close()
 
 
-async def test_an_import_stopped_after_a_batch_then_run_again_stores_what_one_run_stores(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(importer, "BATCH", 60)  # seven batches
-    path = tmp_path / "history.jsonl"
+def _write(path: Path, rows: list[ImportRow]) -> Path:
     with path.open("w") as fh:
-        for r in _rows():
+        for r in rows:
             line = {"user": r.user, "surface": r.surface, "role": r.role, "content": r.content,
                     "created_at": r.created_at.isoformat(), "external_id": r.external_id,
                     "conversation": r.conversation}
             fh.write(json.dumps({k: v for k, v in line.items() if v is not None}) + "\n")
+    return path
+
+
+async def test_an_import_stopped_after_a_batch_then_run_again_stores_what_one_run_stores(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(importer, "BATCH", 60)  # seven batches
+    path = _write(tmp_path / "history.jsonl", _rows())
+    assert {importer.lane_of(r.user, 2) for r in _rows()} == {1}, "one lane: the batches in the file's order"
     once = SERVER.create_database()
     await _import_file(path, once)
     resumed = SERVER.create_database()
@@ -136,3 +152,80 @@ async def test_an_import_stopped_after_a_batch_then_run_again_stores_what_one_ru
     await _import_file(path, resumed)
     assert _dump(resumed) == _dump(once)
     assert len(_dump(once)[3]) == len(_rows()) - 1 and _dump(once)[4] == []
+
+
+class HeldLanes(PostgresStore):
+    """A Postgres store whose first import batch waits until a batch of another lane is stored beside it: an
+    importer that stored the lanes one after another would never let it go."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.in_flight = self.most = 0
+        self.second = asyncio.Event()
+
+    async def import_rows(self, rows: Sequence[ImportRow]) -> ImportResult:
+        self.in_flight += 1
+        self.most = max(self.most, self.in_flight)
+        if self.most < 2:
+            await asyncio.wait_for(self.second.wait(), 20)
+        self.second.set()
+        try:
+            return await super().import_rows(rows)
+        finally:
+            self.in_flight -= 1
+
+
+async def test_two_lanes_store_each_persons_lines_as_one_lane_does(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Postgres stores two people's batches at once (Store.import_lanes), each person's lines in one lane in the
+    file's order: the database holds what one lane stores, episodes that go on across batches included; an
+    import stopped after its first batch, then run again, too."""
+    monkeypatch.setattr(importer, "BATCH", 60)
+    # two people, one line each in turn (by the line's number: the line given twice stays one person's): each
+    # lane fills a batch in the same stretch of the file
+    rows = [replace(r, user=("ana", "bo")[int(r.content.rsplit("#", 1)[1]) % 2]) for r in _rows()]
+    assert sorted({importer.lane_of(r.user, 2) for r in rows}) == [0, 1]
+    path = _write(tmp_path / "history.jsonl", rows)
+    lanes = SERVER.create_database()
+    store = HeldLanes(lanes)
+    await store.open()
+    try:
+        assert store.import_lanes == 2
+        got = await importer.import_file(store, path)
+        assert store.most == 2 and (got.inserted, got.skipped) == (len(rows) - 1, 1)  # the line given twice
+    finally:
+        await store.close()
+    monkeypatch.setattr(PostgresStore, "import_lanes", property(lambda self: 1))
+    one = SERVER.create_database()
+    await _import_file(path, one)
+    assert _dump(lanes) == _dump(one) and _dump(one)[4] == []
+    monkeypatch.undo()
+    monkeypatch.setattr(importer, "BATCH", 60)
+    resumed = SERVER.create_database()
+    with pytest.raises(Stopped):
+        await _import_file(path, resumed, stop_after_first=True)
+    stored = SERVER.query(db_name(resumed), "SELECT count(*) FROM messages")[0][0]
+    assert 0 < stored < len(rows) - 1
+    await _import_file(path, resumed)
+    assert _dump(resumed) == _dump(one)
+
+
+async def test_a_bad_line_stops_both_lanes_with_every_line_before_it_stored(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(importer, "BATCH", 60)
+    rows = [replace(r, user=("ana", "bo")[int(r.content.rsplit("#", 1)[1]) % 2]) for r in _rows()][:250]
+    path = _write(tmp_path / "history.jsonl", rows)
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([*lines[:200], '{"user": "ana", "surface": "telegram"}', *lines[200:]]) + "\n")
+    url = SERVER.create_database()
+    store = PostgresStore(url)
+    await store.open()
+    try:
+        with pytest.raises(importer.ImportStopped, match="line 201") as stopped:
+            await importer.import_file(store, path)
+    finally:
+        await store.close()
+    before = {(r.user, r.content) for r in rows[:200]}  # the line given twice: one of the 200
+    assert (stopped.value.result.inserted, stopped.value.result.skipped) == (199, 1) and len(before) == 199
+    stored = SERVER.query(db_name(url), "SELECT u.handle, m.content FROM messages m JOIN users u ON u.id = m.user_id")
+    assert {tuple(r) for r in stored} == before and {importer.lane_of(u, 2) for u in ("ana", "bo")} == {0, 1}

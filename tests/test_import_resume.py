@@ -85,3 +85,20 @@ def test_a_bad_line_at_the_end_of_a_large_file_keeps_every_line_before_it(tmp_pa
     assert proc.returncode == 1 and proc.stdout == ""
     assert f"line {good + 1}:" in proc.stderr and f"the {good} lines before it are stored" in proc.stderr
     assert _stored(db) == good
+
+
+def test_a_line_that_is_not_utf8_stops_there_naming_it_and_a_missing_file_is_named(tmp_path: Path) -> None:
+    """Bytes that are no UTF-8 in a line stop the import at that line (the lines before it stored, as a bad line
+    does: each line is decoded apart, so the error names its own line); a missing file is named, no traceback."""
+    path, db = tmp_path / "history.jsonl", tmp_path / "hilo.db"
+    lines = [json.dumps(_line(i)).encode() for i in range(300)]
+    lines[250] = lines[250].replace(b" #250", b" #\xff\xfe250")
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    proc = subprocess.run([sys.executable, "-m", "bot.cli", "import", str(path)], cwd=tmp_path, env=_env(db),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "line 251: not UTF-8 text" in proc.stderr, proc.stderr
+    assert "the 250 lines before it are stored" in proc.stderr and _stored(db) == 250
+    gone = subprocess.run([sys.executable, "-m", "bot.cli", "import", str(tmp_path / "nope.jsonl")], cwd=tmp_path,
+                          env=_env(db), capture_output=True, text=True, timeout=300)
+    assert gone.returncode != 0 and "cannot read" in gone.stderr and "nope.jsonl" in gone.stderr
+    assert "Traceback" not in gone.stderr + proc.stderr

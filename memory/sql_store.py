@@ -256,9 +256,10 @@ class SqlStore:
         try:
             embedded = await vector
         except BaseException:
-            read.cancel()  # a SQLite transaction runs to its end on the worker; nothing of it is kept
-            if read.done() and not read.cancelled():
-                read.exception()  # a read that failed first is no news beside the embedding's own error
+            # SQLite: its transaction runs to its end on the worker, nothing of it kept; Postgres: its statement is
+            # cancelled and its connection back in the pool before this returns (no task left behind)
+            read.cancel()
+            await asyncio.gather(read, return_exceptions=True)  # a read that failed first is no news beside this
             raise
         try:
             partial = await read

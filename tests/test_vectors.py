@@ -284,6 +284,7 @@ async def test_an_embedding_that_fails_while_the_store_reads_ahead_leaves_the_st
     for _ in range(3):
         with pytest.raises(RuntimeError, match="the embedder broke"):
             await store.load_context(asked, vector=broken())
+        assert asyncio.all_tasks() == {asyncio.current_task()}, "the read ahead is not left running"
     given = await store.load_context(replace(asked, query_vector=tuple(axis(0))))
 
     async def embedded() -> tuple[float, ...]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
@@ -401,7 +402,11 @@ def main(argv: list[str] | None = None) -> int:
     # Logs go to stderr; one-shot commands only say what went wrong (serve logs to stdout, as its settings say).
     log.configure("warning", "console")
     try:
-        return int(args.fn(args))
+        code = int(args.fn(args))
+        sys.stdout.flush()  # a reader gone (`hilo context ... | head`) is seen here, not in Python's flush at exit
+        return code
+    except BrokenPipeError:
+        return _reader_gone()
     except ConfigError as exc:
         print(f"hilo: configuration error: {exc}", file=sys.stderr)
         return 2
@@ -410,6 +415,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _reader_gone() -> int:
+    """stdout's reader closed it: no traceback, the shell's code for a closed pipe (128 + SIGPIPE), as git's."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())  # what is left in stdout's buffer goes nowhere at exit, without an error
+    return 141
 
 
 if __name__ == "__main__":

@@ -230,3 +230,20 @@ def test_a_command_parsed_alone_is_parsed_and_explained_as_among_all_of_them() -
         assert alone[name].get_default("fn") is not None
     assert list(subparsers(cli.parser(["--help", "context"]))) == list(cli.COMMANDS)
     assert list(subparsers(cli.parser(["contex"]))) == list(cli.COMMANDS)  # argparse names the choices
+
+
+def test_a_reader_that_goes_away_gets_no_traceback(tmp_path: Path) -> None:
+    """`hilo context ... | head`: the reader of stdout closes it before the command writes; the command ends with
+    the shell's code for a closed pipe (141) and says nothing on stderr, as git and the coreutils do."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HILO_", "OPENAI_", "ANTHROPIC_"))}
+    env.pop("DATABASE_URL", None)
+    env.update(HILO_DATABASE_URL=f"sqlite:///{tmp_path / 'hilo.db'}", PYTHONPATH=str(REPO))
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the command starts: its first write meets a closed pipe
+    try:
+        proc = subprocess.run([sys.executable, "-m", "bot.cli", "context", "--user", "ana", "--surface", "web",
+                               "hello"], cwd=tmp_path, env=env, stdout=write, stderr=subprocess.PIPE, text=True,
+                              timeout=60)
+    finally:
+        os.close(write)
+    assert (proc.returncode, proc.stderr) == (141, "")

@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from memory import pg_terms, retrieval, sql_recall
+from memory import pg_terms, retrieval, sql_recall, sql_vectors
 from memory.memory_match import cosines as cosines_of
 from memory.rows import MEMORY_COLS, MSG_COLS, Db, renumbered, to_memory, to_message
 from memory.sql_turns import RECENT_AND_CROSS
@@ -213,8 +213,7 @@ class Read:
 async def load_context(db: Db, q: ContextQuery) -> ContextRows:
     """sql_turns.load_context in one statement (READ, or read_sql's variant with a query vector)."""
     question = q.query_vector or ()
-    # as sql_vectors.recall and row_cosine: the vector search needs the question's embedder and pgvector
-    near = bool(question) and bool(q.embedder) and db.vectors
+    near = sql_vectors.search_vector(db, q) is not None
     return _context(q, await _read(db, q, bool(question), len(question) if near else 0), near)
 
 
@@ -228,7 +227,7 @@ async def finish(db: Db, q: ContextQuery, read: Read) -> ContextRows:
     """The context of `read` (read_ahead's) and `q`'s vector: with one, and pgvector, recall's vector part
     (finish_sql: one statement); without one (the embedding gave nothing), the lexical context."""
     question = q.query_vector or ()
-    near = bool(question) and bool(q.embedder) and db.vectors
+    near = sql_vectors.search_vector(db, q) is not None
     if near and q.search_limit > 0:
         _sort(db, read, await db.all(
             finish_sql(len(question)), q.embedder, pg_literal(question), q.user_id, read.excluded, q.search_limit,

@@ -82,21 +82,27 @@ async def recall(db: Db, q: ContextQuery, excluded: list[int]) -> dict[int, floa
     return await search(db, VectorQuery(q.user_id, q.query_vector, q.embedder, q.search_limit, tuple(excluded)))
 
 
+def search_vector(db: Db, q: ContextQuery) -> tuple[float, ...] | None:
+    """`q`'s query vector when its recall has a vector part (the embedder that made it named, a database that keeps
+    vectors), else None: the one test of it, for both dialects' reads."""
+    return q.query_vector if q.query_vector and q.embedder and db.vectors else None
+
+
 def row_cosine(db: Db, q: ContextQuery) -> tuple[str, str, Any] | None:
     """What recall's row read adds so that each row carries its cosine (the dialect's join, column and
     parameter), or None: no query vector, or the dialect computes them apart (`candidate_cosines`)."""
-    if not (q.query_vector and q.embedder and db.vectors):
-        return None
-    return db.cosine_sql(q.query_vector, q.embedder)
+    vector = search_vector(db, q)
+    return None if vector is None else db.cosine_sql(vector, q.embedder)
 
 
 async def candidate_cosines(db: Db, q: ContextQuery, near: dict[int, float], ids: Sequence[int],
                             from_rows: dict[int, float] | None) -> dict[int, float]:
     """Every candidate's cosine with the question: the vector hits', then those the rows carried (`from_rows`:
     when `row_cosine` gave the read its column) or, when the dialect computes them apart, the rest's."""
-    if not (q.query_vector and q.embedder and db.vectors):
+    vector = search_vector(db, q)
+    if vector is None:
         return near
     if from_rows is not None:
         return {**from_rows, **near}
     rest = [i for i in ids if i not in near]
-    return {**await db.cosines(VectorQuery(q.user_id, q.query_vector, q.embedder, len(rest)), rest), **near}
+    return {**await db.cosines(VectorQuery(q.user_id, vector, q.embedder, len(rest)), rest), **near}

@@ -111,6 +111,7 @@ PUT_VECTOR = (
 #: starts without them).
 KEEPS_VECTORS = frozenset({
     "memory.sql_turns.ingest", "memory.sql_turns.ingest_leased", "memory.sql_turns.finish_turn",
+    "memory.dialect_sqlite.ingest_turn",
     "memory.sql_import.import_rows",
     "memory.jobs.register", "memory.jobs.claim", "memory.jobs.renew", "memory.jobs.finish",
     "memory.sql_limits.hit", "memory.sql_limits.probe", "memory.sql_limits.purge",
@@ -126,6 +127,37 @@ def logic_name(logic: Callable[..., Any]) -> str:
 #: One person's vectors of one embedder: an index range (message_vectors_user), so the count is an index-only scan.
 _PERSON = "FROM message_vectors WHERE user_id = ?1 AND embedder = ?2"
 #: The rows of the numpy hits, under lexical recall's rules (no message after `at`, no queued turn).
+
+
+async def ingest_turn(db: SqliteDb, msg: InboundMessage, token_count: int, owner: str, ttl: float,
+                      limits: list[tuple[str, int, int]], context: Callable[[Ingested], ContextQuery] | None,
+                      windows: WindowCache | None,
+                      ) -> tuple[tuple[Ingested, bool], IngestedContext | None] | float:
+    """SqliteStore.ingest's one transaction: the hits of `limits` (the first wait, when one must wait: they
+    commit, nothing is stored), the message and its lease (sql_turns.ingest_leased; a redelivery's Rollback undoes
+    it all), then, the lease taken, `context`'s read through the conversations' `windows`. The read comes after
+    every write, so nothing it keeps can be undone but by the COMMIT failing (the caller then drops the windows);
+    a read that fails leaves the message to commit (`unread`: its turn reads the context itself)."""
+    if limits:
+        from memory import sql_limits
+
+        wait = await sql_limits.hit_each(db, limits)
+        if wait:
+            return wait
+    stored = await turns.ingest_leased(db, msg, token_count, owner, ttl)
+    if context is None or not stored[1]:
+        return stored, None
+    began = time.perf_counter()
+    try:
+        query = context(stored[0])
+        db.windows = windows
+        rows = await turns.load_context(db, query)
+    except Exception as exc:
+        if not db.conn.in_transaction:  # SQLite rolled it back itself (disk full, I/O): nothing is stored
+            raise
+        unread(stored[0], exc)
+        return stored, None
+    return stored, IngestedContext(query, rows, time.perf_counter() - began)
 
 
 class SqliteDb(Db):
@@ -320,11 +352,11 @@ class SqliteStore(SqlStore):
     async def ingest(self, msg: InboundMessage, token_count: int, *,
                      context: Callable[[Ingested], ContextQuery] | None = None,
                      limits: Sequence[tuple[str, int, int]] = ()) -> Ingested | None:
-        """SqlStore.ingest, taking the turn's lease in the same transaction (sql_turns.ingest_leased): turn_lock
-        then needs no transaction of its own while the lease is fresh. `limits` are hit in their transaction
-        before it, and `context`'s read transaction (the lease taken) follows its commit, all in one hop: a hop
-        to the worker thread and back cost about as much as the read itself at 100 messages (a web turn made 4
-        hops, 2 with this)."""
+        """SqlStore.ingest in one hop and one write transaction (`ingest_turn`): `limits`' hits, the message with
+        the turn's lease (turn_lock then needs no transaction of its own while the lease is fresh) and, the lease
+        taken, `context`'s read. A hop to the worker thread and back cost about as much as the read itself at 100
+        messages, and each transaction its BEGIN, COMMIT and the WAL's write (a web turn made 4 hops and 4
+        transactions; now 2 of each)."""
         owner = turn_lease.new_owner()
         stored, read = await self._call(functools.partial(self._ingest_sync, msg, token_count, owner, context,
                                                           limits))
@@ -339,21 +371,31 @@ class SqliteStore(SqlStore):
                      context: Callable[[Ingested], ContextQuery] | None,
                      limits: Sequence[tuple[str, int, int]]
                      ) -> tuple[tuple[Ingested, bool] | Ingested | None, IngestedContext | None]:
-        if limits:
-            from memory import sql_limits
-
-            RateLimited.unless_zero(self._tx_sync("write", sql_limits.hit_each, (list(limits),)))
-        stored = self._tx_sync("write", turns.ingest_leased, (msg, token_count, owner, self.turn_lease_ttl))
-        if context is None or not isinstance(stored, tuple) or not stored[1]:
-            return stored, None
-        began = time.perf_counter()
+        windows = self.windows if self._windows_on and context is not None else None
         try:
-            query = context(stored[0])
-            rows = self._tx_sync(context_mode(query), turns.load_context, (query,))
-        except Exception as exc:
-            unread(stored[0], exc)
-            return stored, None
-        return stored, IngestedContext(query, rows, time.perf_counter() - began)
+            done = self._tx_sync("write", ingest_turn, (msg, token_count, owner, self.turn_lease_ttl, list(limits),
+                                                       context, windows))
+        except BaseException as exc:
+            if windows is not None and isinstance(exc, StoreError):  # a window read may hold its uncommitted message
+                windows.clear()
+            if limits:  # not stored (its conversation is not the sender's, an error): it counts all the same
+                self._count_apart(limits)
+            raise
+        if isinstance(done, float):  # over a limit: the hits committed, nothing stored
+            raise RateLimited(done)
+        if not isinstance(done, tuple) and limits:  # a redelivery (rolled back): it counts as a sent message
+            RateLimited.unless_zero(self._count_apart(limits))
+        return done if isinstance(done, tuple) else (done, None)
+
+    def _count_apart(self, limits: Sequence[tuple[str, int, int]]) -> float:
+        """The hits of a message ingest_turn did not store, in a transaction of their own (0.0 when the database
+        cannot count them: the message's own error is the one to report)."""
+        from memory import sql_limits
+
+        try:
+            return self._tx_sync("write", sql_limits.hit_each, (list(limits),))
+        except StoreError:
+            return 0.0
 
     async def _read_ahead(self, query: ContextQuery) -> turns.ReadContext:
         return await self._tx(context_mode(query), self._read_and_warm, query)

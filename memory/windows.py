@@ -13,7 +13,9 @@ row an id above every id stored). A window is kept only as long as nothing could
   `PRAGMA data_version`, which the store reads before each transaction begins; every window is then read anew;
 - this connection's own UPDATE (of a column a window holds) or DELETE of a message fires a TEMP trigger that calls
   `changed()`: forgetting, retention, linking, a media rewrite, a cascade from a deleted person or conversation;
-- a window is filled and used only in read transactions: no row it holds can be rolled back afterwards.
+- a window is filled and used only in read transactions, or in the SQLite ingest's write transaction after every
+  write of it (dialect_sqlite.ingest_turn; a COMMIT that fails clears every window): no row it holds can be rolled
+  back afterwards.
 
 A new row in a kept window's conversation is found by the `id > $n` read whoever wrote it on this connection.
 What the window adds to a turn is the same as the statement gives without it (tests/test_windows.py compares

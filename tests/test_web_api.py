@@ -395,9 +395,10 @@ async def test_a_web_turn_counts_its_limits_with_its_message_in_two_hops(tmp_pat
         r = await client.post("/api/messages", json={"text": "second", "conversation_id": conversation},
                               headers=bearer(token))
         assert r.status_code == 200 and "conversation 2" in r.json()["reply"]  # the first exchange
-        # the limits, the message and its context in one hop to the SQLite worker; the reply in another
+        # the limits, the message and its context in one hop to the SQLite worker and one transaction; the reply in
+        # another
         assert store.counters["round_trips"] - before["round_trips"] == 2
-        assert store.counters["transactions"] - before["transactions"] == 4
+        assert store.counters["transactions"] - before["transactions"] == 2
         r = await client.post("/api/messages/stream", json={"text": "third", "conversation_id": conversation},
                               headers=bearer(token))
         assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1

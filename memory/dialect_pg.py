@@ -398,6 +398,19 @@ class PostgresStore(SqlStore):
             await self._read_ingested(turn, context)
         return turn
 
+    async def hit_rate(self, key: str, limit: int, window_s: int) -> float:
+        """One statement outside a transaction (an upsert is atomic): one round trip, not BEGIN, it and COMMIT."""
+        from memory import sql_limits
+
+        return await self._tx("lease", sql_limits.hit, key, limit, window_s)
+
+    async def hit_rates(self, hits: Sequence[tuple[str, int, int]]) -> float:
+        """The hits of a message in one statement (sql_limits.hit_all), outside a transaction: one round trip, not
+        a transaction of one statement per hit (the web's three: five round trips, eight through pgbouncer)."""
+        from memory import sql_limits
+
+        return await self._tx("lease", sql_limits.hit_all, list(hits))
+
     async def _read_context(self, query: ContextQuery) -> ContextRows:
         """One statement, with a query vector or without (memory/pg_context.py)."""
         return await self._tx("reads", pg_context.load_context, query)

@@ -20,6 +20,15 @@ HIT = (
     "WHEN rate_counters.window_start = excluded.window_start - $3 THEN rate_counters.hits ELSE 0 END, "
     "window_start = excluded.window_start RETURNING hits, prev_hits"
 )
+#: Several keys' hits of one window length in one statement (Postgres: one round trip, not a transaction of one per
+#: hit): $1 the keys (distinct: an upsert touches a row once), $2 and $3 as HIT's. Rows (key, hits, prev_hits).
+HIT_ALL = (
+    "INSERT INTO rate_counters(key, window_start, hits, prev_hits) "
+    "SELECT k, $2::bigint, 1, 0 FROM unnest($1::text[]) AS h(k) "
+    + HIT[HIT.index("ON CONFLICT"):HIT.index("RETURNING")] + "RETURNING key, hits, prev_hits"
+)
+#: Hits taken back ($1 keys, $2 the window they were counted in): those hit_all counted after one that must wait.
+UNHIT = "UPDATE rate_counters SET hits = hits - 1 WHERE key = ANY($1::text[]) AND window_start = $2 AND hits > 0"
 #: The readiness probe's own counter (bot/health.py): its hit is the probe's one write.
 PROBE_KEY = "probe"
 PURGE = "DELETE FROM rate_counters WHERE window_start < $1"
@@ -51,6 +60,30 @@ async def hit_each(db: Db, hits: Sequence[tuple[str, int, int]]) -> float:
     for key, limit, window_s in hits:
         wait = await hit(db, key, limit, window_s)
         if wait:
+            return wait
+    return 0.0
+
+
+async def hit_all(db: Db, hits: Sequence[tuple[str, int, int]]) -> float:
+    """hit_each in one statement (Postgres, where each statement is a round trip: the web's three hits of a
+    message cost one, not a transaction of five): every hit counted at once, then the hits after the first that
+    must wait taken back (UNHIT: a statement more, only then), so the counts end as hit_each leaves them. Run
+    outside a transaction: each statement is atomic, and between the two a concurrent hit may see a key's count
+    one higher, only while a limit is refusing anyway. Keys that repeat, or windows of different lengths, go
+    through hit_each."""
+    keys = [key for key, _, _ in hits]
+    lengths = {window_s for _, _, window_s in hits}
+    if len(lengths) != 1 or len(set(keys)) != len(keys):
+        return await hit_each(db, hits)
+    (window_s,) = lengths
+    now = db.clock().timestamp()
+    start = int(now) - int(now) % window_s
+    counted = {key: (int(n), int(prev)) for key, n, prev in await db.all(HIT_ALL, keys, start, window_s)}
+    for i, (key, limit, _) in enumerate(hits):
+        wait = wait_for(*counted[key], now - start, limit, window_s)
+        if wait:
+            if i + 1 < len(keys):
+                await db.run(UNHIT, keys[i + 1:], start)
             return wait
     return 0.0
 

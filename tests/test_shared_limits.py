@@ -113,6 +113,30 @@ async def test_several_limits_in_one_transaction_stop_at_the_first_that_must_wai
         await store.close()
 
 
+async def test_a_limit_that_must_wait_leaves_the_later_ones_uncounted_and_the_earlier_ones_counted(
+    backend: Backend, clock: TestClock,
+) -> None:
+    # Postgres counts a message's hits in one statement and takes back those after the first that must wait
+    # (sql_limits.hit_all); SQLite stops there (hit_each): the counts end the same
+    store = backend.make()
+    await store.open()
+    try:
+        hits = [("ip:y", 10 * LIMIT, 60), ("visitor:w", LIMIT, 60), ("ip-messages:y", 10 * LIMIT, 60)]
+        waits = [await store.hit_rates(hits) for _ in range(LIMIT + 2)]
+        assert waits[:LIMIT] == [0.0] * LIMIT and all(w >= 1.0 for w in waits[LIMIT:]), waits  # the visitor waits
+        # the IP's requests counted every hit; its messages only those the visitor's limit let through
+        assert [await store.hit_rate("ip:y", 10 * LIMIT, 60) for _ in range(10 * LIMIT - LIMIT - 2)] == [0.0] * (
+            10 * LIMIT - LIMIT - 2)
+        assert await store.hit_rate("ip:y", 10 * LIMIT, 60) >= 1.0
+        allowed = [await store.hit_rate("ip-messages:y", 10 * LIMIT, 60) for _ in range(10 * LIMIT - LIMIT + 1)]
+        assert allowed[:-1] == [0.0] * (10 * LIMIT - LIMIT) and allowed[-1] >= 1.0, allowed
+        # a key given twice is counted twice (one statement cannot upsert a row twice: hit_each does it)
+        assert await store.hit_rates([("visitor:twice", 2, 60), ("visitor:twice", 2, 60)]) == 0.0
+        assert await store.hit_rate("visitor:twice", 2, 60) >= 1.0
+    finally:
+        await store.close()
+
+
 def test_the_sliding_window_weighs_the_previous_window_by_what_it_still_covers() -> None:
     wait = sql_limits.wait_for
     assert wait(3, 0, 10.0, 3, 60) == 0.0  # within the limit

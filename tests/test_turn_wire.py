@@ -18,6 +18,7 @@ from bot.embedding import embed_pending
 from bot.pipeline import Pipeline
 from kernel.types import InboundMessage, Outgoing
 from memory.open import open_store
+from surfaces.web_guard import RateLimiter
 from tests.fakes.model_server import FakeModelServer
 from tests.fakes.pgbouncer import BOUNCER, pgbouncer_session  # noqa: F401  (autouse fixture)
 from tests.fakes.postgres import SERVER, db_name, postgres_databases, postgres_session  # noqa: F401
@@ -34,9 +35,15 @@ TODAY = {"postgres": 3, "pgbouncer": 6}
 #: With an embedder and the person's vectors stored: load_context is two statements (the read ahead while the
 #: question is embedded, then the vector's part: memory/pg_context.py read_ahead, finish), 4; pgbouncer 8.
 TODAY_WITH_VECTORS = {"postgres": 4, "pgbouncer": 8}
+#: A web message's three rate-limit hits (surfaces/web_guard.py: the IP's requests and messages, the visitor's)
+#: are one statement more before the ingest's (memory/sql_limits.py hit_all): 4; pgbouncer 8.
+TODAY_WEB = {"postgres": 4, "pgbouncer": 8}
+WEB_LIMITS = [RateLimiter(name, 1000, lambda: None).entry(key)
+              for name, key in (("ip", "127.0.0.1"), ("ip-messages", "127.0.0.1"), ("visitor", "visitor-ana"))]
 
 
-async def one_turn(store: object, pipeline: Pipeline, k: int, wire: object, steps: dict[str, int]) -> None:
+async def one_turn(store: object, pipeline: Pipeline, k: int, wire: object, steps: dict[str, int],
+                   limits: list[tuple[str, int, int]] | None = None) -> None:
     def mark(name: str, before: int) -> int:
         now = wire.round_trips  # type: ignore[attr-defined]
         steps[name] = steps.get(name, 0) + now - before
@@ -45,7 +52,7 @@ async def one_turn(store: object, pipeline: Pipeline, k: int, wire: object, step
     msg = InboundMessage(surface="telegram", sender="ana", external_id=f"w{k}", text=f"my parrot Kiwi said {k}",
                          handle="ana")
     t = wire.round_trips  # type: ignore[attr-defined]
-    turn = await store.ingest(msg, 5)  # type: ignore[attr-defined]
+    turn = await store.ingest(msg, 5, limits=limits or ())  # type: ignore[attr-defined]
     assert turn is not None
     t = mark("ingest", t)
     lease = store.turn_lock(turn.conversation_id, turn.message.id)  # type: ignore[attr-defined]
@@ -63,9 +70,11 @@ async def one_turn(store: object, pipeline: Pipeline, k: int, wire: object, step
     mark("lease release", t)
 
 
-async def measure(pooled: bool, embedder: OpenAIEmbedder | None = None) -> tuple[float, dict[str, float]]:
+async def measure(pooled: bool, embedder: OpenAIEmbedder | None = None,
+                  limits: list[tuple[str, int, int]] | None = None) -> tuple[float, dict[str, float]]:
     """(round trips of a whole turn on the wire, per step), a mean over 5 turns after 6 that warm up; with
-    `embedder`, the warm-up's messages have vectors of it and each turn's question is embedded."""
+    `embedder`, the warm-up's messages have vectors of it and each turn's question is embedded; with `limits`,
+    each message's rate-limit hits are counted with it (Store.ingest's `limits`, as the web's are)."""
     url = SERVER.create_database()
     if pooled:
         BOUNCER.url(url)  # started on first use
@@ -80,13 +89,13 @@ async def measure(pooled: bool, embedder: OpenAIEmbedder | None = None) -> tuple
         try:
             pipeline = Pipeline(Settings(), store, chain=None, embedder=embedder)  # type: ignore[arg-type]
             for k in range(6):  # first contact; statements prepared (cached when the cache is on)
-                await one_turn(store, pipeline, k, wire, {})
+                await one_turn(store, pipeline, k, wire, {}, limits)
                 if embedder is not None:
                     assert await embed_pending(store, embedder)
             steps: dict[str, int] = {}
             turns = 5
             for k in range(6, 6 + turns):
-                await one_turn(store, pipeline, k, wire, steps)
+                await one_turn(store, pipeline, k, wire, steps, limits)
         finally:
             await store.close()
     per_step = {name: n / turns for name, n in steps.items()}
@@ -118,3 +127,11 @@ async def test_a_turn_with_vectors_costs_no_more_than_today_and_at_most_8(kind: 
     statements = 2  # the read ahead and the vector's part; through pgbouncer, each parsed in a round trip first
     assert per_step["load_context"] == statements * (2 if kind == "pgbouncer" else 1), per_step
     assert total <= TODAY_WITH_VECTORS[kind] <= MAX_ROUND_TRIPS, f"a turn with vectors took {total}: {per_step}"
+
+
+@pytest.mark.parametrize("kind", ["postgres", "pgbouncer"])
+async def test_a_web_turn_with_its_rate_limits_costs_at_most_8_round_trips(kind: str) -> None:
+    total, per_step = await measure(kind == "pgbouncer", limits=WEB_LIMITS)
+    statements = 2  # the hits' one statement and the message's
+    assert per_step["ingest"] == statements * (2 if kind == "pgbouncer" else 1), per_step
+    assert total <= TODAY_WEB[kind] <= MAX_ROUND_TRIPS, f"a web turn took {total} round trips on the wire: {per_step}"

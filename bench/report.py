@@ -124,8 +124,10 @@ def goals(r: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
         out.append((f"context assembly p99, {top:,} vs 10k messages, {backend}", f"{_f(ratio)}x "
                     f"({_f(big)} / {_f(small)} ms)", "<= 2x (at 300k)", None if ratio is None else ratio <= 2.0))
     wire = _get(r.get("a"), "results", "postgres", "hilo", "wire_round_trips_per_turn")
-    out.append(("round trips per turn on the wire, Postgres", _f(wire, ".1f"), "<= 8",
-                None if wire is None else wire <= 8))
+    web = _get(r.get("a"), "results", "postgres", "hilo web", "wire_round_trips_per_turn")
+    known = [n for n in (wire, web) if n is not None]
+    out.append(("round trips per turn on the wire, Postgres", f"{_f(wire, '.1f')} (a web turn, its rate limits "
+                f"counted with it: {_f(web, '.1f')})", "<= 8", max(known) <= 8 if known else None))
     for c in ("c1", "c8"):
         ratio = _get(r.get("d"), c, "ratio")
         out.append((f"web API throughput vs bare endpoint, {c.replace('c', 'concurrency ')}", f"{_f(ratio)}x",

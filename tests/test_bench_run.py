@@ -34,8 +34,11 @@ def test_bench_run_quick_measures_the_turn_and_the_tokens_beside_their_baselines
     assert re.search(rf"^\| postgres \| seed \|(?:[^|]*\|){{8}} 6\.0 \| - \| {first} \|$", page, re.M)
     # the goals it can judge from these sections are judged, the others say so
     assert re.search(r"^\| pre-model p99, 1,000 x 1,000, sqlite \| \d+\.\d\d ms .*\| (yes|\*\*no\*\*) \|$", page, re.M)
-    assert re.search(r"^\| round trips per turn on the wire, Postgres \| \d+\.\d \| <= 8 \| (yes|\*\*no\*\*) \|$",
-                     page, re.M)
+    # the web turn's too (its rate limits counted with its message): the goal holds for both
+    goal = re.search(r"^\| round trips per turn on the wire, Postgres \| (\d+\.\d) \(a web turn, its rate limits "
+                     r"counted with it: (\d+\.\d)\) \| <= 8 \| (yes|\*\*no\*\*) \|$", page, re.M)
+    assert goal is not None and float(goal.group(2)) > float(goal.group(1)) > 0
+    assert goal.group(3) == ("yes" if max(float(goal.group(1)), float(goal.group(2))) <= 8 else "**no**")
     assert "## (d) Web API throughput\n\nNot run in this run." in page
     # tokens at turns 10, 30 and 50, hilo's within its budget, the full history above the 24-hour window
     rows = re.findall(r"^\| (10|30|50) \| ([\d,]+) \| ([\d,]+) \| ([\d,]+) \| (\d\.\d{3}) \|", page, re.M)

@@ -238,3 +238,20 @@ async def test_the_lease_check_reads_as_much_for_a_long_conversation_as_for_a_sh
     (it did: 21 and 1,209 tens of steps; 0.18 ms at 700 messages, 0.4 ms a turn in context_bench's turns)."""
     short, long = await _lease_steps(tmp_path / "short.db", 20), await _lease_steps(tmp_path / "long.db", 2000)
     assert long <= 2 * short + 5, (short, long)
+
+
+async def test_a_message_stored_with_its_lease_is_not_checked_for_an_answer(store: Store, backend: Backend) -> None:
+    # the lease is taken in the transaction that stores the message: nothing can have answered a message that did
+    # not exist (a reply or a model call names its id; ids are never used twice), so no statement asks
+    first = await store.ingest(_msg("n1"), 6)
+    assert first is not None
+    async with store.turn_lock(first.conversation_id, first.message.id):
+        await store.finish_turn(first, "noted", 1, [])
+    counters = store.counters  # type: ignore[attr-defined]
+    before = counters["statements"]
+    turn = await store.ingest(_msg("n2", "and Kiwi eats mango"), 5)
+    assert turn is not None
+    # SQLite: the person, the conversation, the episode, the message, the lease; Postgres: one statement
+    assert counters["statements"] - before == (5 if backend.name == "sqlite" else 1)
+    async with store.turn_lock(turn.conversation_id, turn.message.id) as answered:
+        assert not answered  # and its turn runs

@@ -189,13 +189,23 @@ async def hold(tx: Tx, conversation_id: int, message_id: int, ttl: float, counte
         return
     lease = held_as if held_as is not None else Held()
     lease.owner = owner
-    renewer = asyncio.create_task(_renew_until_cancelled(tx, conversation_id, lease, ttl, counters))
+    # The renewer is a task only for a turn that outlasts a third of the ttl (a model's slow answer): a timer until
+    # then, as cheap to cancel as to set, so a turn that ends sooner (most) starts and cancels no task.
+    renewer: asyncio.Task[None] | None = None
+
+    def renew_from_now() -> None:
+        nonlocal renewer
+        renewer = asyncio.ensure_future(_renew_until_cancelled(tx, conversation_id, lease, ttl, counters))
+
+    timer = asyncio.get_running_loop().call_later(ttl / 3, renew_from_now)
     try:
         yield answered
     finally:
-        renewer.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await renewer
+        timer.cancel()
+        if renewer is not None:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
         if not lease.released:  # unless the reply's write released it (Held)
             try:
                 await tx("lease", release, conversation_id, owner)
@@ -205,17 +215,18 @@ async def hold(tx: Tx, conversation_id: int, message_id: int, ttl: float, counte
 
 async def _renew_until_cancelled(tx: Tx, conversation_id: int, lease: Held, ttl: float, counters: dict[str, int],
                                  ) -> None:
+    """Renew now (a third of the ttl went by since the lease was taken), then every third of it."""
     while True:
+        if not (lease.ending or lease.released):  # the last write releases it: renewing now could only race it
+            try:
+                renewed = await tx("lease", renew, conversation_id, lease.owner, ttl)
+                counters["turn_lease_renewals"] = counters.get("turn_lease_renewals", 0) + 1
+                if not renewed and not lease.released:
+                    # Another process took it over (this one stalled past the ttl): this turn still ends, but the
+                    # conversation is no longer serialized; say so loudly.
+                    logger.warning("turn.lease_lost", conversation_id=conversation_id)
+                    return
+            except Exception as exc:  # a failed renewal is retried at the next tick, well before expiry
+                logger.warning("turn.lease_not_renewed", conversation_id=conversation_id,
+                               error=type(exc).__name__)
         await asyncio.sleep(ttl / 3)
-        if lease.ending or lease.released:  # the last write releases it: renewing now could only race it
-            continue
-        try:
-            renewed = await tx("lease", renew, conversation_id, lease.owner, ttl)
-            counters["turn_lease_renewals"] = counters.get("turn_lease_renewals", 0) + 1
-            if not renewed and not lease.released:
-                # Another process took it over (this one stalled past the ttl): this turn still ends, but the
-                # conversation is no longer serialized; say so loudly.
-                logger.warning("turn.lease_lost", conversation_id=conversation_id)
-                return
-        except Exception as exc:  # a failed renewal is retried at the next tick, well before expiry
-            logger.warning("turn.lease_not_renewed", conversation_id=conversation_id, error=type(exc).__name__)

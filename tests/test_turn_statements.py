@@ -6,6 +6,7 @@ its turn ran."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -255,3 +256,14 @@ async def test_a_message_stored_with_its_lease_is_not_checked_for_an_answer(stor
     assert counters["statements"] - before == (5 if backend.name == "sqlite" else 1)
     async with store.turn_lock(turn.conversation_id, turn.message.id) as answered:
         assert not answered  # and its turn runs
+
+
+async def test_a_turn_shorter_than_a_third_of_its_lease_starts_no_task_to_renew_it(store: Store) -> None:
+    turn = await store.ingest(_msg("r1"), 6)
+    assert turn is not None
+    before = asyncio.all_tasks()
+    async with store.turn_lock(turn.conversation_id, turn.message.id) as answered:
+        assert not answered
+        assert asyncio.all_tasks() == before, "a timer until a third of the ttl went by, not a task"
+        await store.finish_turn(turn, "noted", 1, [])
+    assert asyncio.all_tasks() == before

@@ -119,9 +119,8 @@ def create_app(
         runtime: Runtime | None = None
         scheduler: Scheduler | None = None
         exporter = MetricsServer(settings, metrics) if metrics is not None else None
-        # A local model loads at start on its own thread, in a tracked task (no start waits for it: the surfaces serve
-        # meanwhile, and a turn's question waits for the load at most HILO_EMBED_QUERY_TIMEOUT); the embed job embeds
-        # new messages, each turn its question.
+        # A local model loads on first use, on its own thread (the embed job's first run, due at start; no turn waits
+        # for it longer than HILO_EMBED_QUERY_TIMEOUT); the embed job embeds new messages, each turn its question.
         # Which embedder runs is said once everything has started (a start that fails says only why, in one line).
         embedder = build_embedder(settings)
 
@@ -162,9 +161,6 @@ def create_app(
             ch = chain if chain is not None else build_chain(settings)
             runtime = Runtime(settings, ch, Pipeline(settings, st, ch, embedder), TaskSet(), budget)
             state["runtime"] = runtime
-            # before, it loaded in the first turn's embedding (1.0-1.3 s on a 2-vCPU host) unless the embed job found
-            # something to embed first
-            runtime.tasks.spawn(embedder.start(), name="embedder.start")
             for surface in active:
                 await surface.start(runtime)
                 started.append(surface)

@@ -125,8 +125,7 @@ async def ingest_leased(db: Db, msg: InboundMessage, token_count: int, owner: st
     SQLite a statement costs no round trip but every transaction is a hop to the worker thread and a commit: one
     fewer (Postgres does the same in one statement, memory/pg_turn.py)."""
     turn = await ingest(db, msg, token_count)
-    taken, _ = await turn_lease.take(db, turn.conversation_id, turn.message.id, owner, ttl, stored_now=True)
-    return turn, taken
+    return turn, await turn_lease.claim(db, turn.conversation_id, turn.message.id, owner, ttl)
 
 
 async def _identity(db: Db, sql: str, surface: str, sender: str) -> Any:

@@ -89,16 +89,21 @@ ANSWERED = (
 )
 
 
-async def take(db: Db, conversation_id: int, message_id: int, owner: str, ttl: float, *,
-               stored_now: bool = False) -> tuple[bool, bool]:
-    """(taken, answered). The check is a statement of its own, after the UPDATE (see the module's docstring).
-    Not taken while an earlier message of the conversation, younger than ORDER_WAIT ttls, waits for its turn.
-    `stored_now`: the message was stored in this transaction, so nothing can have answered it (a reply or a model
-    call names a message id, and ids are never used twice: AUTOINCREMENT, sequences): no check."""
+async def claim(db: Db, conversation_id: int, message_id: int, owner: str, ttl: float) -> bool:
+    """TAKE: whether `owner` holds the lease now. Not taken while an earlier message of the conversation, younger
+    than ORDER_WAIT ttls, waits for its turn. The transaction that stores a message claims it alone
+    (sql_turns.ingest_leased): nothing can have answered a message that did not exist (a reply or a model call
+    names a message id, and ids are never used twice: AUTOINCREMENT, sequences)."""
     now = db.clock()
-    if await db.run(TAKE, conversation_id, owner, db.ts(now + timedelta(seconds=ttl)), db.ts(now), message_id,
-                    db.ts(now - timedelta(seconds=ORDER_WAIT * ttl))):
-        return True, False if stored_now else bool(await db.value(ANSWERED, message_id))
+    return bool(await db.run(TAKE, conversation_id, owner, db.ts(now + timedelta(seconds=ttl)), db.ts(now),
+                             message_id, db.ts(now - timedelta(seconds=ORDER_WAIT * ttl))))
+
+
+async def take(db: Db, conversation_id: int, message_id: int, owner: str, ttl: float) -> tuple[bool, bool]:
+    """(taken, answered): `claim`, then the check, a statement of its own after the UPDATE (see the module's
+    docstring)."""
+    if await claim(db, conversation_id, message_id, owner, ttl):
+        return True, bool(await db.value(ANSWERED, message_id))
     # forgotten: nothing to wait for
     return False, not await db.value("SELECT EXISTS (SELECT 1 FROM conversations WHERE id = $1)", conversation_id)
 

@@ -15,6 +15,7 @@ import pytest
 
 from kernel import catalog
 from memory import sql_limits
+from memory.store import Store
 from tests.backends import Backend, TestClock
 from tests.fakes.postgres import SERVER, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
 from tests.fakes.serve_process import ServeProcess, serving
@@ -97,44 +98,31 @@ async def test_two_stores_on_one_database_count_the_same_hits(backend: Backend, 
         await second.close()
 
 
-async def test_several_limits_in_one_transaction_stop_at_the_first_that_must_wait(
-    backend: Backend, clock: TestClock,
-) -> None:
-    store = backend.make()
-    await store.open()
-    try:
-        for _ in range(LIMIT):
-            assert await store.hit_rates([("ip:x", LIMIT, 60), ("visitor:v", 2 * LIMIT, 60)]) == 0.0
-        assert await store.hit_rates([("ip:x", LIMIT, 60), ("visitor:v", 2 * LIMIT, 60)]) >= 1.0  # the IP waits
-        # the refused hit stopped at the IP: the visitor counted LIMIT hits, so LIMIT more are allowed
-        waits = [await store.hit_rate("visitor:v", 2 * LIMIT, 60) for _ in range(LIMIT + 1)]
-        assert waits[:LIMIT] == [0.0] * LIMIT and waits[LIMIT] >= 1.0, waits
-    finally:
-        await store.close()
+async def test_several_limits_in_one_transaction_stop_at_the_first_that_must_wait(store: Store) -> None:
+    for _ in range(LIMIT):
+        assert await store.hit_rates([("ip:x", LIMIT, 60), ("visitor:v", 2 * LIMIT, 60)]) == 0.0
+    assert await store.hit_rates([("ip:x", LIMIT, 60), ("visitor:v", 2 * LIMIT, 60)]) >= 1.0  # the IP waits
+    # the refused hit stopped at the IP: the visitor counted LIMIT hits, so LIMIT more are allowed
+    waits = [await store.hit_rate("visitor:v", 2 * LIMIT, 60) for _ in range(LIMIT + 1)]
+    assert waits[:LIMIT] == [0.0] * LIMIT and waits[LIMIT] >= 1.0, waits
 
 
-async def test_a_limit_that_must_wait_leaves_the_later_ones_uncounted_and_the_earlier_ones_counted(
-    backend: Backend, clock: TestClock,
-) -> None:
+async def test_a_limit_that_must_wait_leaves_the_later_ones_uncounted_and_the_earlier_ones_counted(store: Store,
+                                                                                                   ) -> None:
     # Postgres counts a message's hits in one statement and takes back those after the first that must wait
     # (sql_limits.hit_all); SQLite stops there (hit_each): the counts end the same
-    store = backend.make()
-    await store.open()
-    try:
-        hits = [("ip:y", 10 * LIMIT, 60), ("visitor:w", LIMIT, 60), ("ip-messages:y", 10 * LIMIT, 60)]
-        waits = [await store.hit_rates(hits) for _ in range(LIMIT + 2)]
-        assert waits[:LIMIT] == [0.0] * LIMIT and all(w >= 1.0 for w in waits[LIMIT:]), waits  # the visitor waits
-        # the IP's requests counted every hit; its messages only those the visitor's limit let through
-        assert [await store.hit_rate("ip:y", 10 * LIMIT, 60) for _ in range(10 * LIMIT - LIMIT - 2)] == [0.0] * (
-            10 * LIMIT - LIMIT - 2)
-        assert await store.hit_rate("ip:y", 10 * LIMIT, 60) >= 1.0
-        allowed = [await store.hit_rate("ip-messages:y", 10 * LIMIT, 60) for _ in range(10 * LIMIT - LIMIT + 1)]
-        assert allowed[:-1] == [0.0] * (10 * LIMIT - LIMIT) and allowed[-1] >= 1.0, allowed
-        # a key given twice is counted twice (one statement cannot upsert a row twice: hit_each does it)
-        assert await store.hit_rates([("visitor:twice", 2, 60), ("visitor:twice", 2, 60)]) == 0.0
-        assert await store.hit_rate("visitor:twice", 2, 60) >= 1.0
-    finally:
-        await store.close()
+    hits = [("ip:y", 10 * LIMIT, 60), ("visitor:w", LIMIT, 60), ("ip-messages:y", 10 * LIMIT, 60)]
+    waits = [await store.hit_rates(hits) for _ in range(LIMIT + 2)]
+    assert waits[:LIMIT] == [0.0] * LIMIT and all(w >= 1.0 for w in waits[LIMIT:]), waits  # the visitor waits
+    # the IP's requests counted every hit; its messages only those the visitor's limit let through
+    assert [await store.hit_rate("ip:y", 10 * LIMIT, 60) for _ in range(10 * LIMIT - LIMIT - 2)] == [0.0] * (
+        10 * LIMIT - LIMIT - 2)
+    assert await store.hit_rate("ip:y", 10 * LIMIT, 60) >= 1.0
+    allowed = [await store.hit_rate("ip-messages:y", 10 * LIMIT, 60) for _ in range(10 * LIMIT - LIMIT + 1)]
+    assert allowed[:-1] == [0.0] * (10 * LIMIT - LIMIT) and allowed[-1] >= 1.0, allowed
+    # a key given twice is counted twice (one statement cannot upsert a row twice: hit_each does it)
+    assert await store.hit_rates([("visitor:twice", 2, 60), ("visitor:twice", 2, 60)]) == 0.0
+    assert await store.hit_rate("visitor:twice", 2, 60) >= 1.0
 
 
 def test_the_sliding_window_weighs_the_previous_window_by_what_it_still_covers() -> None:

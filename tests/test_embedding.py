@@ -210,3 +210,20 @@ def postgres_without_vectors() -> str:
     url = SERVER.create_database()
     SERVER.query("postgres", f'ALTER DATABASE "{db_name(url)}" SET hilo.vectors = off')
     return url
+
+
+async def test_the_local_model_loads_at_start_not_in_a_persons_first_turn(tmp_path: Any) -> None:
+    # No job runs here (an empty registry): before, the model loaded in the embed job's first run only when it found
+    # something to embed, else in the first turn, which waited for it (1.0-1.3 s on the EPYC host, against a
+    # HILO_EMBED_QUERY_TIMEOUT of 2 s: a slower machine's first turn recalled lexically)
+    from bot.jobs import JobRegistry
+    from tests.fakes.daemon import running_daemon
+    from tests.waiting import wait_until
+
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'hilo.db'}", secret_key="test-secret", embedder="local")
+    async with running_daemon(settings, jobs=JobRegistry()) as client:
+        embedder = client.app.state.hilo["embedder"]  # type: ignore[attr-defined]
+        assert isinstance(embedder, LocalEmbedder)
+        await wait_until(lambda: embedder.loaded, "the model loaded at start, with no turn and no job", seconds=60)
+        r = await client.post("/api/session")
+        assert r.status_code == 200

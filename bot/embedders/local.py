@@ -8,8 +8,8 @@ Models (HILO_EMBEDDING_MODEL with HILO_EMBEDDER=local), chosen by bench/embed_be
   a wheel for x86-64 Linux only): 384 floats, "query: " / "passage: " prefixes.
 
 The model runs on ONE worker thread of its own (numpy and the C engine release the GIL), so embedding never blocks
-the event loop and two embeddings never compete for the model; it loads there, lazily on first use or at
-`start()` (nothing calls it yet: bot/app.py builds the embedder, and nothing embeds before the vector store).
+the event loop and two embeddings never compete for the model; it loads there, at `start()` (`hilo serve`: a
+tracked task at start, bot/app.py, so a person's first turn does not wait for it) or on first use (the CLI).
 numpy's BLAS runs on the calling thread in the daemon (kernel/blas.py: its idle workers spun ~125 ms of a core
 after each question); the e5 engine's OpenMP threads are capped at `threads` (default 2) so a batch of messages
 leaves the other cores to the turns; USE is told one thread (it applies it through threadpoolctl where that is
@@ -83,6 +83,11 @@ class LocalEmbedder:
         self._threads = threads
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hilo-embed")
         self._embed: Callable[[list[str], Kind], Any] | None = None
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the model is in memory (`start`, or the first embedding, loads it)."""
+        return self._embed is not None
 
     def _loaded(self) -> Callable[[list[str], Kind], Any]:
         # only ever called on the one worker thread: no lock needed, nothing loads twice

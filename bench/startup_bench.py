@@ -13,7 +13,8 @@ installed package has it (this machine sets PYTHONDONTWRITEBYTECODE).
 
 Resident memory (VmRSS) of `hilo serve` (the echo model): idle 3 s after /healthz answers, after the first web
 turn, under load (the peak while 8 visitors send 200 messages: bench/web_load_gen.py), and idle with
-HILO_EMBEDDER=local once the embed job has loaded the model (what the local embedder adds).
+HILO_EMBEDDER=local once the model loaded (at start) and the embed job embedded the seeded messages (what the
+local embedder adds).
 Writes bench/results/startup.json.
 """
 
@@ -137,8 +138,8 @@ def memory(src: Path, work: Path, history: int) -> dict[str, Any]:
     seed(local, 200, src)
     port = free_port()
     with hilo_serve(local, port, embedder="local", src=src) as proc:
-        # the embed job (due at start) loads the model on its thread and embeds the 200 messages: wait for the
-        # resident size to settle
+        # the model loads at start on its thread (bot/app.py), and the embed job (due at start) embeds the 200
+        # messages: wait for the resident size to settle
         last, stable, deadline = 0.0, 0, time.monotonic() + 90
         while stable < 6 and time.monotonic() < deadline:
             time.sleep(0.5)

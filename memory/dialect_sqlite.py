@@ -295,8 +295,8 @@ class SqliteDb(Db):
         terms, idfs = sqlite_terms.strongest(terms, await sqlite_terms.weights(self, q.user_id, terms))
         avgdl = await sqlite_terms.mean_length(self, "messages")
         rows = await self.all(sqlite_terms.hits_sql(len(terms)), *sqlite_terms.params(
-            q.user_id, terms, idfs, avgdl, limit + EXTRA_HITS, await sqlite_terms.mean_length(self, "episodes"),
-            episode_limit, self.ts(q.at), excluded, q.current_message_id, q.conversation_id))
+            q.user_id, terms, idfs, avgdl, limit + EXTRA_HITS, episode_limit, self.ts(q.at), excluded,
+            q.current_message_id, q.conversation_id))
         return [(r[1], r[2]) for r in rows if r[0] == 0], [(r[1], r[2]) for r in rows if r[0] == 1]
 
 

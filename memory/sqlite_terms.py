@@ -23,12 +23,18 @@ Postgres's hilo_recall_hits does (until then the statement returned the window's
 neighbours only to drop them).
 
 Episodes come from the same postings, in the same statement (`hits_sql`): an episode holds a term exactly when one
-of its messages does, so the candidate messages' episodes (the newest EPISODE_CANDIDATES) are scored as documents
-over their own stored terms and mean length, with the messages' idfs. Until migration 0044 episodes had an FTS5
-index of their own, and every message stored rewrote its episode's whole document there: ~95% of what a turn wrote
-to FTS5, which FTS5 paid back in merges (one write in ~60 waited 20-55 ms at 1,000 people x 1,000 messages); its
-statement and its vocab read were 0.9-1.0 ms of a turn's context read. Recall at 2,000 tokens moved 0.455 -> 0.463
-(English) and 0.560 -> 0.551 (Spanish) on bench/memory_bench.py.
+of its messages does, so each episode of the candidate messages scores the sum of its candidates' BM25 scores
+(a left-out message's too: the window's messages still bring their episode). Until migration 0044 episodes had an
+FTS5 index of their own, and every message stored rewrote its episode's whole document there: ~95% of what a turn
+wrote to FTS5, which FTS5 paid back in merges (one write in ~60 waited 20-55 ms at 1,000 people x 1,000 messages);
+its statement and its vocab read were 0.9-1.0 ms of a turn's context read. Recall at 2,000 tokens moved 0.455 ->
+0.463 (English) and 0.560 -> 0.551 (Spanish) on bench/memory_bench.py. From then until stop 40 the newest 80
+candidate episodes were scored as documents over their own stored terms (each term's tf a scan of the episode's
+whole text: a third of the statement's time); summing their messages' scores instead, the hits statement at
+1,000 x 1,000 went 1.43 -> 0.92 ms p50, 3.16 -> 1.96 ms p99, and the memory benchmark's recall at 500 / 1,000 /
+2,000 / 4,000 tokens en 0.420 / 0.442 / 0.459 / 0.477 -> 0.420 / 0.433 / 0.459 / 0.472, es 0.463 / 0.485 / 0.547
+/ 0.558 -> 0.472 / 0.494 / 0.556 / 0.557 (with the local embedder, at 2,000: en 0.630 -> 0.635, es 0.652 ->
+0.651). The best of an episode's candidates alone (max, not sum) lost es 0.547 -> 0.520 at 2,000.
 
 What is lost: a message holding only common words, older than their newest `per_term` postings, is no
 candidate (its score is the lowest of any match anyway); a question of more than SEARCHED_TERMS index terms
@@ -67,13 +73,6 @@ BUDGET = (240, 30)
 #: the questions past 8 terms, half of context_bench's lines and the whole of its tail, read 8 terms' postings:
 #: load_context's p50 / p99 3.85 / 8.95 -> 2.87 / 5.57 ms in one interleaved pair of 1,000 turns (BUDGET: both).
 SEARCHED_TERMS = 8
-#: Episodes scored per question: the newest of those the candidate messages belong to (an episode is a long
-#: document: fewer of them are scored; each term's tf is a scan of its text). 160 until stop 39: since a question
-#: searches 8 terms over 240 postings, 80 gives the memory benchmark's recall at every budget (en 0.420 / 0.442 /
-#: 0.459 / 0.477 against 0.415 / 0.442 / 0.459 / 0.477 at 500 to 4,000 tokens, es the same; at 60 es fell 0.547 ->
-#: 0.538 at 2,000), and the hits statement at 1,000 x 1,000 p50 / p99 1.54 / 3.44 -> 1.26 / 2.65 and 1.40 / 3.07 ->
-#: 1.30 / 2.89 ms (two interleaved pairs of 1,000 turns).
-EPISODE_CANDIDATES = 80
 DF_TTL_S = 600.0
 DF_CACHE_MAX = 50_000
 
@@ -85,7 +84,7 @@ def per_term(n_terms: int) -> int:
 
 
 #: table -> the text a row is scored over (its stored terms; a message without them, its content)
-TEXT = {"messages": "coalesce(terms, content)", "episodes": "terms"}
+TEXT = {"messages": "coalesce(terms, content)"}
 
 
 def scoped(user_id: int, term: str) -> str:
@@ -100,7 +99,7 @@ def term_query(user_id: int, term: str) -> str:
 
 
 #: The parameters before the terms' (`params`): each term's three come after them.
-_TERMS = 10
+_TERMS = 9
 
 
 def _tf(n_terms: int, rows: str) -> str:
@@ -125,40 +124,36 @@ def _padded(text: str) -> str:
 
 @functools.cache
 def hits_sql(n_terms: int) -> str:
-    """$1 user, $2 the messages' mean length, $3 the per-term limit, $4 messages wanted, $5 the episodes' mean length,
-    $6 episodes wanted, $7 the turn's moment (`at`), $8 the ids to leave out (JSON), $9 the current message (or
-    NULL), $10 its conversation; then per term i (0-based): $11+3i its FTS5 query (`term_query`), $12+3i the term
-    padded ' t ', $13+3i its idf. Rows (kind, id, score), each kind best first: 0 the messages, 1 the episodes.
+    """$1 user, $2 the messages' mean length, $3 the per-term limit, $4 messages wanted, $5 episodes wanted, $6 the
+    turn's moment (`at`), $7 the ids to leave out (JSON), $8 the current message (or NULL), $9 its conversation;
+    then per term i (0-based): $10+3i its FTS5 query (`term_query`), $11+3i the term padded ' t ', $12+3i its
+    idf. Rows (kind, id, score), each kind best first: 0 the messages, 1 the episodes.
 
-    The candidate messages are each term's newest postings; the candidate episodes, the newest EPISODE_CANDIDATES
-    of theirs (an episode holds a term exactly when one of its messages does). Both are scored as FTS5 would,
-    each over its own stored terms and mean length, with the terms' idfs in the person's messages. The messages
-    returned are the best of those that may be recalled: at or before $7, not left out ($8: the context's window),
-    and not a later question of the current conversation (a queued turn), as sql_recall's ROWS keeps them and as
-    Postgres's hilo_recall_hits returns them; a left-out message still brings its episode."""
+    The candidate messages are each term's newest postings, scored as FTS5 would over their stored terms, with
+    the terms' idfs in the person's messages. The messages returned are the best of those that may be recalled:
+    at or before $6, not left out ($7: the context's window), and not a later question of the current
+    conversation (a queued turn), as sql_recall's ROWS keeps them and as Postgres's hilo_recall_hits returns
+    them. An episode scores the sum of its candidates' scores, a left-out one's included."""
     postings = " UNION ".join(
         f"SELECT id FROM (SELECT rowid AS id FROM messages_fts WHERE messages_fts MATCH ?{_TERMS + 1 + 3 * i} "
         "ORDER BY rowid DESC LIMIT ?3)" for i in range(n_terms))
     return (
         f"WITH cand(id) AS ({postings}), "
         f"d AS MATERIALIZED (SELECT x.id, x.episode_id AS episode, {_padded('coalesce(x.terms, x.content)')}, "
-        "x.created_at <= ?7 AND x.id NOT IN (SELECT value FROM json_each(?8)) AND (?9 IS NULL OR NOT "
-        "(x.conversation_id IS ?10 AND x.role = 'user' AND x.id > ?9)) AS recallable "
+        "x.created_at <= ?6 AND x.id NOT IN (SELECT value FROM json_each(?7)) AND (?8 IS NULL OR NOT "
+        "(x.conversation_id IS ?9 AND x.role = 'user' AND x.id > ?8)) AS recallable "
         "FROM messages x WHERE x.id IN (SELECT id FROM cand) AND x.user_id = ?1), "
-        f"t AS MATERIALIZED (SELECT d.id, d.dl, {_tf(n_terms, 'd')} FROM d WHERE d.recallable), "
-        f"ed AS MATERIALIZED (SELECT e.id, {_padded('e.terms')} FROM episodes e WHERE e.id IN (SELECT DISTINCT "
-        f"episode FROM d WHERE episode IS NOT NULL ORDER BY episode DESC LIMIT {EPISODE_CANDIDATES}) "
-        "AND e.user_id = ?1), "
-        f"et AS MATERIALIZED (SELECT ed.id, ed.dl, {_tf(n_terms, 'ed')} FROM ed) "
-        f"SELECT 0, id, score FROM (SELECT t.id, {_score(n_terms, 't', 2)} AS score FROM t "
-        "ORDER BY score DESC, t.id DESC LIMIT ?4) "
-        f"UNION ALL SELECT 1, id, score FROM (SELECT et.id, {_score(n_terms, 'et', 5)} AS score FROM et "
-        "ORDER BY score DESC, et.id DESC LIMIT ?6)"
+        f"t AS MATERIALIZED (SELECT d.id, d.episode, d.recallable, d.dl, {_tf(n_terms, 'd')} FROM d), "
+        f"s AS MATERIALIZED (SELECT t.id, t.episode, t.recallable, {_score(n_terms, 't', 2)} AS score FROM t) "
+        "SELECT 0, id, score FROM (SELECT s.id, s.score FROM s WHERE s.recallable "
+        "ORDER BY s.score DESC, s.id DESC LIMIT ?4) "
+        "UNION ALL SELECT 1, id, score FROM (SELECT s.episode AS id, sum(s.score) AS score FROM s "
+        "WHERE s.episode IS NOT NULL GROUP BY s.episode ORDER BY score DESC, id DESC LIMIT ?5)"
     )
 
 
 async def mean_length(db: Any, table: str) -> float:
-    """The mean row length of `table` ("messages", "episodes") in FTS5 tokens, over its newest 1,000 rows; cached
+    """The mean row length of `table` ("messages") in FTS5 tokens, over its newest 1,000 rows; cached
     DF_TTL_S."""
     cache: dict[tuple[str, str], tuple[float, float]] = db.df_cache
     now = time.monotonic()
@@ -201,11 +196,11 @@ def strongest(terms: list[str], idfs: list[float]) -> tuple[list[str], list[floa
     return [terms[i] for i in kept], [idfs[i] for i in kept]
 
 
-def params(user_id: int, terms: list[str], idfs: list[float], avgdl: float, limit: int, episodes_avgdl: float,
-           episode_limit: int, at: Any, excluded: str, current: int | None, conversation: int | None) -> list[Any]:
+def params(user_id: int, terms: list[str], idfs: list[float], avgdl: float, limit: int, episode_limit: int,
+           at: Any, excluded: str, current: int | None, conversation: int | None) -> list[Any]:
     """The parameters of `hits_sql(len(terms))`: `at` as the store writes times, `excluded` a JSON list of ids."""
-    out: list[Any] = [user_id, avgdl, per_term(len(terms)), limit, episodes_avgdl, episode_limit, at, excluded,
-                      current, conversation]
+    out: list[Any] = [user_id, avgdl, per_term(len(terms)), limit, episode_limit, at, excluded, current,
+                      conversation]
     assert len(out) == _TERMS
     for term, weight in zip(terms, idfs, strict=True):
         out += [term_query(user_id, term), f" {term} ", weight]

@@ -4,8 +4,8 @@ Inside load_context's reads, two statements whatever the history's size (on SQLi
 round trip, after a probe that skips the search when nothing of the person's lies outside the window, and the
 terms' document frequencies when they are not cached):
 1. lexical hits: the best LEXICAL_HITS messages by BM25 over their index terms, and episode hits: the best
-   EPISODE_HITS episodes by BM25 over their whole text (the dialect's `hits`, one statement:
-   memory/sqlite_terms.py, migration 0032's hilo_recall_hits on Postgres);
+   EPISODE_HITS episodes (the dialect's `hits`, one statement: on SQLite the sum of their candidate messages'
+   scores, memory/sqlite_terms.py; on Postgres BM25 over their whole text, migration 0032's hilo_recall_hits);
 2. the rows: those messages, their neighbours (the message before and after in the conversation) and every
    message of the best EPISODE_MEMBERS episodes (MEMBERS_CAP at most), with the same exclusions as (1).
 With a query vector, one more: the person's nearest `search_limit` messages (memory/sql_vectors.py). (2) reads

@@ -39,7 +39,7 @@ from memory.sqlite_checkpoint import SAFETY_PAGES, Checkpointer
 from memory.sqlite_file import FILE_FIX, TRANSIENT, FileIdentity, file_identity, file_problem
 from memory.store import ContextQuery, Ingested, IngestedContext, StoreError, StoreUnavailable
 from memory.vectors import DEFAULT_CACHE_FLOATS, Matrix, MatrixCache, extend, matrix_cosines, matrix_of, pack, top
-from memory.windows import WindowCache, triggers
+from memory.windows import MESSAGE_CHANGES, WindowCache, triggers
 
 T = TypeVar("T")
 logger = log.get("hilo.store")
@@ -326,6 +326,8 @@ class SqliteStore(SqlStore):
         #: used once the connection's triggers that keep them honest exist (after the migrations)
         self.windows = WindowCache()
         self._windows_on = False
+        #: PRAGMA data_version when the windows' count of changed messages was last read (None: never)
+        self._seen_version: int | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
         #: WAL checkpoints on a thread of their own (memory/sqlite_checkpoint.py); None in memory
@@ -527,10 +529,15 @@ class SqliteStore(SqlStore):
             if mode == "write" and logic_name(logic) not in KEEPS_VECTORS:  # ("lease": the turn lease's, never vectors)
                 self.matrices.generation += 1  # it may change vectors: the next search checks the table again
             # read BEFORE the snapshot begins: any commit of another connection after it shows as a new version
-            self.matrices.version = self.windows.version = conn.execute("PRAGMA data_version").fetchone()[0]
+            version = self.matrices.version = conn.execute("PRAGMA data_version").fetchone()[0]
             reads = mode in ("read", "reads")
             conn.execute("BEGIN" if reads else "BEGIN IMMEDIATE")
             self.counters["transactions"] += 1
+            if self._windows_on and version != self._seen_version:
+                # another connection committed: the windows are stale only if it changed or deleted a message
+                # (migration 0045's count, read in this transaction's snapshot: memory/windows.py)
+                self.windows.version = conn.execute(MESSAGE_CHANGES).fetchone()[0]
+                self._seen_version = version
             db = SqliteDb(conn, self.counters, self.clock, self.matrices, self._df_cache)
             if reads and self._windows_on:  # nothing read in a write transaction is kept: it may roll back
                 db.windows = self.windows

@@ -9,8 +9,14 @@ So the SQLite store keeps each conversation's newest messages (of the person: th
 it read them, and a turn reads only the rows written after the newest one it holds (`id > $n`: SQLite gives a new
 row an id above every id stored). A window is kept only as long as nothing could have changed the rows it holds:
 
-- another connection's commit (another process: `hilo forget`, `hilo import`, a second daemon on the file) moves
-  `PRAGMA data_version`, which the store reads before each transaction begins; every window is then read anew;
+- another connection's change or deletion of a message (another process: `hilo forget`, a second daemon on the
+  file) moves the count of migration 0045's triggers (`MESSAGE_CHANGES`, whichever connection makes them). The
+  store reads `PRAGMA data_version` before each transaction begins, and when another connection committed since,
+  reads the count in the transaction's snapshot; every window is read anew when it moved. Another connection's new
+  rows (a second daemon's turns, `hilo import`, `hilo chat`) are found by the `id > $n` read: SQLite commits one
+  writer at a time, and a new row's id is above every id stored. (Until 0045 any commit of another connection
+  dropped every window: with two processes on one file, none outlived the other's next message; in bench/run,
+  where the baselines write through connections of their own, 36% of hilo's turns found theirs kept.);
 - this connection's own UPDATE (of a column a window holds) or DELETE of a message fires a TEMP trigger that calls
   `changed()`: forgetting, retention, linking, a media rewrite, a cascade from a deleted person or conversation;
 - a window is filled and used only in read transactions, or in the SQLite ingest's write transaction after every
@@ -46,6 +52,10 @@ PER_MESSAGE = 512
 #: updates leave windows as they are).
 WATCHED_COLUMNS = ("id", "conversation_id", "user_id", "surface", "role", "content", "token_count", "external_id",
                    "created_at", "metadata", "reply_to")
+
+
+#: The count of changes and deletions of messages (their WATCHED_COLUMNS), by any connection (migration 0045).
+MESSAGE_CHANGES = "SELECT n FROM message_changes WHERE id = 1"
 
 
 def triggers(function: str) -> list[str]:
@@ -87,7 +97,7 @@ class WindowCache(SizedLRU[tuple[int, int], Window]):
         #: hits (a window extended by the rows after it), loads (read whole: none kept, or no longer current),
         #: fallbacks (the turn's filters left too few rows: read with them in SQL)
         self.counters = {"hits": 0, "loads": 0, "fallbacks": 0}
-        #: PRAGMA data_version read before the current transaction began (other connections' commits move it)
+        #: MESSAGE_CHANGES as the store last read it (other connections' changes and deletions of messages move it)
         self.version = 0
         #: this connection's changes and deletions of messages (the TEMP triggers)
         self.changes = 0

@@ -37,6 +37,11 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     # Term statistics: SQLite reads document frequencies from an fts5vocab table (migrations/sqlite/0004);
     # Postgres needs none (its 0004 is a no-op kept so that the numbers match).
     ("sqlite", "table", "messages_fts_vocab"): "the fts5vocab table of messages_fts's terms",
+    # The conversation windows' count of changed and deleted messages (migrations/sqlite/0045, memory/windows.py):
+    # Postgres keeps no windows.
+    ("sqlite", "table", "message_changes"): "counts changes and deletions of messages for the conversation windows",
+    ("sqlite", "trigger", "message_changes_update"): "counts a message changed (the windows' columns)",
+    ("sqlite", "trigger", "message_changes_delete"): "counts a message deleted",
     # Bookkeeping of the engines and the runner, not of the migration files.
     ("sqlite", "table", "sqlite_sequence"): "SQLite's AUTOINCREMENT counters (Postgres: identity sequences)",
     ("both", "table", "schema_migrations"): "made by the runner (memory/migrate.py), not by a migration file; "

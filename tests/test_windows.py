@@ -16,7 +16,7 @@ from memory import sql_turns
 from memory.dialect_sqlite import SqliteStore
 from memory.rows import Db, Rollback
 from memory.store import ContextQuery, ContextRows, Ingested
-from memory.windows import PER_MESSAGE, SLACK, weight
+from memory.windows import PER_MESSAGE, SLACK, WATCHED_COLUMNS, weight
 
 
 @pytest.fixture
@@ -147,6 +147,62 @@ async def test_another_connections_commit_leaves_every_window(store: SqliteStore
     rows, alone = await _both(store, _query(turn))
     assert [m.content for m in rows.conversation] == ["Kiwi was my parrot"] == [
         m.content for m in alone.conversation]
+
+
+async def test_another_connections_new_messages_keep_the_windows(store: SqliteStore, tmp_path: Path) -> None:
+    # A second daemon on the file (or `hilo chat`, `hilo import`) stores turns: the windows are read on from where
+    # they were, its rows found by the `id > n` read. Before migration 0045 any commit of another connection dropped
+    # every window (with two processes on one file, none outlived the other's next message).
+    await _turn(store, "a0", "Kiwi is my parrot")
+    turn = await _turn(store, "a1", "Kiwi likes mango", reply=None)
+    await store.load_context(_query(turn))  # the window is kept
+    second = SqliteStore(tmp_path / "hilo.db")
+    await second.open()
+    try:
+        await _turn(second, "a2", "Kiwi sleeps at nine")  # the same conversation, from the other process
+        await _turn(second, "b0", "my cat is Tom", sender="bea")
+        reindexed = await second._tx("write", lambda db: db.run("UPDATE messages SET terms = 'kiwi' WHERE id = $1",
+                                                                turn.message.id))
+        assert reindexed == 1  # not a column a window holds
+    finally:
+        await second.close()
+    loads, hits = store.windows.counters["loads"], store.windows.counters["hits"]
+    later = await _turn(store, "a3", "and Kiwi?", reply=None)
+    rows, alone = await _both(store, _query(later))
+    assert [m.content for m in rows.conversation] == [
+        "Kiwi is my parrot", "noted", "Kiwi likes mango", "Kiwi sleeps at nine", "noted"] == [
+        m.content for m in alone.conversation]
+    assert (store.windows.counters["loads"] - loads, store.windows.counters["hits"] - hits) == (0, 1)
+
+
+@pytest.mark.parametrize(("change", "seen"), [
+    ("UPDATE messages SET content = 'Kiwi was my parrot' WHERE content = 'Kiwi is my parrot'",
+     [("Kiwi was my parrot", {}), ("noted", {})]),
+    ("UPDATE messages SET metadata = '{\"edited\": true}' WHERE content = 'Kiwi is my parrot'",
+     [("Kiwi is my parrot", {"edited": True}), ("noted", {})]),
+    ("DELETE FROM messages WHERE content = 'Kiwi is my parrot'", [("noted", {})]),
+])
+async def test_another_connections_change_of_a_held_message_is_seen(
+    store: SqliteStore, tmp_path: Path, change: str, seen: list[tuple[str, dict[str, bool]]],
+) -> None:
+    await _turn(store, "a0", "Kiwi is my parrot")
+    turn = await _turn(store, "a1", "Kiwi likes mango", reply=None)
+    await store.load_context(_query(turn))  # the window is kept
+    other = sqlite3.connect(tmp_path / "hilo.db", isolation_level=None)
+    try:
+        assert other.execute(change).rowcount == 1
+    finally:
+        other.close()
+    rows, alone = await _both(store, _query(turn))
+    assert [(m.content, m.metadata) for m in rows.conversation] == seen == [
+        (m.content, m.metadata) for m in alone.conversation]
+
+
+async def test_the_counted_columns_are_the_ones_a_window_holds(store: SqliteStore) -> None:
+    sql = await store._tx("read", lambda db: db.value(
+        "SELECT sql FROM sqlite_master WHERE name = 'message_changes_update'"))
+    counted = sql.split("AFTER UPDATE OF", 1)[1].split(" ON messages", 1)[0]
+    assert [c.strip() for c in counted.split(",")] == list(WATCHED_COLUMNS)
 
 
 async def _read_then_roll_back(db: Db, turn: Ingested) -> None:

@@ -533,15 +533,15 @@ class SqliteStore(SqlStore):
             reads = mode in ("read", "reads")
             conn.execute("BEGIN" if reads else "BEGIN IMMEDIATE")
             self.counters["transactions"] += 1
-            if self._windows_on and version != self._seen_version:
-                # another connection committed: the windows are stale only if it changed or deleted a message
-                # (migration 0045's count, read in this transaction's snapshot: memory/windows.py)
-                self.windows.version = conn.execute(MESSAGE_CHANGES).fetchone()[0]
-                self._seen_version = version
             db = SqliteDb(conn, self.counters, self.clock, self.matrices, self._df_cache)
             if reads and self._windows_on:  # nothing read in a write transaction is kept: it may roll back
                 db.windows = self.windows
             try:
+                if self._windows_on and version != self._seen_version:
+                    # another connection committed: the windows are stale only if it changed or deleted a message
+                    # (migration 0045's count, read in this transaction's snapshot: memory/windows.py)
+                    self.windows.version = conn.execute(MESSAGE_CHANGES).fetchone()[0]
+                    self._seen_version = version
                 result = step(logic(db, *args))
             except BaseException:
                 if conn.in_transaction:

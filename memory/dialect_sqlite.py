@@ -293,7 +293,7 @@ class SqliteDb(Db):
         if not terms:
             return [], []
         terms, idfs = sqlite_terms.strongest(terms, await sqlite_terms.weights(self, q.user_id, terms))
-        avgdl = await sqlite_terms.mean_length(self, "messages")
+        avgdl = await sqlite_terms.mean_length(self)
         rows = await self.all(sqlite_terms.hits_sql(len(terms)), *sqlite_terms.params(
             q.user_id, terms, idfs, avgdl, limit + EXTRA_HITS, episode_limit, self.ts(q.at), excluded,
             q.current_message_id, q.conversation_id))

@@ -83,8 +83,8 @@ def per_term(n_terms: int) -> int:
     return max(least, total // max(1, n_terms))
 
 
-#: table -> the text a row is scored over (its stored terms; a message without them, its content)
-TEXT = {"messages": "coalesce(terms, content)"}
+#: The text a message is scored over: its stored terms (a message without them, its content).
+TEXT = "coalesce({row}terms, {row}content)"
 
 
 def scoped(user_id: int, term: str) -> str:
@@ -139,7 +139,7 @@ def hits_sql(n_terms: int) -> str:
         "ORDER BY rowid DESC LIMIT ?3)" for i in range(n_terms))
     return (
         f"WITH cand(id) AS ({postings}), "
-        f"d AS MATERIALIZED (SELECT x.id, x.episode_id AS episode, {_padded('coalesce(x.terms, x.content)')}, "
+        f"d AS MATERIALIZED (SELECT x.id, x.episode_id AS episode, {_padded(TEXT.format(row='x.'))}, "
         "x.created_at <= ?6 AND x.id NOT IN (SELECT value FROM json_each(?7)) AND (?8 IS NULL OR NOT "
         "(x.conversation_id IS ?9 AND x.role = 'user' AND x.id > ?8)) AS recallable "
         "FROM messages x WHERE x.id IN (SELECT id FROM cand) AND x.user_id = ?1), "
@@ -152,19 +152,18 @@ def hits_sql(n_terms: int) -> str:
     )
 
 
-async def mean_length(db: Any, table: str) -> float:
-    """The mean row length of `table` ("messages") in FTS5 tokens, over its newest 1,000 rows; cached
-    DF_TTL_S."""
+async def mean_length(db: Any) -> float:
+    """The messages' mean length in FTS5 tokens, over the newest 1,000; cached DF_TTL_S."""
     cache: dict[tuple[str, str], tuple[float, float]] = db.df_cache
     now = time.monotonic()
-    hit = cache.get((table, ""))
+    hit = cache.get(("messages", ""))
     if hit is not None and hit[1] > now:
         return hit[0]
     (avgdl,) = await db.one(
-        f"SELECT coalesce(avg(length(t) - length(replace(t, ' ', '')) + 2), 2) FROM (SELECT {TEXT[table]} AS t "
-        f"FROM {table} ORDER BY id DESC LIMIT 1000)")
+        f"SELECT coalesce(avg(length(t) - length(replace(t, ' ', '')) + 2), 2) FROM (SELECT {TEXT.format(row='')} AS t "
+        "FROM messages ORDER BY id DESC LIMIT 1000)")
     value = max(1.0, float(avgdl))
-    cache[(table, "")] = (value, now + DF_TTL_S)
+    cache[("messages", "")] = (value, now + DF_TTL_S)
     return value
 
 

@@ -443,6 +443,7 @@ class SqliteStore(SqlStore):
         self._conn = conn
         self._identity = identity
         self.windows.clear()  # what another connection read says nothing of this one's file
+        self._seen_version = None  # data_version counts per connection: the next transaction reads the count anew
         self._windows_on = False
 
     def _cannot_open(self, exc: sqlite3.Error) -> str:

@@ -124,10 +124,15 @@ async def test_a_scrape_after_turns_on_every_surface_finds_every_series_with_bou
             assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain"), r.text
             return samples(r.text)
 
-        async def failure_counted() -> bool:
-            return total(await scrape(), "hilo_delivery_failures_total", surface="telegram") == 1
+        async def failure_settled() -> bool:
+            # the failure is counted as it is sent back, the part is marked failed just after, and the backlog
+            # gauge is read back at most every BACKLOG_CACHE_S: wait for both rather than the first one seen
+            now = await scrape()
+            return (total(now, "hilo_delivery_failures_total", surface="telegram") == 1
+                    and total(now, "hilo_outbox_backlog") == 0)
 
-        await wait_until(failure_counted, "the blocked Telegram reply counted as a delivery failure")
+        await wait_until(failure_settled, "the blocked Telegram reply counted as a delivery failure and settled",
+                         seconds=20 + metrics.BACKLOG_CACHE_S)
         found = await scrape()
         async with httpx.AsyncClient() as other:
             own = await other.get(f"http://127.0.0.1:{port}/metrics")

@@ -221,9 +221,7 @@ class Outbox:
             await self._failed(item, exc, ids)
         except Exception as exc:  # a bug in a transport: recorded, never retried blindly
             logger.error("outbox.send_crashed", **ids, error=type(exc).__name__)
-            metrics.observe_delivery_failure(item.surface)
-            await self._settle(item, "failed", error=f"{type(exc).__name__}: hilo could not send this part")
-            self._failed_finally(item.surface)
+            await self._failed_finally(item, f"{type(exc).__name__}: hilo could not send this part")
         else:
             self._failing[item.surface] = 0
             await self._settle(item, "sent", provider_ref=ref)
@@ -289,12 +287,14 @@ class Outbox:
         if exc.transient and self.policy.too_long(pause):
             error += f" (Retry-After {pause:g} s is too long)"
         logger.error("outbox.failed", **ids, code=exc.code, transient=exc.transient)
-        metrics.observe_delivery_failure(item.surface)
-        await self._settle(item, "failed", error=error[:500])
-        self._failed_finally(item.surface)
+        await self._failed_finally(item, error[:500])
 
-    def _failed_finally(self, surface: str) -> None:
-        """One more part of `surface` failed for good: every `failures_alert` in a row, a delivery_failing alert."""
+    async def _failed_finally(self, item: OutboxItem, error: str) -> None:
+        """`item` failed for good: recorded as failed, then counted (a scrape that sees the failure finds the part
+        settled); every `failures_alert` in a row of its surface, a delivery_failing alert."""
+        await self._settle(item, "failed", error=error)
+        surface = item.surface
+        metrics.observe_delivery_failure(surface)
         failing = self._failing.get(surface, 0) + 1
         self._failing[surface] = failing
         if self.alerts is not None and failing % self.failures_alert == 0:

@@ -125,8 +125,8 @@ async def test_a_scrape_after_turns_on_every_surface_finds_every_series_with_bou
             return samples(r.text)
 
         async def failure_settled() -> bool:
-            # the failure is counted as it is sent back, the part is marked failed just after, and the backlog
-            # gauge is read back at most every BACKLOG_CACHE_S: wait for both rather than the first one seen
+            # the failure is counted once its part is marked failed, but the backlog gauge is read back at most
+            # every BACKLOG_CACHE_S (a scrape while the part was sending may hold 1): wait for both
             now = await scrape()
             return (total(now, "hilo_delivery_failures_total", surface="telegram") == 1
                     and total(now, "hilo_outbox_backlog") == 0)

@@ -1,22 +1,28 @@
-"""Web API throughput (issue 14 item d): the real `hilo serve` against a bare Starlette endpoint doing one insert.
+"""Web API throughput (issue 14 item d): the real `hilo serve` against a bare Starlette endpoint doing one insert,
+and against the seed pattern behind the same API (the field's one awaited query per step).
 
     python bench/web_load.py [--quick] [--requests 400] [--rounds 2] [--visitors 64] [--history 6]
                               [--baseline DIR] [--out FILE]
 
-Both are subprocesses on 127.0.0.1 under the same uvicorn (bench/procs.py). hilo runs with the `echo` model: it
-is what a fresh install answers with (no model key), it has no network latency, and it is the one model `hilo
-serve` can run without code of the bench's inside it; its own work (rendering what it received, counting the
-reply's tokens) is part of what is measured. Each request comes from a web visitor with a session token of its
+All three are subprocesses on 127.0.0.1 under the same uvicorn (bench/procs.py). The seed endpoint
+(bench/web_load_gen.py `seed`) is what a peer project's turn does (docs/architecture.md, "Performance budget"): the
+person's conversations, their last 24 h, get-or-create the conversation, insert the message, the zero-latency
+model's answer, insert the reply, update the conversation, one awaited query each; it keeps no index, reads no
+long-term memory and checks nothing, so it is the ceiling of that pattern, not of hilo's work. hilo runs with the
+`echo` model: it is what a fresh install answers with (no model key), it has no network latency, and it is the one
+model `hilo serve` can run without code of the bench's inside it; its own work (rendering what it received, counting
+the reply's tokens) is part of what is measured. Each request comes from a web visitor with a session token of its
 own (POST /api/session, the widget's way) and a conversation of its own that already holds `--history` answered
-turns; worker w of C sends as visitors w, w + C, ... so no two requests in flight share a conversation. The load
-generator (bench/web_load_gen.py: httpx, keep-alive, its own process; two processes splitting the workers from
-concurrency 8 up, as one tops out near 1,100 requests/s) sends a fixed count of requests per run at
-concurrency 1, 8 and 32, bare and hilo interleaved (bare, hilo, bare, hilo per round), and reports its own CPU
-share (near 1.0 would mean it, not the server, is the limit). The streaming rows post to /api/messages/stream
-(surfaces/web_stream.py) and read every event to `done`; the bare one inserts and streams three events.
-With `--baseline DIR` (another checkout, e.g. `git worktree add --detach /tmp/base main`) that code's `hilo serve`
-runs too, third in each row and round, so before and after are measured side by side on a noisy machine.
-Resident memory of the hilo server is sampled during its runs (startup_bench.py reads it as `rss_load_mb`).
+turns (new visitors for each row and round: the conversations do not grow from row to row); worker w of C sends as
+visitors w, w + C, ... so no two requests in flight share a conversation. The load generator (bench/web_load_gen.py:
+httpx, keep-alive, its own process; two processes splitting the workers from concurrency 8 up, as one tops out near
+1,100 requests/s) sends a fixed count of requests per run at concurrency 1, 8 and 32, interleaved (bare, seed, hilo
+per row and round), and reports its own CPU share (near 1.0 would mean it, not the server, is the limit). The
+streaming rows post to /api/messages/stream (surfaces/web_stream.py) and read every event to `done`; the bare one
+inserts and streams three events. With `--baseline DIR` (another checkout, e.g. `git worktree add --detach /tmp/base
+main`) that code's `hilo serve` runs too, last in each row and round, so before and after are measured side by side
+on a noisy machine. Resident memory of the hilo server is sampled during its runs (startup_bench.py reads it as
+`rss_load_mb`).
 Writes bench/results/web_load.json.
 """
 
@@ -109,29 +115,38 @@ def run(requests: int, rounds: int, visitors: int, history: int, src: Path,
         compile_tree(baseline)
     with tempfile.TemporaryDirectory(prefix="hilo-web-load-") as tmp, contextlib.ExitStack() as stack:
         work = Path(tmp)
-        hp, bp, basep = free_port(), free_port(), free_port()
-        who_all = ("bare", "hilo", "baseline") if baseline is not None else ("bare", "hilo")
+        hp, bp, sp, basep = free_port(), free_port(), free_port(), free_port()
+        who_all = ("bare", "seed", "hilo", "baseline") if baseline is not None else ("bare", "seed", "hilo")
         results: dict[str, dict[str, list[dict[str, Any]]]] = {row: {w: [] for w in who_all} for row, _, _ in ROWS}
         hilo = stack.enter_context(hilo_serve(work / "hilo.db", hp, src=src))
         stack.enter_context(bare_serve(work / "bare.db", bp))
+        stack.enter_context(bare_serve(work / "seed.db", sp, "seed"))
         if baseline is not None:
             (work / "baseline").mkdir()
             stack.enter_context(hilo_serve(work / "baseline" / "hilo.db", basep, src=baseline))
         idle = rss_mb(hilo.pid)
-        hurl, burl = f"http://127.0.0.1:{hp}", f"http://127.0.0.1:{bp}"
-        vis = work / "visitors.json"
-        vis.write_text(_gen("setup", "--url", hurl, "--visitors", str(visitors), "--history", str(history)))
-        after_setup = rss_mb(hilo.pid)
-        if baseline is not None:
-            (work / "baseline.json").write_text(_gen("setup", "--url", f"http://127.0.0.1:{basep}", "--visitors",
-                                                     str(visitors), "--history", str(history)))
+        hurl, burl, surl = f"http://127.0.0.1:{hp}", f"http://127.0.0.1:{bp}", f"http://127.0.0.1:{sp}"
+        basel = f"http://127.0.0.1:{basep}"
+
+        def fresh(url: str, name: str) -> Path:
+            """Visitors of their own for one row and round, each conversation holding `history` answered turns:
+            reused, the conversations would grow with every row (by requests / visitors turns a run), and a
+            turn's context with them, so the later rows would measure longer conversations than the first."""
+            out = work / f"{name}.json"
+            out.write_text(_gen("setup", "--url", url, "--visitors", str(visitors), "--history", str(history)))
+            return out
+
+        after_setup = 0.0
         peak = 0.0
         for r in range(rounds):
             for row, path, c in ROWS:
                 stream = ["--stream"] if "stream" in row else []
-                targets = [("bare", burl, "/stream" if stream else "/messages", vis), ("hilo", hurl, path, vis)]
+                vis = fresh(hurl, f"hilo-{r}-{row}")
+                after_setup = after_setup or rss_mb(hilo.pid)
+                targets = [("bare", burl, "/stream" if stream else "/messages", vis),
+                           ("seed", surl, path, fresh(surl, f"seed-{r}-{row}")), ("hilo", hurl, path, vis)]
                 if baseline is not None:
-                    targets.append(("baseline", f"http://127.0.0.1:{basep}", path, work / "baseline.json"))
+                    targets.append(("baseline", basel, path, fresh(basel, f"baseline-{r}-{row}")))
                 for who, url, p, vfile in targets:
                     if who == "hilo":
                         with RssSampler(hilo.pid) as sampler:
@@ -145,16 +160,20 @@ def run(requests: int, rounds: int, visitors: int, history: int, src: Path,
                           f"{out['gen_cpu_frac']:.2f}", flush=True)
     summary: dict[str, Any] = {}
     for row, _, c in ROWS:
-        bare, hilo_runs = results[row]["bare"], results[row]["hilo"]
+        bare, seed, hilo_runs = results[row]["bare"], results[row]["seed"], results[row]["hilo"]
         b = statistics.median(x["rps"] for x in bare)
+        sd = statistics.median(x["rps"] for x in seed)
         h = statistics.median(x["rps"] for x in hilo_runs)
         summary[row] = {
             "concurrency": c, "bare_rps": round(b, 1), "hilo_rps": round(h, 1), "ratio": round(h / b, 3),
+            "seed_rps": round(sd, 1), "seed_ratio": round(sd / b, 3), "hilo_vs_seed": round(h / sd, 3),
+            "seed_p50_ms": round(statistics.median(x["p50_ms"] for x in seed), 2),
             "bare_p50_ms": round(statistics.median(x["p50_ms"] for x in bare), 2),
             "bare_p99_ms": round(statistics.median(x["p99_ms"] for x in bare), 2),
             "hilo_p50_ms": round(statistics.median(x["p50_ms"] for x in hilo_runs), 2),
             "hilo_p99_ms": round(statistics.median(x["p99_ms"] for x in hilo_runs), 2),
             "hilo_errors": sum(x["errors"] for x in hilo_runs), "bare_errors": sum(x["errors"] for x in bare),
+            "seed_errors": sum(x["errors"] for x in seed),
             "gen_cpu_frac_bare": round(max(x["gen_cpu_frac"] for x in bare), 2),
             "runs": results[row],
         }
@@ -175,12 +194,13 @@ def run(requests: int, rounds: int, visitors: int, history: int, src: Path,
 
 def table(s: dict[str, Any]) -> str:
     base = "baseline_rps" in s["c1"]
-    lines = ["| row | bare req/s | hilo req/s | hilo / bare | hilo p50 ms | hilo p99 ms | bare p50 ms | gen CPU |"
-             + (" baseline req/s | baseline / bare |" if base else ""),
-             "|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if base else "")]
+    lines = ["| row | bare req/s | seed req/s | hilo req/s | hilo / bare | seed / bare | hilo / seed | hilo p50 ms | "
+             "hilo p99 ms | bare p50 ms | gen CPU |" + (" baseline req/s | baseline / bare |" if base else ""),
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if base else "")]
     for row, _, _ in ROWS:
         r = s[row]
-        lines.append(f"| {row} | {r['bare_rps']} | {r['hilo_rps']} | {r['ratio']}x | {r['hilo_p50_ms']} | "
+        lines.append(f"| {row} | {r['bare_rps']} | {r['seed_rps']} | {r['hilo_rps']} | {r['ratio']}x | "
+                     f"{r['seed_ratio']}x | {r['hilo_vs_seed']}x | {r['hilo_p50_ms']} | "
                      f"{r['hilo_p99_ms']} | {r['bare_p50_ms']} | {r['gen_cpu_frac_bare']} |"
                      + (f" {r['baseline_rps']} | {r['baseline_ratio']}x |" if base else ""))
     lines.append(f"\nhilo RSS: idle {s['rss_idle_mb']} MB, after setup {s['rss_after_setup_mb']} MB, peak under "

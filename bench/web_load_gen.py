@@ -1,9 +1,12 @@
-"""The two processes of bench/web_load.py besides `hilo serve`: the bare endpoint and the HTTP load generator.
+"""The processes of bench/web_load.py besides `hilo serve`: the bare endpoint, the seed pattern's endpoint and the
+HTTP load generator.
 
     python -m bench.web_load_gen bare --port P --db FILE      Starlette + uvicorn; POST /messages reads the JSON
                                                              body and inserts one row (sqlite3, WAL, through
                                                              asyncio.to_thread, as an endpoint would); POST
                                                              /stream does the same, then streams three SSE events
+    python -m bench.web_load_gen seed --port P --db FILE      the seed pattern behind hilo's web API (`seed_app`):
+                                                             POST /api/session, /api/messages, /api/messages/stream
     python -m bench.web_load_gen setup --url U --visitors N --history H   N web visitors (real session tokens from
                                                              POST /api/session), each with a conversation of H turns
                                                              already answered; prints them as JSON
@@ -27,7 +30,7 @@ import sqlite3
 import sys
 import time
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -38,7 +41,7 @@ from bench.memory_filler import user_line
 def bare_app(db: str) -> Any:
     from starlette.applications import Starlette
     from starlette.requests import Request
-    from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+    from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
     conn = sqlite3.connect(db, check_same_thread=False, isolation_level=None)
@@ -65,24 +68,121 @@ def bare_app(db: str) -> Any:
         body = await request.json()
         new_id = await asyncio.to_thread(insert, body["text"], body.get("conversation_id") or 0)
 
-        async def events() -> Any:
-            yield f"event: start\ndata: {json.dumps({'message_id': new_id})}\n\n"
-            yield f"event: delta\ndata: {json.dumps({'text': 'ok'})}\n\n"
-            yield f"event: done\ndata: {json.dumps({'status': 'ok'})}\n\n"
-
-        return StreamingResponse(events(), media_type="text/event-stream")
-
-    async def health(request: Request) -> Response:
-        return PlainTextResponse("ok")
+        return _sse("start", {"message_id": new_id}, "ok")
 
     return Starlette(routes=[Route("/messages", post, methods=["POST"]), Route("/stream", stream, methods=["POST"]),
-                             Route("/healthz", health)])
+                             Route("/healthz", _health)])
 
 
-def run_bare(port: int, db: str) -> None:
+#: The seed pattern's tables as a peer project keeps them (bench/baselines.py runs the same queries on hilo's).
+SEED_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS users (id INTEGER PRIMARY KEY, handle TEXT UNIQUE NOT NULL, created_at TEXT)",
+    "CREATE TABLE IF NOT EXISTS conversations (id INTEGER PRIMARY KEY, user_id INTEGER NOT NULL, surface TEXT, "
+    "created_at TEXT, updated_at TEXT, UNIQUE (user_id, surface))",
+    "CREATE TABLE IF NOT EXISTS messages (id INTEGER PRIMARY KEY, conversation_id INTEGER, user_id INTEGER, "
+    "surface TEXT, role TEXT, content TEXT, token_count INTEGER, created_at TEXT, metadata TEXT)",
+    "CREATE INDEX IF NOT EXISTS messages_user_time ON messages (user_id, created_at)",
+)
+
+
+def seed_app(db: str) -> Any:
+    """The seed pattern (docs/architecture.md, "Performance budget") behind hilo's web API: one awaited query per
+    step (asyncio.to_thread over sqlite3, autocommit): the person's conversations, their messages of the last
+    24 h, get-or-create the conversation, insert the message; the zero-latency model's answer (the question's
+    echo); insert the reply, update the conversation. POST /api/session makes the visitor (a random token, its
+    handle); POST /api/messages and /api/messages/stream take the same body as hilo's, so `setup` and `load` drive
+    it unchanged."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    from kernel import tokens
+
+    conn = sqlite3.connect(db, check_same_thread=False, isolation_level=None)
+    for pragma in ("journal_mode = WAL", "busy_timeout = 5000", "synchronous = NORMAL"):
+        conn.execute(f"PRAGMA {pragma}")
+    for ddl in SEED_SCHEMA:
+        conn.execute(ddl)
+
+    async def q(sql: str, *args: Any) -> list[Any]:
+        return await asyncio.to_thread(lambda: conn.execute(sql, args).fetchall())
+
+    def ts(moment: datetime) -> str:
+        return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+    async def session(request: Request) -> Response:
+        token = uuid.uuid4().hex
+        await q("INSERT INTO users (handle, created_at) VALUES (?, ?)", token, ts(datetime.now(UTC)))
+        return JSONResponse({"session": token})
+
+    async def turn(request: Request) -> dict[str, Any] | None:
+        handle = request.headers.get("authorization", "").removeprefix("Bearer ")
+        body = await request.json()
+        text = body["text"]
+        convs = await q("SELECT c.id, c.surface, c.user_id FROM conversations c JOIN users u ON u.id = c.user_id "
+                        "WHERE u.handle = ?", handle)
+        if not convs:  # the visitor's first message: no conversation yet
+            convs = await q("SELECT NULL, NULL, id FROM users WHERE handle = ?", handle)
+            if not convs:
+                return None
+        uid = convs[0][2]
+        now = datetime.now(UTC)
+        recent = await q("SELECT role, content, created_at FROM messages WHERE user_id = ? AND created_at >= ? "
+                         "ORDER BY created_at", uid, ts(now - timedelta(hours=24)))
+        history = [{"role": role, "content": content} for role, content, _ in recent]
+        [(cid,)] = await q("INSERT INTO conversations (user_id, surface, created_at, updated_at) "
+                           "VALUES (?, 'web', ?, ?) ON CONFLICT (user_id, surface) "
+                           "DO UPDATE SET surface = excluded.surface RETURNING id", uid, ts(now), ts(now))
+        [(mid,)] = await q("INSERT INTO messages (conversation_id, user_id, surface, role, content, token_count, "
+                           "created_at, metadata) VALUES (?, ?, 'web', 'user', ?, ?, ?, '{}') RETURNING id",
+                           cid, uid, text, tokens.count(text), ts(now))
+        history.append({"role": "user", "content": text})
+        reply = f"You said: {history[-1]['content']}"  # the zero-latency model
+        done = ts(datetime.now(UTC))
+        await q("INSERT INTO messages (conversation_id, user_id, surface, role, content, token_count, created_at, "
+                "metadata) VALUES (?, ?, 'web', 'assistant', ?, ?, ?, '{}')",
+                cid, uid, reply, tokens.count(reply), done)
+        await q("UPDATE conversations SET updated_at = ? WHERE id = ?", done, cid)
+        return {"conversation_id": cid, "reply": reply, "status": "ok", "message_id": mid}
+
+    async def post(request: Request) -> Response:
+        out = await turn(request)
+        return JSONResponse(out) if out is not None else JSONResponse({"error": "unknown visitor"}, status_code=401)
+
+    async def stream(request: Request) -> Response:
+        out = await turn(request)
+        if out is None:
+            return JSONResponse({"error": "unknown visitor"}, status_code=401)
+        return _sse("meta", {"conversation_id": out["conversation_id"]}, out["reply"])
+
+    return Starlette(routes=[Route("/api/session", session, methods=["POST"]),
+                             Route("/api/messages", post, methods=["POST"]),
+                             Route("/api/messages/stream", stream, methods=["POST"]), Route("/healthz", _health)])
+
+
+def _sse(first: str, data: dict[str, Any], text: str) -> Any:
+    """The stream both endpoints answer with: event `first` with `data`, one delta of `text`, done."""
+    from starlette.responses import StreamingResponse
+
+    async def events() -> Any:
+        yield f"event: {first}\ndata: {json.dumps(data)}\n\n"
+        yield f"event: delta\ndata: {json.dumps({'text': text})}\n\n"
+        yield f"event: done\ndata: {json.dumps({'status': 'ok'})}\n\n"
+
+    return StreamingResponse(events(), media_type="text/event-stream")
+
+
+async def _health(request: Any) -> Any:
+    from starlette.responses import PlainTextResponse
+
+    return PlainTextResponse("ok")
+
+
+def serve(app: Any, port: int) -> None:
     import uvicorn
 
-    uvicorn.run(bare_app(db), host="127.0.0.1", port=port, log_config=None, log_level="warning", access_log=False)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_config=None, log_level="warning", access_log=False)
 
 
 async def setup(url: str, visitors: int, history: int, seed: int) -> list[dict[str, Any]]:
@@ -141,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("bare")
     b.add_argument("--port", type=int, required=True)
     b.add_argument("--db", required=True)
+    sd = sub.add_parser("seed")
+    sd.add_argument("--port", type=int, required=True)
+    sd.add_argument("--db", required=True)
     s = sub.add_parser("setup")
     s.add_argument("--url", required=True)
     s.add_argument("--visitors", type=int, default=64)
@@ -155,8 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     ld.add_argument("--stream", action="store_true")
     ld.add_argument("--seed", type=int, default=1)
     args = p.parse_args(argv)
-    if args.cmd == "bare":
-        run_bare(args.port, args.db)
+    if args.cmd in ("bare", "seed"):
+        serve((bare_app if args.cmd == "bare" else seed_app)(args.db), args.port)
     elif args.cmd == "setup":
         print(json.dumps(asyncio.run(setup(args.url, args.visitors, args.history, args.seed))))
     else:

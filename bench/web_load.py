@@ -8,21 +8,21 @@ All three are subprocesses on 127.0.0.1 under the same uvicorn (bench/procs.py).
 (bench/web_load_gen.py `seed`) is what a peer project's turn does (docs/architecture.md, "Performance budget"): the
 person's conversations, their last 24 h, get-or-create the conversation, insert the message, the zero-latency
 model's answer, insert the reply, update the conversation, one awaited query each; it keeps no index, reads no
-long-term memory and checks nothing, so it is the ceiling of that pattern, not of hilo's work. hilo runs with the
-`echo` model: it is what a fresh install answers with (no model key), it has no network latency, and it is the one
-model `hilo serve` can run without code of the bench's inside it; its own work (rendering what it received, counting
-the reply's tokens) is part of what is measured. Each request comes from a web visitor with a session token of its
-own (POST /api/session, the widget's way) and a conversation of its own that already holds `--history` answered
-turns (new visitors for each row and round: the conversations do not grow from row to row); worker w of C sends as
-visitors w, w + C, ... so no two requests in flight share a conversation. The load generator (bench/web_load_gen.py:
-httpx, keep-alive, its own process; two processes splitting the workers from concurrency 8 up, as one tops out near
-1,100 requests/s) sends a fixed count of requests per run at concurrency 1, 8 and 32, interleaved (bare, seed, hilo
-per row and round), and reports its own CPU share (near 1.0 would mean it, not the server, is the limit). The
-streaming rows post to /api/messages/stream (surfaces/web_stream.py) and read every event to `done`; the bare one
-inserts and streams three events. With `--baseline DIR` (another checkout, e.g. `git worktree add --detach /tmp/base
-main`) that code's `hilo serve` runs too, last in each row and round, so before and after are measured side by side
-on a noisy machine. Resident memory of the hilo server is sampled during its runs (startup_bench.py reads it as
-`rss_load_mb`).
+long-term memory and verifies no signed session, so it is the ceiling of that pattern, not of hilo's work. hilo runs
+with the `echo` model: it is what a fresh install answers with (no model key), it has no network latency, and it is
+the one model `hilo serve` can run without code of the bench's inside it; its own work (rendering what it received,
+counting the reply's tokens) is part of what is measured. Each request comes from a web visitor with a session token
+of its own (POST /api/session, the widget's way) and a conversation of its own that already holds `--history`
+answered turns (new visitors for each row and round: the conversations do not grow from row to row); worker w of C
+sends as visitors w, w + C, ... so no two requests in flight share a conversation. The load generator
+(bench/web_load_gen.py: httpx, keep-alive, its own process; two processes splitting the workers from concurrency 8
+up, as one tops out near 1,100 requests/s) sends a fixed count of requests per run at concurrency 1, 8 and 32,
+interleaved (bare, seed, hilo per row and round), and reports its own CPU share (near 1.0 would mean it, not the
+server, is the limit). The streaming rows post to /api/messages/stream (surfaces/web_stream.py) and read every event
+to `done`; the bare one inserts and streams three events. With `--baseline DIR` (another checkout, e.g. `git
+worktree add --detach /tmp/base main`) that code's `hilo serve` runs too, last in each row and round, so before and
+after are measured side by side on a noisy machine. Resident memory of the hilo server is sampled during its runs
+(startup_bench.py reads it as `rss_load_mb`).
 Writes bench/results/web_load.json.
 """
 

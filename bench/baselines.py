@@ -10,7 +10,8 @@ one round trip and nothing is reset between them). Every query is one awaited ca
         model: no reply written)
   seed  the seed pattern (the design's "Performance budget"): the person's conversations, their messages of the
         last 24 h, get-or-create the channel conversation, insert the user message; after the model: insert
-        the reply, update the conversation
+        the reply, update the conversation (`seed_turn`; bench/web_load_gen.py serves the same turn behind hilo's
+        web API, on tables of its own: SEED_SCHEMA)
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -158,34 +160,80 @@ async def run_fts(conn: Conn, turns: int, next_turn: NextTurn, cross_hours: int)
     return await _run(conn, turns, next_turn, turn)
 
 
-async def run_seed(conn: Conn, turns: int, next_turn: NextTurn) -> dict[str, list[float]]:
-    one = _singleton(conn)
+#: The seed pattern's tables when it runs on a database of its own (bench/web_load_gen.py `seed`, behind hilo's web
+#: API): the columns and the conversation key its queries use, as a peer project keeps them; nothing for recall.
+SEED_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS users (id INTEGER PRIMARY KEY, handle TEXT UNIQUE NOT NULL, created_at TEXT)",
+    "CREATE TABLE IF NOT EXISTS conversations (id INTEGER PRIMARY KEY, user_id INTEGER NOT NULL, surface TEXT, "
+    "singleton INTEGER NOT NULL DEFAULT 0, created_at TEXT, updated_at TEXT)",
+    "CREATE UNIQUE INDEX IF NOT EXISTS conversations_singleton ON conversations (user_id, surface) "
+    "WHERE singleton = 1",
+    "CREATE TABLE IF NOT EXISTS messages (id INTEGER PRIMARY KEY, conversation_id INTEGER, user_id INTEGER, "
+    "surface TEXT, role TEXT, content TEXT, token_count INTEGER, external_id TEXT, created_at TEXT, metadata TEXT, "
+    "reply_to INTEGER)",
+    "CREATE INDEX IF NOT EXISTS messages_user_time ON messages (user_id, created_at)",
+)
 
+
+@dataclass(frozen=True, slots=True)
+class SeedTurn:
+    """One turn of the seed pattern: its conversation, the person's message, the reply, and the time to the end of
+    the context read and to the model call (ms)."""
+
+    conversation_id: int
+    message_id: int
+    reply: str
+    context_ms: float
+    pre_model_ms: float
+
+
+def _ok(history: list[dict[str, str]]) -> str:
+    return "ok"
+
+
+async def seed_turn(conn: Conn, handle: str, text: str, surface: str = "telegram",
+                    answer: Callable[[list[dict[str, str]]], str] = _ok) -> SeedTurn | None:
+    """The seed pattern, one awaited query a step: the person's conversations, their messages of the last 24 h,
+    get-or-create their conversation on `surface`, insert the message; `answer(history)` is the model (zero
+    latency); insert the reply, update the conversation. None when nobody has the handle. A person with no
+    conversation yet (a web visitor's first message) costs one query more, to find them."""
+    one = _singleton(conn)
+    t0 = time.perf_counter()
+    convs = await conn.q("SELECT c.id, c.surface, c.user_id FROM conversations c JOIN users u "
+                         "ON u.id = c.user_id WHERE u.handle = $1", handle)
+    if not convs:
+        convs = await conn.q("SELECT NULL, NULL, id FROM users WHERE handle = $1", handle)
+        if not convs:
+            return None
+    uid = convs[0][2]
+    now = datetime.now(UTC)
+    recent = await conn.q("SELECT role, content, created_at FROM messages WHERE user_id = $1 "
+                          "AND created_at >= $2 ORDER BY created_at", uid, conn.ts(now - timedelta(hours=24)))
+    history = [{"role": role, "content": content} for role, content, _ in recent]
+    t1 = time.perf_counter()
+    [(cid,)] = await conn.q(
+        "INSERT INTO conversations (user_id, surface, singleton, created_at, updated_at) "
+        f"VALUES ($1, $3, {one}, $2, $2) ON CONFLICT (user_id, surface) WHERE singleton = {one} "
+        "DO UPDATE SET surface = excluded.surface RETURNING id", uid, conn.ts(now), surface)
+    [(mid,)] = await conn.q(
+        "INSERT INTO messages (conversation_id, user_id, surface, role, content, token_count, external_id, "
+        "created_at, metadata) VALUES ($1, $2, $7, 'user', $3, $4, $5, $6, '{}') RETURNING id",
+        cid, uid, text, tokens.count(text), f"bench-seed-{uuid.uuid4().hex}", conn.ts(now), surface)
+    t2 = time.perf_counter()
+    history.append({"role": "user", "content": text})
+    reply = answer(history)
+    done = conn.ts(datetime.now(UTC))
+    await conn.q("INSERT INTO messages (conversation_id, user_id, surface, role, content, token_count, "
+                 "created_at, metadata, reply_to) VALUES ($1, $2, $6, 'assistant', $5, $7, $3, '{}', $4)",
+                 cid, uid, done, mid, reply, surface, tokens.count(reply))
+    await conn.q("UPDATE conversations SET updated_at = $1 WHERE id = $2", done, cid)
+    return SeedTurn(cid, mid, reply, (t1 - t0) * 1000, (t2 - t0) * 1000)
+
+
+async def run_seed(conn: Conn, turns: int, next_turn: NextTurn) -> dict[str, list[float]]:
     async def turn(handle: str, text: str) -> tuple[float, float]:
-        t0 = time.perf_counter()
-        convs = await conn.q("SELECT c.id, c.surface, c.user_id FROM conversations c JOIN users u "
-                             "ON u.id = c.user_id WHERE u.handle = $1", handle)
-        uid = convs[0][2]
-        now = datetime.now(UTC)
-        recent = await conn.q("SELECT role, content, created_at FROM messages WHERE user_id = $1 "
-                              "AND created_at >= $2 ORDER BY created_at", uid, conn.ts(now - timedelta(hours=24)))
-        history = [{"role": role, "content": content} for role, content, _ in recent]
-        t1 = time.perf_counter()
-        [(cid,)] = await conn.q(
-            "INSERT INTO conversations (user_id, surface, singleton, created_at, updated_at) "
-            f"VALUES ($1, 'telegram', {one}, $2, $2) ON CONFLICT (user_id, surface) WHERE singleton = {one} "
-            "DO UPDATE SET surface = excluded.surface RETURNING id", uid, conn.ts(now))
-        [(mid,)] = await conn.q(
-            "INSERT INTO messages (conversation_id, user_id, surface, role, content, token_count, external_id, "
-            "created_at, metadata) VALUES ($1, $2, 'telegram', 'user', $3, $4, $5, $6, '{}') RETURNING id",
-            cid, uid, text, tokens.count(text), f"bench-seed-{uuid.uuid4().hex}", conn.ts(now))
-        t2 = time.perf_counter()
-        history.append({"role": "user", "content": text})  # the model would get `history` here
-        done = conn.ts(datetime.now(UTC))
-        await conn.q("INSERT INTO messages (conversation_id, user_id, surface, role, content, token_count, "
-                     "created_at, metadata, reply_to) VALUES ($1, $2, 'telegram', 'assistant', 'ok', 1, $3, '{}', $4)",
-                     cid, uid, done, mid)
-        await conn.q("UPDATE conversations SET updated_at = $1 WHERE id = $2", done, cid)
-        return (t1 - t0) * 1000, (t2 - t0) * 1000
+        done = await seed_turn(conn, handle, text)
+        assert done is not None, handle
+        return done.context_ms, done.pre_model_ms
 
     return await _run(conn, turns, next_turn, turn)

@@ -95,10 +95,8 @@ def hilo_serve(db: Path, port: int, *, embedder: str = "none", src: Path = ROOT)
                   hilo_env(db, embedder=embedder, src=src), port, "/healthz", db.parent)
 
 
-def bare_serve(db: Path, port: int, kind: str = "bare") -> contextlib.AbstractContextManager[
-        subprocess.Popen[bytes]]:
-    """The bare endpoint (bench/web_load_gen.py `bare`), or the seed pattern's (`seed`), on 127.0.0.1:`port`
-    over `db`."""
+def endpoint_serve(kind: str, db: Path, port: int) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
+    """bench/web_load_gen.py's `bare` endpoint or the seed pattern's (`seed`) on 127.0.0.1:`port` over `db`."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPATH"] = str(ROOT)
     return server([sys.executable, "-m", "bench.web_load_gen", kind, "--port", str(port), "--db", str(db)],

@@ -42,7 +42,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script (bench/run) or with -m
 
-from bench.procs import ROOT, bare_serve, compile_tree, free_port, hilo_serve, rss_mb
+from bench.procs import ROOT, compile_tree, endpoint_serve, free_port, hilo_serve, rss_mb
 
 ROWS = (("c1", "/api/messages", 1), ("c8", "/api/messages", 8), ("c32", "/api/messages", 32),
         ("stream_c1", "/api/messages/stream", 1), ("stream_c8", "/api/messages/stream", 8))
@@ -119,8 +119,8 @@ def run(requests: int, rounds: int, visitors: int, history: int, src: Path,
         who_all = ("bare", "seed", "hilo", "baseline") if baseline is not None else ("bare", "seed", "hilo")
         results: dict[str, dict[str, list[dict[str, Any]]]] = {row: {w: [] for w in who_all} for row, _, _ in ROWS}
         hilo = stack.enter_context(hilo_serve(work / "hilo.db", hp, src=src))
-        stack.enter_context(bare_serve(work / "bare.db", bp))
-        stack.enter_context(bare_serve(work / "seed.db", sp, "seed"))
+        stack.enter_context(endpoint_serve("bare", work / "bare.db", bp))
+        stack.enter_context(endpoint_serve("seed", work / "seed.db", sp))
         if baseline is not None:
             (work / "baseline").mkdir()
             stack.enter_context(hilo_serve(work / "baseline" / "hilo.db", basep, src=baseline))

@@ -30,11 +30,12 @@ import sqlite3
 import sys
 import time
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 
+from bench.baselines import SEED_SCHEMA, SeedTurn, SqliteConn, seed_turn
 from bench.memory_filler import user_line
 
 
@@ -74,87 +75,46 @@ def bare_app(db: str) -> Any:
                              Route("/healthz", _health)])
 
 
-#: The seed pattern's tables as a peer project keeps them (bench/baselines.py runs the same queries on hilo's).
-SEED_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS users (id INTEGER PRIMARY KEY, handle TEXT UNIQUE NOT NULL, created_at TEXT)",
-    "CREATE TABLE IF NOT EXISTS conversations (id INTEGER PRIMARY KEY, user_id INTEGER NOT NULL, surface TEXT, "
-    "created_at TEXT, updated_at TEXT, UNIQUE (user_id, surface))",
-    "CREATE TABLE IF NOT EXISTS messages (id INTEGER PRIMARY KEY, conversation_id INTEGER, user_id INTEGER, "
-    "surface TEXT, role TEXT, content TEXT, token_count INTEGER, created_at TEXT, metadata TEXT)",
-    "CREATE INDEX IF NOT EXISTS messages_user_time ON messages (user_id, created_at)",
-)
-
-
 def seed_app(db: str) -> Any:
-    """The seed pattern (docs/architecture.md, "Performance budget") behind hilo's web API: one awaited query per
-    step (asyncio.to_thread over sqlite3, autocommit): the person's conversations, their messages of the last
-    24 h, get-or-create the conversation, insert the message; the zero-latency model's answer (the question's
-    echo); insert the reply, update the conversation. POST /api/session makes the visitor (a random token, its
-    handle); POST /api/messages and /api/messages/stream take the same body as hilo's, so `setup` and `load` drive
-    it unchanged."""
+    """The seed pattern (docs/architecture.md, "Performance budget"; bench/baselines.py `seed_turn`, as
+    bench/context_bench.py runs it) behind hilo's web API, on tables of its own (`SEED_SCHEMA`), through the
+    baselines' driver (sqlite3, asyncio.to_thread per query, autocommit); its zero-latency model answers with the
+    question's echo. POST /api/session makes the visitor (a random token, its handle); POST /api/messages and
+    /api/messages/stream take the same body as hilo's, so `setup` and `load` drive it unchanged."""
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
-    from kernel import tokens
-
-    conn = sqlite3.connect(db, check_same_thread=False, isolation_level=None)
-    for pragma in ("journal_mode = WAL", "busy_timeout = 5000", "synchronous = NORMAL"):
-        conn.execute(f"PRAGMA {pragma}")
+    conn = SqliteConn(db)
     for ddl in SEED_SCHEMA:
-        conn.execute(ddl)
+        conn.conn.execute(ddl)
 
-    async def q(sql: str, *args: Any) -> list[Any]:
-        return await asyncio.to_thread(lambda: conn.execute(sql, args).fetchall())
-
-    def ts(moment: datetime) -> str:
-        return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    def echo(history: list[dict[str, str]]) -> str:
+        return f"You said: {history[-1]['content']}"
 
     async def session(request: Request) -> Response:
         token = uuid.uuid4().hex
-        await q("INSERT INTO users (handle, created_at) VALUES (?, ?)", token, ts(datetime.now(UTC)))
+        await conn.q("INSERT INTO users (handle, created_at) VALUES ($1, $2)", token, conn.ts(datetime.now(UTC)))
         return JSONResponse({"session": token})
 
-    async def turn(request: Request) -> dict[str, Any] | None:
+    async def turn(request: Request) -> SeedTurn | None:
         handle = request.headers.get("authorization", "").removeprefix("Bearer ")
         body = await request.json()
-        text = body["text"]
-        convs = await q("SELECT c.id, c.surface, c.user_id FROM conversations c JOIN users u ON u.id = c.user_id "
-                        "WHERE u.handle = ?", handle)
-        if not convs:  # the visitor's first message: no conversation yet
-            convs = await q("SELECT NULL, NULL, id FROM users WHERE handle = ?", handle)
-            if not convs:
-                return None
-        uid = convs[0][2]
-        now = datetime.now(UTC)
-        recent = await q("SELECT role, content, created_at FROM messages WHERE user_id = ? AND created_at >= ? "
-                         "ORDER BY created_at", uid, ts(now - timedelta(hours=24)))
-        history = [{"role": role, "content": content} for role, content, _ in recent]
-        [(cid,)] = await q("INSERT INTO conversations (user_id, surface, created_at, updated_at) "
-                           "VALUES (?, 'web', ?, ?) ON CONFLICT (user_id, surface) "
-                           "DO UPDATE SET surface = excluded.surface RETURNING id", uid, ts(now), ts(now))
-        [(mid,)] = await q("INSERT INTO messages (conversation_id, user_id, surface, role, content, token_count, "
-                           "created_at, metadata) VALUES (?, ?, 'web', 'user', ?, ?, ?, '{}') RETURNING id",
-                           cid, uid, text, tokens.count(text), ts(now))
-        history.append({"role": "user", "content": text})
-        reply = f"You said: {history[-1]['content']}"  # the zero-latency model
-        done = ts(datetime.now(UTC))
-        await q("INSERT INTO messages (conversation_id, user_id, surface, role, content, token_count, created_at, "
-                "metadata) VALUES (?, ?, 'web', 'assistant', ?, ?, ?, '{}')",
-                cid, uid, reply, tokens.count(reply), done)
-        await q("UPDATE conversations SET updated_at = ? WHERE id = ?", done, cid)
-        return {"conversation_id": cid, "reply": reply, "status": "ok", "message_id": mid}
+        return await seed_turn(conn, handle, body["text"], "web", echo)
+
+    def unknown() -> Response:
+        return JSONResponse({"error": "unknown visitor"}, status_code=401)
 
     async def post(request: Request) -> Response:
         out = await turn(request)
-        return JSONResponse(out) if out is not None else JSONResponse({"error": "unknown visitor"}, status_code=401)
+        return unknown() if out is None else JSONResponse(
+            {"conversation_id": out.conversation_id, "reply": out.reply, "status": "ok",
+             "message_id": out.message_id})
 
     async def stream(request: Request) -> Response:
         out = await turn(request)
-        if out is None:
-            return JSONResponse({"error": "unknown visitor"}, status_code=401)
-        return _sse("meta", {"conversation_id": out["conversation_id"]}, out["reply"])
+        return unknown() if out is None else _sse("meta", {"conversation_id": out.conversation_id}, out.reply)
 
     return Starlette(routes=[Route("/api/session", session, methods=["POST"]),
                              Route("/api/messages", post, methods=["POST"]),

@@ -30,7 +30,7 @@ from kernel import log
 from kernel.errors import RateLimited
 from kernel.types import InboundMessage
 from memory import migrate as migrations
-from memory import reindex, sqlite_terms, turn_lease
+from memory import reindex, sql_limits, sqlite_terms, turn_lease
 from memory import sql_turns as turns
 from memory.rows import INSERT_COLS, Db, Mode, Rollback, columns_by_table, to_ts
 from memory.sql_store import Logic, SqlStore, context_mode, unread
@@ -54,6 +54,7 @@ SPELLINGS = (
     # '+' keeps SQLite's planner on (conversation_id, id), newest first, whatever the statistics say (on Postgres
     # the same '+' would hide the column from its estimates and sort the whole conversation)
     ("m.conversation_id = $1 AND m.user_id = $2", "m.conversation_id = $1 AND +m.user_id = $2"),
+    (sql_limits.UNNEST_KEYS, "(SELECT value AS k FROM json_each($1)) AS h"),  # a JSON array, as `ids` passes lists
 )
 _PLACEHOLDER, _CAST = re.compile(r"\$(\d+)"), re.compile(r"::\w+(?:\[\])?")
 #: A list parameter (`Db.ids`: a JSON array on SQLite), `= ANY($n::bigint[])` / `<> ALL($n::bigint[])`.
@@ -114,7 +115,8 @@ KEEPS_VECTORS = frozenset({
     "memory.dialect_sqlite.ingest_turn",
     "memory.sql_import.import_rows",
     "memory.jobs.register", "memory.jobs.claim", "memory.jobs.renew", "memory.jobs.finish",
-    "memory.sql_limits.hit", "memory.sql_limits.probe", "memory.sql_limits.purge",
+    "memory.sql_limits.hit", "memory.sql_limits.hit_all", "memory.sql_limits.hit_each", "memory.sql_limits.probe",
+    "memory.sql_limits.purge",
     "memory.sql_spend.reserve", "memory.sql_spend.settle", "memory.sql_alerts.take",
 })
 
@@ -139,9 +141,7 @@ async def ingest_turn(db: SqliteDb, msg: InboundMessage, token_count: int, owner
     every write, so nothing it keeps can be undone but by the COMMIT failing (the caller then drops the windows);
     a read that fails leaves the message to commit (`unread`: its turn reads the context itself)."""
     if limits:
-        from memory import sql_limits
-
-        wait = await sql_limits.hit_each(db, limits)
+        wait = await sql_limits.hit_all(db, limits)
         if wait:
             return wait
     stored = await turns.ingest_leased(db, msg, token_count, owner, ttl)
@@ -392,10 +392,8 @@ class SqliteStore(SqlStore):
     def _count_apart(self, limits: Sequence[tuple[str, int, int]]) -> float:
         """The hits of a message ingest_turn did not store, in a transaction of their own (0.0 when the database
         cannot count them: the message's own error is the one to report)."""
-        from memory import sql_limits
-
         try:
-            return self._tx_sync("write", sql_limits.hit_each, (list(limits),))
+            return self._tx_sync("write", sql_limits.hit_all, (list(limits),))
         except StoreError:
             return 0.0
 

@@ -713,7 +713,7 @@ class SqlStore:
     async def hit_rates(self, hits: Sequence[tuple[str, int, int]]) -> float:
         from memory import sql_limits as limits
 
-        return await self._tx("write", limits.hit_each, list(hits))
+        return await self._tx("write", limits.hit_all, list(hits))
 
     async def purge_counters(self, older_than_s: int) -> int:
         from memory import sql_limits as limits

@@ -34,9 +34,11 @@ pg_context.py reads the window in its one statement. One thread uses a cache (th
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from operator import attrgetter
 
 from memory.lru import SizedLRU
 from memory.store import StoredMessage
@@ -82,6 +84,8 @@ class Window:
     stamp: tuple[int, int]
     #: weight(messages)
     size: int
+    #: no message held was created after this (the newest of those read; kept when older ones leave): None when empty
+    latest: datetime | None = None
 
     @property
     def after(self) -> int:
@@ -124,26 +128,42 @@ class WindowCache(SizedLRU[tuple[int, int], Window]):
         """The window of `key` after a read of the rows after `kept.after` (all rows when None; newest first, `cap`
         at most), kept for the next turn."""
         new = list(reversed(newest_first))
+        latest = max((m.created_at for m in new), default=None)
         if kept is None or len(new) >= cap:  # none kept, or rows may lie between it and what was read
             self.counters["loads"] += 1
             messages, complete, size = new, kept is None and len(new) < cap, weight(new)
         else:
             self.counters["hits"] += 1
             messages, complete, size = kept.messages + new, kept.complete, kept.size + weight(new)
+            if kept.latest is not None and (latest is None or kept.latest > latest):
+                latest = kept.latest
             if len(messages) > cap:
                 size -= weight(messages[:-cap])
                 messages, complete = messages[-cap:], False
-        window = Window(messages, complete, self.stamp(), size)
+        window = Window(messages, complete, self.stamp(), size, latest)
         self.put(key, window)
         return window
+
+
+_ID = attrgetter("id")
 
 
 def newest(window: Window, limit: int, at: datetime, current: int | None) -> list[StoredMessage] | None:
     """The window's newest `limit` messages a turn at `at` sees (newest first), as the statement's filters pick
     them: none after `at`, not the current message, no user message stored after it (a queued turn). None when
     the filters leave fewer than `limit` and older rows may exist (the caller reads with the filters in SQL)."""
-    picked: list[StoredMessage] = []
-    for m in reversed(window.messages):
+    held = window.messages
+    if window.latest is not None and window.latest <= at:
+        # nothing held is after `at` (the usual turn): the filters left are on ids, which ascend. A bisection and
+        # slices instead of a comparison of timestamps per message (py-spy of the web API at c=1: this walk over a
+        # conversation's ~100 held messages was 2% of the store thread)
+        cut = len(held) if current is None else bisect_left(held, current, key=_ID)
+        picked = [m for m in reversed(held[cut:]) if m.id != current and m.role != "user"][:limit]
+        if len(picked) < limit:
+            picked += held[max(0, cut - (limit - len(picked))):cut][::-1]
+        return picked if len(picked) == limit or window.complete else None
+    picked = []
+    for m in reversed(held):
         if m.created_at > at or (current is not None and (m.id == current or (m.role == "user" and m.id > current))):
             continue
         picked.append(m)

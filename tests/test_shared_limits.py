@@ -109,8 +109,8 @@ async def test_several_limits_in_one_transaction_stop_at_the_first_that_must_wai
 
 async def test_a_limit_that_must_wait_leaves_the_later_ones_uncounted_and_the_earlier_ones_counted(store: Store,
                                                                                                    ) -> None:
-    # Postgres counts a message's hits in one statement and takes back those after the first that must wait
-    # (sql_limits.hit_all); SQLite stops there (hit_each): the counts end the same
+    # a message's hits are counted in one statement, and those after the first that must wait taken back
+    # (sql_limits.hit_all): the counts end as if counting had stopped there
     hits = [("ip:y", 10 * LIMIT, 60), ("visitor:w", LIMIT, 60), ("ip-messages:y", 10 * LIMIT, 60)]
     waits = [await store.hit_rates(hits) for _ in range(LIMIT + 2)]
     assert waits[:LIMIT] == [0.0] * LIMIT and all(w >= 1.0 for w in waits[LIMIT:]), waits  # the visitor waits

@@ -124,10 +124,28 @@ async def test_the_servers_pause_is_honoured_and_a_pause_over_the_cap_gives_up_a
         await rec.run(failing(Flaky(), Flaky(pause=3600)), policy)
     assert (gave_up.value.attempts, gave_up.value.pause, len(rec.waits)) == (2, 3600, 1)
 
+    rec = Recorder()  # the first attempt too: a pause over the cap gives up before any wait
+    with pytest.raises(GaveUp) as gave_up:
+        await rec.run(failing(Flaky(pause=3600)), policy)
+    assert (gave_up.value.attempts, gave_up.value.pause, rec.waits, rec.retries) == (1, 3600, [], [])
+
     rec = Recorder()  # the last attempt: given up for the attempts, not for the pause
     with pytest.raises(GaveUp) as gave_up:
         await rec.run(failing(Flaky(), Flaky(pause=3600)), RetryPolicy(attempts=2, backoff_base=1))
     assert (gave_up.value.attempts, gave_up.value.pause) == (2, None)
+
+
+async def test_a_first_attempt_that_succeeds_builds_no_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    # tenacity's loop is built only for a retry (RetryPolicy.call): most calls never pay for it
+    def no_loop(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a loop was built")
+
+    monkeypatch.setattr(RetryPolicy, "retrying", no_loop)
+    rec = Recorder()
+    assert await rec.run(failing(), RetryPolicy(attempts=3)) == ("done", 1)
+    with pytest.raises(GaveUp) as gave_up:  # one attempt only: a transient error is given up without a loop too
+        await rec.run(failing(Flaky()), RetryPolicy(attempts=1))
+    assert (gave_up.value.attempts, gave_up.value.pause, rec.waits) == (1, None, [])
 
 
 async def test_permanent_errors_are_not_retried_and_foreign_ones_propagate() -> None:

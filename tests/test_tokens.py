@@ -71,6 +71,14 @@ def test_special_token_text_is_counted_as_ordinary_text() -> None:
     assert tokens.count("<|endoftext|>") > 1  # never the one special id, never refused
 
 
+def test_a_text_counted_again_gets_its_own_count() -> None:
+    # the last count is kept for the same str (a reply is counted by the model, then by the turn that stores it):
+    # another text, or the same text in another str, never gets it
+    short, long = "hola", "hola " * 50
+    texts = [short, long, long, short, "".join(["ho", "la"]), long.strip(), long]
+    assert [tokens.count(t) for t in texts] == [reference(t) for t in texts]
+
+
 def test_empty_text_costs_nothing() -> None:
     assert tokens.count("") == 0
 

@@ -100,30 +100,30 @@ async def complete_with_retry(
     ModelError when the model is given up (OverCap when the meter refused an attempt). With `schema`, a
     structured answer (the provider must be a StructuredProvider: bot/models/structured.py). `tools` are offered
     when the provider can call them (a ToolProvider), else left out."""
-    async for attempt in retrying(policy):
-        with attempt:
-            ticket = await _reserve(meter, provider, spec, messages)
-            started = time.perf_counter()
-            record: ModelCallRecord | None = None
-            try:
-                if tools is not None and isinstance(provider, ToolProvider):
-                    completion = await provider.complete(spec.model, messages, timeout=timeout, tools=tools)
-                elif schema is None:
-                    completion = await provider.complete(spec.model, messages, timeout=timeout)
-                else:
-                    assert isinstance(provider, StructuredProvider), "the chain asks structured providers only"
-                    completion = await provider.complete_json(spec.model, messages, schema, timeout=timeout)
-            except ModelError as exc:
-                calls.append(_record(spec, started, error=exc, fallback_from=fallback_from, route=route))
-                raise
+    async def attempt() -> Completion:
+        ticket = await _reserve(meter, provider, spec, messages)
+        started = time.perf_counter()
+        record: ModelCallRecord | None = None
+        try:
+            if tools is not None and isinstance(provider, ToolProvider):
+                completion = await provider.complete(spec.model, messages, timeout=timeout, tools=tools)
+            elif schema is None:
+                completion = await provider.complete(spec.model, messages, timeout=timeout)
             else:
-                record = _record(spec, started, completion=completion, fallback_from=fallback_from, meter=meter,
-                                 route=route)
-                calls.append(record)
-                return completion
-            finally:
-                await _settle(meter, ticket, record)
-    raise AssertionError("unreachable: tenacity either returns, reraises or stops")  # pragma: no cover
+                assert isinstance(provider, StructuredProvider), "the chain asks structured providers only"
+                completion = await provider.complete_json(spec.model, messages, schema, timeout=timeout)
+        except ModelError as exc:
+            calls.append(_record(spec, started, error=exc, fallback_from=fallback_from, route=route))
+            raise
+        else:
+            record = _record(spec, started, completion=completion, fallback_from=fallback_from, meter=meter,
+                             route=route)
+            calls.append(record)
+            return completion
+        finally:
+            await _settle(meter, ticket, record)
+
+    return await policy.call(attempt, transient=transient, retry_after=pause, on_retry=_log_retry)
 
 
 async def stream_with_retry(

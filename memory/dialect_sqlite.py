@@ -1,7 +1,7 @@
 """The SQLite dialect: `SqliteStore` on one SQLite file (WAL), for one machine and one process (or a few).
 
 stdlib sqlite3 blocks, so it never runs on the event loop: one worker thread owns the connection and every
-transaction is ONE hop to it (`loop.run_in_executor`). There the logic's coroutine is stepped synchronously:
+transaction is ONE hop to it (memory/sqlite_worker.py). There the logic's coroutine is stepped synchronously:
 `SqliteDb`'s methods are coroutines that never suspend, so `coro.send(None)` runs the whole transaction to
 StopIteration in that one hop. This also serializes writers inside the process (SQLite has one writer anyway);
 `busy_timeout` covers other processes (`hilo import` while `hilo serve` runs).
@@ -14,7 +14,6 @@ vectors: float16 blobs searched with numpy over the person's matrix, cached in p
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import os
@@ -22,7 +21,6 @@ import re
 import sqlite3
 import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -37,6 +35,7 @@ from memory.sql_store import Logic, SqlStore, context_mode, unread
 from memory.sql_vectors import VectorQuery
 from memory.sqlite_checkpoint import SAFETY_PAGES, Checkpointer
 from memory.sqlite_file import FILE_FIX, TRANSIENT, FileIdentity, file_identity, file_problem
+from memory.sqlite_worker import Worker
 from memory.store import ContextQuery, Ingested, IngestedContext, StoreError, StoreUnavailable
 from memory.vectors import DEFAULT_CACHE_FLOATS, Matrix, MatrixCache, extend, matrix_cosines, matrix_of, pack, top
 from memory.windows import MESSAGE_CHANGES, WindowCache, triggers
@@ -328,7 +327,7 @@ class SqliteStore(SqlStore):
         self._windows_on = False
         #: PRAGMA data_version when the windows' count of changed messages was last read (None: never)
         self._seen_version: int | None = None
-        self._executor: ThreadPoolExecutor | None = None
+        self._executor: Worker | None = None
         self._conn: sqlite3.Connection | None = None
         #: WAL checkpoints on a thread of their own (memory/sqlite_checkpoint.py); None in memory
         self.checkpointer: Checkpointer | None = None
@@ -347,9 +346,9 @@ class SqliteStore(SqlStore):
         if executor is None:
             return
         try:
-            await asyncio.get_running_loop().run_in_executor(executor, self._close_sync)
+            await executor.call(self._close_sync)
         finally:
-            executor.shutdown(wait=True)  # the worker is idle now: this returns at once
+            executor.close()  # the worker is idle now: this returns at once
 
     async def ingest(self, msg: InboundMessage, token_count: int, *,
                      context: Callable[[Ingested], ContextQuery] | None = None,
@@ -412,7 +411,7 @@ class SqliteStore(SqlStore):
     async def migrate(self) -> list[str]:
         """Apply pending migrations (connecting first if needed); return the names applied."""
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hilo-sqlite")
+            self._executor = Worker("hilo-sqlite")
             try:
                 await self._call(self._connect_sync)
             except BaseException:
@@ -512,7 +511,7 @@ class SqliteStore(SqlStore):
         if self._executor is None:
             raise StoreError("the store is not open: call open() first")
         self.counters["round_trips"] += 1
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+        return await self._executor.call(fn)
 
     async def _tx(self, mode: Mode, logic: Logic[T], *args: Any) -> T:
         """One hop: logic(db, *args) inside one transaction on the worker thread (BEGIN IMMEDIATE for writes and

@@ -1,0 +1,76 @@
+"""The SQLite store's one thread: it owns the connection and runs each hop's function, in order.
+
+What `loop.run_in_executor` on a ThreadPoolExecutor of one worker did, without the pool's machinery around each
+call: a concurrent Future chained to an asyncio one (`wrap_future`), the pool's idle-semaphore and shutdown lock,
+the state copied back through two callbacks. Here a call puts (function, asyncio future, loop) on a SimpleQueue;
+the thread runs the function and hands its result or error to the caller's loop with one `call_soon_threadsafe`.
+A web turn makes two hops. A hop of a function that does nothing (20,000 in a row, CPU of both threads, on the
+2-vCPU machine of docs/benchmarks.md): 84-89 us through the pool, 60-72 us here; with the web turn's other changes
+of stop 44, hilo serve's CPU per request fell 14% at c=1 (docs/architecture.md).
+
+As with the pool: a call whose caller was cancelled before the thread reached it is not run (a write that nobody
+waits for is not made), one that runs is run to its end (its result is dropped), and every error, BaseException
+included, is raised in the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+_Job = tuple[Callable[[], Any], asyncio.Future[Any], asyncio.AbstractEventLoop]
+
+
+class Worker:
+    """One thread named `name`, started at once; `close()` stops it after the calls put before."""
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    async def call(self, fn: Callable[[], T]) -> T:
+        """fn() on the thread, after every call put before."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._jobs.put((fn, future, loop))
+        return await future
+
+    def close(self) -> None:
+        """Stop the thread once the calls before have run, and wait for it (at once when it is idle)."""
+        self._jobs.put(None)
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            fn, future, loop = job
+            if future.cancelled():  # its caller is gone: nothing waits for it
+                continue
+            try:
+                result = fn()
+            except BaseException as exc:  # raised in the caller, as the pool did
+                _post(loop, future, None, exc)
+            else:
+                _post(loop, future, result, None)
+
+
+def _post(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], result: Any,
+          error: BaseException | None) -> None:
+    try:
+        loop.call_soon_threadsafe(_settle, future, result, error)
+    except RuntimeError:  # the loop closed meanwhile: nobody is left to tell
+        pass
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.cancelled():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -217,7 +217,8 @@ def assemble(
     rest -= cross.tokens
 
     # A cross-surface message the window had no room for may still be recalled: it competes in the pool.
-    seen = conversation_ids | {p[2].id for p in cross.items if not isinstance(p, ContextItem)}
+    seen = (conversation_ids | {p[2].id for p in cross.items if not isinstance(p, ContextItem)}
+            if rows.recalled else set())
     recalled: list[StoredMessage] = []
     for m in rows.recalled:
         if m.id not in seen:
@@ -231,7 +232,7 @@ def assemble(
     conversation = _conversation([m for exchange, _ in pool.older for m in exchange], kept, pool)
     memory = _memory(pool, rows.recall_scores)
     if not pool.facts:  # the stable prefix is the system prompt alone
-        system.messages = [replace(system.messages[0], cache_break=True)]
+        system.messages = [ChatMessage("system", system_prompt, block="system", cache_break=True)]
     return _build(budget, system, memory, cross, conversation, new, over_budget=False)
 
 
@@ -299,6 +300,8 @@ def _memory(pool: Pool, recall_scores: Mapping[int, Mapping[str, float]]) -> _Bl
 def _cross_surface(messages: Sequence[StoredMessage], exclude: set[int], surface: str, cap: int,
                    now: datetime | None) -> _Block:
     """The newest messages of other surfaces that fit (contiguous: a window, not a sample), oldest first."""
+    if not messages:
+        return _Block()
     spent = header_tokens(CROSS_SURFACE_HEADER)
     seen = set(exclude)
     timeline: Timeline[tuple[str, _Pending]] = Timeline(now)
@@ -324,14 +327,14 @@ def _cross_surface(messages: Sequence[StoredMessage], exclude: set[int], surface
 
 
 def _conversation(older: list[StoredMessage], kept: list[StoredMessage], pool: Pool) -> _Block:
-    scores = {m.id: score for exchange, score in pool.older for m in exchange}
+    scores = {m.id: score for exchange, score in pool.older for m in exchange} if older else {}
     messages = [*older, *kept]
+    # the _message_item tuples written out: this runs for every message a turn sends
     items: list[ContextItem | _Pending] = [
-        _message_item("conversation", "message", m, m.token_count + MESSAGE_OVERHEAD, scores.get(m.id))
-        for m in messages]
+        ("conversation", "message", m, m.token_count + MESSAGE_OVERHEAD, scores.get(m.id), None) for m in messages]
     chat = [*chat_messages(older, full=False, block="conversation"),
             *chat_messages(kept, full=True, block="conversation")]
-    return _Block(items, chat, sum(m.token_count + MESSAGE_OVERHEAD for m in messages))
+    return _Block(items, chat, sum(m.token_count for m in messages) + MESSAGE_OVERHEAD * len(messages))
 
 
 def _build(budget: int, system: _Block, memory: _Block, cross: _Block, conversation: _Block, new: _Block,

@@ -210,3 +210,19 @@ def test_ages_and_episode_headers_read_whole_seconds_at_each_boundary() -> None:
     assert first == ('- me: "say \\"hi\\" there"', count('- me: ""\n') + 6 + 2 + 1)
     assert turn_line("user", 'say "hi"\nthere', 6) == first
     assert turn_line("assistant", 'say "hi"\nthere', 6)[0] == '- you: "say \\"hi\\" there"'
+
+
+def test_older_exchanges_alone_fill_the_pool_as_they_do_beside_a_memory_that_cannot_fit() -> None:
+    # the pool of older exchanges only (context_pool._older_only, a web visitor's usual turn) places them exactly as
+    # the ranked loop does when they compete with a memory too large to take any room
+    from memory.context_pool import fill
+
+    exchanges = [conversation(1, start_id=100 + 2 * i, tokens=5 + 7 * (i % 4))[0:2] for i in range(12)]
+    older = list(reversed(exchanges))  # newest first, as assemble gives them
+    too_large = fact(1, "a memory far larger than any budget here", tokens=10_000)
+    for limit in (0, 8, 9, 30, 57, 120, 333, 10_000):
+        alone = fill([], [], older, limit, NOW)
+        beside = fill([too_large], [], older, limit, NOW)
+        assert (alone.older, alone.spent, alone.memory_tokens, alone.facts) == (
+            beside.older, beside.spent, beside.memory_tokens, beside.facts), limit
+        assert alone.spent <= limit and [e for e, _ in alone.older] == exchanges[len(exchanges) - len(alone.older):]

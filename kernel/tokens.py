@@ -137,6 +137,14 @@ def _load_in_background() -> None:
             _promotion.start()
 
 
+def settle() -> None:
+    """Wait for tiktoken's load in the background, if one started (bench/turn_instructions.py: every count after
+    it takes the same path, whatever the timing)."""
+    promotion = _promotion
+    if promotion is not None:
+        promotion.join()
+
+
 _promoting = threading.Lock()
 _short: ShortCounter | None = None
 _short_failed = False

@@ -138,7 +138,7 @@ class RetryPolicy:
                    retry_after: PauseOf = no_pause, on_retry: OnRetry) -> T:
         """attempt() retried by these rules, as `retrying`'s loop does it, with the first attempt outside the loop:
         a call that succeeds at once (nearly every call) builds and steps no loop. tenacity's loop was 3% of a web
-        turn's instructions with the zero-latency model (callgrind of the in-process turn, N=250 minus N=50). The
+        turn's instructions with the zero-latency model (bench/turn_instructions.py). The
         first attempt's error, when it is retried, is waited for as the loop waits after its attempt 1, and the
         loop goes on from attempt 2."""
         try:

@@ -5,8 +5,8 @@ call: a concurrent Future chained to an asyncio one (`wrap_future`), the pool's 
 the state copied back through two callbacks. Here a call puts (function, asyncio future, loop) on a SimpleQueue;
 the thread runs the function and hands its result or error to the caller's loop with one `call_soon_threadsafe`.
 A web turn makes two hops. A hop of a function that does nothing (20,000 in a row, CPU of both threads, on the
-2-vCPU machine of docs/benchmarks.md): 84-89 us through the pool, 60-72 us here; with the web turn's other changes
-of stop 44, hilo serve's CPU per request fell 14% at c=1 (docs/architecture.md).
+2-vCPU machine of docs/benchmarks.md): 84-89 us through the pool, 60-72 us here; a web turn, 175k instructions
+fewer (bench/turn_instructions.py; docs/architecture.md, stop 44).
 
 As with the pool: a call whose caller was cancelled before the thread reached it is not run (a write that nobody
 waits for is not made), one that runs is run to its end (its result is dropped), and every error, BaseException

@@ -126,6 +126,11 @@ def _callgrind(src: Path, turns: int, out: Path) -> dict[int, int]:
 def measure(src: Path, turns: int, short: int) -> dict[str, Any]:
     """Instructions per turn: the difference of two runs, every thread's together (threads are numbered in the
     order they start, which varies from run to run)."""
+    # once without callgrind first: a checkout's first start builds the tokenizer's cached index (hundreds of
+    # millions of instructions), which would land in whichever measured run came first
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    subprocess.run([sys.executable, str(Path(__file__).resolve()), "--drive", "--turns", "1"],
+                   env={**env, "PYTHONPATH": str(src)}, cwd=src, check=True, capture_output=True)
     with tempfile.TemporaryDirectory() as tmp:
         runs = [sum(_callgrind(src, n, Path(tmp) / f"cg{n}").values()) for n in (short, turns)]
     return {"src": str(src), "turns": turns, "turns_short": short,

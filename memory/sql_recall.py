@@ -79,6 +79,16 @@ ROWS_OF = (
 #: the window's few rows when there is not.
 OUTSIDE = ("SELECT EXISTS (SELECT 1 FROM messages m WHERE m.user_id = $1 AND m.created_at <= $2 "
            "AND m.id <> ALL($3::bigint[]))")
+#: OUTSIDE, counted, when the window's messages are at hand (`held`: read_context's conversation and cross-surface
+#: rows): whether the person has more messages at or before $2 than are left out of them. $4 is how many of `held` are
+#: the person's at or before $2 (known in Python, the current message $5 apart: counted here), $3 = $4 + 2 how many
+#: to count at most (one more than could be left out answers yes). It walks at most $3 entries of (user_id,
+#: created_at); OUTSIDE first built a table of every left-out id from their JSON (157k instructions of a web turn,
+#: bench/turn_instructions.py).
+OUTSIDE_COUNTED = (
+    "SELECT (SELECT count(*) FROM (SELECT 1 FROM messages m WHERE m.user_id = $1 AND m.created_at <= $2 LIMIT $3) p) "
+    "> $4 + (SELECT count(*) FROM messages c WHERE c.id = $5 AND c.user_id = $1 AND c.created_at <= $2)"
+)
 #: Each row also carries its cosine with the question when the dialect computes it there ($10: sql_vectors.row_cosine).
 ROWS = ROWS_OF.format(cosine="NULL", join="")
 
@@ -106,13 +116,16 @@ async def recall(db: Db, q: ContextQuery,
     return await finish(db, q, excluded, await gather(db, q, excluded))
 
 
-async def gather(db: Db, q: ContextQuery, excluded: list[int], *, search: bool = True) -> Gathered:
+async def gather(db: Db, q: ContextQuery, excluded: list[int], *, search: bool = True,
+                 held: Sequence[StoredMessage] | None = None) -> Gathered:
     """Recall's reads up to its scoring: the probe, the hits, the vector hits (q's vector; not when `search` is
-    False: the question is embedded meanwhile, `finish` searches them) and ROWS."""
+    False: the question is embedded meanwhile, `finish` searches them) and ROWS. `held`: the messages of `excluded`
+    but the current one, when the caller has them (the probe then counts instead of comparing ids)."""
     g = Gathered(db.ts(q.at), db.ids(excluded))  # the ids as the dialect passes them, converted once
     # where a statement costs no round trip (SQLite), a person whose whole history is in the window already (a
     # web visitor's first hundred turns) is not searched: OUTSIDE says so instead of the search's five statements
-    if db.probes and not await db.value(OUTSIDE, q.user_id, g.at, g.out):
+    if db.probes and not await (_outside(db, q, g.at, held) if held is not None else
+                                db.value(OUTSIDE, q.user_id, g.at, g.out)):
         g.nothing = True
         return g
     terms = query_terms(q.search_text)
@@ -130,6 +143,13 @@ async def gather(db: Db, q: ContextQuery, excluded: list[int], *, search: bool =
     # -> ~9.0 ms at 1,000 x 1,000 (three interleaved pairs of 300 turns).
     g.rows = await _rows(db, q, g, sorted(g.hits), members, sorted(set(g.near or ()) - set(g.hits)))
     return g
+
+
+async def _outside(db: Db, q: ContextQuery, at: Any, held: Sequence[StoredMessage]) -> bool:
+    """OUTSIDE_COUNTED: OUTSIDE's answer for the ids of `held` and the current message."""
+    cur = q.current_message_id
+    mine = len({m.id for m in held if m.user_id == q.user_id and m.created_at <= q.at and m.id != cur})
+    return bool(await db.value(OUTSIDE_COUNTED, q.user_id, at, mine + 2, mine, cur))
 
 
 async def finish(db: Db, q: ContextQuery, excluded: list[int], g: Gathered,

@@ -285,7 +285,8 @@ async def read_context(db: Db, q: ContextQuery, *, search: bool = False) -> Read
     conversation.sort(key=lambda m: (m.reply_to if m.reply_to is not None else m.id, m.id))
     cross.reverse()
     excluded = [m.id for m in conversation] + [m.id for m in cross] + ([cur] if cur is not None else [])
-    gathered = (await sql_recall.gather(db, q, excluded, search=search)) if q.search_limit > 0 else None
+    gathered = (await sql_recall.gather(db, q, excluded, search=search, held=[*conversation, *cross])
+                if q.search_limit > 0 else None)
     return ReadContext(facts_rows, conversation, cross, excluded, gathered)
 
 

@@ -224,3 +224,35 @@ async def test_the_windows_together_stay_within_their_bound(tmp_path: Path) -> N
                                                                                 for k in range(5)]
     finally:
         await store.close()
+
+
+async def _probes(db: Db, q: ContextQuery) -> tuple[bool, bool]:
+    """Recall's probe as a turn asks it (counted, with the window's messages at hand) and OUTSIDE's own answer for
+    the same left-out ids."""
+    from memory import sql_recall
+
+    read = await sql_turns.read_context(db, q)
+    assert read.recall is not None
+    return not read.recall.nothing, bool(await db.value(sql_recall.OUTSIDE, q.user_id, db.ts(q.at),
+                                                        db.ids(read.excluded)))
+
+
+async def test_the_counted_probe_answers_as_outside_does(store: SqliteStore) -> None:
+    # sql_recall.OUTSIDE_COUNTED counts the person's messages instead of comparing ids: the same answer whether
+    # everything is in the window, the oldest is not, one lies after the turn's moment, or another surface holds some
+    first = await _turn(store, "t0", "my parrot Kiwi likes mango")
+    turns = [first] + [await _turn(store, f"t{i}", f"Kiwi ate mango number {i}") for i in range(1, 6)]
+    last = turns[-1]
+    cases = [
+        ("everything in the window", _query(last), False),
+        ("the oldest messages out of a short window", _query(last, recent=4), True),
+        ("only the current message, the moment before the rest", _query(first, recent=1, at=first.message.created_at),
+         False),
+        ("an earlier turn's view: the later user messages are left out", _query(turns[2]), True),
+    ]
+    for name, q, expected in cases:
+        assert await store._tx("read", _probes, q) == (expected, expected), name
+    await _turn(store, "w0", "hola desde la web", surface="web")  # another surface: cross-surface, held too
+    for name, q, expected in [("a cross-surface message in the window", _query(last), False),
+                              ("a cross-surface message left out", _query(last, cross_limit=0), True)]:
+        assert await store._tx("read", _probes, q) == (expected, expected), name

@@ -106,7 +106,7 @@ async def misses(corpus: Corpus, hilo: Hilo, store: Any, budget: int = 2000, sho
         cq = ContextQuery(user_id=uid, surface="web", conversation_id=None, current_message_id=None, at=hilo.now,
                           cross_since=hilo.now, cross_limit=0, search_text=q.text, search_limit=100000,
                           facts_limit=0, query_vector=vector, embedder=pipe.embedder.name if vector else "")
-        msgs, scores = await store._tx("read", sql_recall.recall, cq, [])
+        msgs, scores = await store._tx("read", sql_recall.recall, cq)
         rank = {m.external_id: r for r, m in enumerate(msgs)}
         ids = {m.external_id: m.id for m in msgs}
         limit = pipe.settings.context_budget

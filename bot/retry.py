@@ -144,8 +144,10 @@ class RetryPolicy:
         try:
             return await attempt()
         except Exception as error:  # a cancel (BaseException) propagates, as from the loop
-            pause = retry_after(error) if transient(error) else None
-            if not transient(error) or self.attempts <= 1 or self.too_long(pause):
+            if not transient(error):
+                raise
+            pause = retry_after(error)
+            if self.attempts <= 1 or self.too_long(pause):
                 raise
             wait = self.wait(1, pause)
             on_retry(1, error, wait)

@@ -329,9 +329,9 @@ def _cross_surface(messages: Sequence[StoredMessage], exclude: set[int], surface
 def _conversation(older: list[StoredMessage], kept: list[StoredMessage], pool: Pool) -> _Block:
     scores = {m.id: score for exchange, score in pool.older for m in exchange} if older else {}
     messages = [*older, *kept]
-    # the _message_item tuples written out: this runs for every message a turn sends
     items: list[ContextItem | _Pending] = [
-        ("conversation", "message", m, m.token_count + MESSAGE_OVERHEAD, scores.get(m.id), None) for m in messages]
+        _message_item("conversation", "message", m, m.token_count + MESSAGE_OVERHEAD, scores.get(m.id))
+        for m in messages]
     chat = [*chat_messages(older, full=False, block="conversation"),
             *chat_messages(kept, full=True, block="conversation")]
     return _Block(items, chat, sum(m.token_count for m in messages) + MESSAGE_OVERHEAD * len(messages))

@@ -102,22 +102,6 @@ def recalled_scores(recalled: Sequence[StoredMessage], fused: Mapping[int, Mappi
             for r, m in enumerate(recalled)]
 
 
-def _older_only(older: Sequence[list[StoredMessage]], limit: int, now: datetime | None) -> Pool:
-    """`fill` when the pool holds only the conversation's older exchanges (a web visitor's turns, before anything
-    is recalled): they rank newest first, so they go in that order while they fit, without the sort of every
-    candidate (the loop below does the same with them)."""
-    pool = Pool(recalled=Timeline(now))
-    for k, exchange in enumerate(older):
-        room = limit - pool.spent
-        cost = message_cost(exchange)
-        if room < _MIN_COST or cost > room:  # never a gap: no older exchange behind one that does not fit
-            break
-        pool.older.append((exchange, rank_score(k)))
-        pool.spent += cost
-    pool.older.reverse()
-    return pool
-
-
 def fill(facts: Sequence[Memory], recalled: Sequence[StoredMessage], older: Sequence[list[StoredMessage]],
          limit: int, now: datetime | None, fact_scores: Sequence[Mapping[str, float]] | None = None,
          fused: Mapping[int, Mapping[str, float]] | None = None) -> Pool:
@@ -128,16 +112,16 @@ def fill(facts: Sequence[Memory], recalled: Sequence[StoredMessage], older: Sequ
     already de-duplicated. older: the older exchanges of the conversation, newest first. The chosen memories keep
     their stored order; recalled messages are a timeline; older exchanges come out oldest first.
     """
-    if not facts and not recalled:
-        return _older_only(older, limit, now)
     n_facts = len(facts)
     if fact_scores is None:
         fact_scores = [{"memory": rank_score(n_facts - 1 - i)} for i in range(n_facts)]
     recall = recalled_scores(recalled, fused or {})
-    candidates = sorted(
+    exchanges = [(rank_score(k), _EXCHANGE, k) for k in range(len(older))]
+    # older exchanges alone (a web visitor's turns, before anything is recalled) are in rank order already, newest
+    # first: sorting every candidate by a key was most of what this function cost them
+    candidates = exchanges if not facts and not recalled else sorted(
         [(fact_scores[i]["memory"], _FACT, i) for i in range(n_facts)]
-        + [(recall[r], _RECALLED, r) for r in range(len(recalled))]
-        + [(rank_score(k), _EXCHANGE, k) for k in range(len(older))],
+        + [(recall[r], _RECALLED, r) for r in range(len(recalled))] + exchanges,
         key=lambda c: (-c[0], c[1], -c[2] if c[1] == _FACT else c[2]),  # equal memories: the newest first
     )
     pool = Pool(recalled=Timeline(now))

@@ -74,18 +74,12 @@ ROWS_OF = (
     "AND ($5::bigint IS NULL OR NOT (m.conversation_id IS NOT DISTINCT FROM $6::bigint AND m.role = 'user' "
     "AND m.id > $5))"
 )
-#: Is anything of the person's left to recall: a message at or before $2 outside the window ($3, the excluded
-#: ids). One seek of (user_id, created_at) when there is (their oldest message is not in the window), a walk of
-#: the window's few rows when there is not.
-OUTSIDE = ("SELECT EXISTS (SELECT 1 FROM messages m WHERE m.user_id = $1 AND m.created_at <= $2 "
-           "AND m.id <> ALL($3::bigint[]))")
-#: OUTSIDE, counted, when the window's messages are at hand (`held`: read_context's conversation and cross-surface
-#: rows): whether the person has more messages at or before $2 than are left out of them. $4 is how many of `held` are
-#: the person's at or before $2 (known in Python, the current message $5 apart: counted here), $3 = $4 + 2 how many
-#: to count at most (one more than could be left out answers yes). It walks at most $3 entries of (user_id,
-#: created_at); OUTSIDE first built a table of every left-out id from their JSON (157k instructions of a web turn,
-#: bench/turn_instructions.py).
-OUTSIDE_COUNTED = (
+#: Is anything of the person's left to recall: more of their messages at or before $2 than the window holds ($4:
+#: how many of the held messages are the person's at or before $2, known in Python; the current message $5 apart,
+#: counted here). $3 = $4 + 2 entries of (user_id, created_at) at most are counted: one more than could be left out
+#: answers yes. (It compared each entry with a table of the left-out ids built from their JSON: 157k instructions of
+#: a web turn, bench/turn_instructions.py; tests/test_windows.py keeps that statement as the oracle.)
+OUTSIDE = (
     "SELECT (SELECT count(*) FROM (SELECT 1 FROM messages m WHERE m.user_id = $1 AND m.created_at <= $2 LIMIT $3) p) "
     "> $4 + (SELECT count(*) FROM messages c WHERE c.id = $5 AND c.user_id = $1 AND c.created_at <= $2)"
 )
@@ -108,24 +102,24 @@ class Gathered:
     nothing: bool = False
 
 
-async def recall(db: Db, q: ContextQuery,
-                 excluded: list[int]) -> tuple[list[StoredMessage], dict[int, dict[str, float]]]:
-    """The recalled messages, best first (at most q.search_limit), and each one's score components."""
+async def recall(db: Db, q: ContextQuery) -> tuple[list[StoredMessage], dict[int, dict[str, float]]]:
+    """The recalled messages, best first (at most q.search_limit), and each one's score components: of every
+    message of the person but the current one (no window left out: bench/recall_lab.py)."""
     if q.search_limit <= 0:
         return [], {}
-    return await finish(db, q, excluded, await gather(db, q, excluded))
+    excluded = [q.current_message_id] if q.current_message_id is not None else []
+    return await finish(db, q, excluded, await gather(db, q, excluded, held=()))
 
 
-async def gather(db: Db, q: ContextQuery, excluded: list[int], *, search: bool = True,
-                 held: Sequence[StoredMessage] | None = None) -> Gathered:
+async def gather(db: Db, q: ContextQuery, excluded: list[int], *, held: Sequence[StoredMessage],
+                 search: bool = True) -> Gathered:
     """Recall's reads up to its scoring: the probe, the hits, the vector hits (q's vector; not when `search` is
-    False: the question is embedded meanwhile, `finish` searches them) and ROWS. `held`: the messages of `excluded`
-    but the current one, when the caller has them (the probe then counts instead of comparing ids)."""
+    False: the question is embedded meanwhile, `finish` searches them) and ROWS. `excluded`: the ids of `held` (the
+    window's messages) and the current message's."""
     g = Gathered(db.ts(q.at), db.ids(excluded))  # the ids as the dialect passes them, converted once
     # where a statement costs no round trip (SQLite), a person whose whole history is in the window already (a
     # web visitor's first hundred turns) is not searched: OUTSIDE says so instead of the search's five statements
-    if db.probes and not await (_outside(db, q, g.at, held) if held is not None else
-                                db.value(OUTSIDE, q.user_id, g.at, g.out)):
+    if db.probes and not await _outside(db, q, g.at, held):
         g.nothing = True
         return g
     terms = query_terms(q.search_text)
@@ -146,10 +140,10 @@ async def gather(db: Db, q: ContextQuery, excluded: list[int], *, search: bool =
 
 
 async def _outside(db: Db, q: ContextQuery, at: Any, held: Sequence[StoredMessage]) -> bool:
-    """OUTSIDE_COUNTED: OUTSIDE's answer for the ids of `held` and the current message."""
+    """OUTSIDE for the messages `held` and the current one."""
     cur = q.current_message_id
     mine = len({m.id for m in held if m.user_id == q.user_id and m.created_at <= q.at and m.id != cur})
-    return bool(await db.value(OUTSIDE_COUNTED, q.user_id, at, mine + 2, mine, cur))
+    return bool(await db.value(OUTSIDE, q.user_id, at, mine + 2, mine, cur))
 
 
 async def finish(db: Db, q: ContextQuery, excluded: list[int], g: Gathered,

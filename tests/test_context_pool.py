@@ -213,7 +213,7 @@ def test_ages_and_episode_headers_read_whole_seconds_at_each_boundary() -> None:
 
 
 def test_older_exchanges_alone_fill_the_pool_as_they_do_beside_a_memory_that_cannot_fit() -> None:
-    # the pool of older exchanges only (context_pool._older_only, a web visitor's usual turn) places them exactly as
+    # a pool of older exchanges only (a web visitor's usual turn: fill skips the sort) places them exactly as
     # the ranked loop does when they compete with a memory too large to take any room
     from memory.context_pool import fill
 

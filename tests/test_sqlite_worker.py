@@ -42,20 +42,27 @@ async def test_calls_run_in_order_on_the_one_thread_and_their_errors_reach_the_c
         worker.close()
 
 
+async def _busy(worker: Worker, ran: list[str], name: str) -> tuple[asyncio.Future[str], threading.Event]:
+    """A call that holds the worker's thread until the returned event is set (then records `name`), once the
+    thread is inside it."""
+    started, release = threading.Event(), threading.Event()
+
+    def blocking() -> str:
+        started.set()
+        release.wait(10)
+        ran.append(name)
+        return name
+
+    call = asyncio.ensure_future(worker.call(blocking))
+    await asyncio.to_thread(started.wait, 10)
+    return call, release
+
+
 async def test_a_call_cancelled_before_the_thread_reaches_it_is_not_run() -> None:
     worker = Worker("hilo-sqlite-test")
     try:
-        started, release = threading.Event(), threading.Event()
         ran: list[str] = []
-
-        def blocking() -> str:
-            started.set()
-            release.wait(10)
-            ran.append("first")
-            return "first"
-
-        first = asyncio.ensure_future(worker.call(blocking))
-        await asyncio.to_thread(started.wait, 10)  # the thread is busy with the first call
+        first, release = await _busy(worker, ran, "first")  # the thread is busy with the first call
         second = asyncio.ensure_future(worker.call(lambda: ran.append("second")))
         await asyncio.sleep(0)  # the second call is queued
         second.cancel()
@@ -70,16 +77,8 @@ async def test_a_call_cancelled_before_the_thread_reaches_it_is_not_run() -> Non
 async def test_a_call_running_when_its_caller_is_cancelled_runs_to_its_end() -> None:
     worker = Worker("hilo-sqlite-test")
     try:
-        started, release = threading.Event(), threading.Event()
         ran: list[str] = []
-
-        def write() -> None:
-            started.set()
-            release.wait(10)
-            ran.append("committed")
-
-        call = asyncio.ensure_future(worker.call(write))
-        await asyncio.to_thread(started.wait, 10)
+        call, release = await _busy(worker, ran, "committed")
         call.cancel()
         release.set()
         with pytest.raises(asyncio.CancelledError):

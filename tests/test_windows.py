@@ -226,19 +226,21 @@ async def test_the_windows_together_stay_within_their_bound(tmp_path: Path) -> N
         await store.close()
 
 
-async def _probes(db: Db, q: ContextQuery) -> tuple[bool, bool]:
-    """Recall's probe as a turn asks it (counted, with the window's messages at hand) and OUTSIDE's own answer for
-    the same left-out ids."""
-    from memory import sql_recall
+#: The probe as it was, comparing every entry with the left-out ids: the oracle of the counted one.
+BY_IDS = ("SELECT EXISTS (SELECT 1 FROM messages m WHERE m.user_id = $1 AND m.created_at <= $2 "
+          "AND m.id <> ALL($3::bigint[]))")
 
+
+async def _probes(db: Db, q: ContextQuery) -> tuple[bool, bool]:
+    """Recall's probe as a turn asks it (sql_recall.OUTSIDE: counted, with the window's messages at hand) and the
+    answer of the statement that compared ids, for the same left-out ids."""
     read = await sql_turns.read_context(db, q)
     assert read.recall is not None
-    return not read.recall.nothing, bool(await db.value(sql_recall.OUTSIDE, q.user_id, db.ts(q.at),
-                                                        db.ids(read.excluded)))
+    return not read.recall.nothing, bool(await db.value(BY_IDS, q.user_id, db.ts(q.at), db.ids(read.excluded)))
 
 
-async def test_the_counted_probe_answers_as_outside_does(store: SqliteStore) -> None:
-    # sql_recall.OUTSIDE_COUNTED counts the person's messages instead of comparing ids: the same answer whether
+async def test_the_counted_probe_answers_as_comparing_ids_did(store: SqliteStore) -> None:
+    # sql_recall.OUTSIDE counts the person's messages instead of comparing ids: the same answer whether
     # everything is in the window, the oldest is not, one lies after the turn's moment, or another surface holds some
     first = await _turn(store, "t0", "my parrot Kiwi likes mango")
     turns = [first] + [await _turn(store, f"t{i}", f"Kiwi ate mango number {i}") for i in range(1, 6)]

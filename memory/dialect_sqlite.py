@@ -28,7 +28,7 @@ from kernel import log
 from kernel.errors import RateLimited
 from kernel.types import InboundMessage
 from memory import migrate as migrations
-from memory import reindex, sql_limits, sqlite_terms, turn_lease
+from memory import reindex, sql_limits, sqlite_fts, sqlite_terms, turn_lease
 from memory import sql_turns as turns
 from memory.rows import INSERT_COLS, Db, Mode, Rollback, columns_by_table, to_ts
 from memory.sql_store import Logic, SqlStore, context_mode, unread
@@ -79,24 +79,11 @@ BULK_INSERT = (
     f"INSERT INTO messages({INSERT_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) "
     "ON CONFLICT(surface, external_id) DO NOTHING"
 )
-#: A bulk insert of at least this many messages indexes them in FTS5 with one INSERT ... SELECT after the rows, not
-#: row by row through the insert trigger: the insert of an import batch ran 12,000 rows/s with the trigger and
-#: 40,000-48,000 so (2,500-row batches of everyday sentences).
+#: A bulk insert of at least this many messages indexes them in FTS5 in its own transaction (memory/sqlite_fts.py),
+#: with one INSERT ... SELECT after the rows (row by row through the insert trigger that indexed messages until
+#: migration 0046, an import batch's insert ran 12,000 rows/s; 40,000-48,000 so, in 2,500-row batches of everyday
+#: sentences); a smaller one leaves them to the worker's idle runs, as a turn's messages.
 BULK_FTS_ROWS = 100
-_TRIGGER_BODY = re.compile(r"\bBEGIN\s+(INSERT INTO messages_fts\s*\([^)]*\))\s*VALUES\s*\((.*)\)\s*;\s*END\s*$",
-                           re.IGNORECASE | re.DOTALL)
-
-
-def bulk_fts(conn: sqlite3.Connection) -> tuple[str, str] | None:
-    """(the messages FTS insert trigger's SQL, the statement that indexes every message with id > ?1 as the trigger
-    would: its own INSERT, with `new` the messages table), from the trigger as the schema holds it; None when the
-    trigger is not one INSERT ... VALUES (then the rows go through it)."""
-    row = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = ?1",
-                       ("messages_fts_insert",)).fetchone()
-    match = _TRIGGER_BODY.search(row[0]) if row is not None else None
-    if match is None:
-        return None
-    return row[0], f"{match[1]} SELECT {match[2]} FROM messages AS new WHERE new.id > ?1"
 
 
 #: One message's vector (its owner read from the message; a message gone meanwhile inserts nothing).
@@ -195,15 +182,9 @@ class SqliteDb(Db):
 
     async def insert_messages(self, rows: list[tuple[Any, ...]]) -> int:
         self.counters["statements"] += 1
-        bulk = bulk_fts(self.conn) if len(rows) >= BULK_FTS_ROWS else None
-        if bulk is None:
-            return self.conn.executemany(BULK_INSERT, rows).rowcount  # ON CONFLICT DO NOTHING skips count 0
-        trigger_sql, index_rows = bulk
-        first = self.conn.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0]
-        self.conn.execute("DROP TRIGGER messages_fts_insert")  # inside the caller's transaction, as all below
-        inserted = self.conn.executemany(BULK_INSERT, rows).rowcount
-        self.conn.execute(index_rows, (first,))
-        self.conn.execute(trigger_sql)
+        inserted = self.conn.executemany(BULK_INSERT, rows).rowcount  # ON CONFLICT DO NOTHING skips count 0
+        if len(rows) >= BULK_FTS_ROWS:  # a batch's rows into the index in its own transaction: one segment
+            sqlite_fts.index_tail(self.conn)
         return int(inserted)
 
     async def put_vectors(self, embedder: str, dim: int, rows: list[tuple[int, Sequence[float]]]) -> int:
@@ -317,6 +298,9 @@ class SqliteStore(SqlStore):
         super().__init__(clock)
         self.path = os.fspath(path)
         self.busy_timeout_ms = busy_timeout_ms
+        #: write transactions since the FTS5 index last caught up with the messages (memory/sqlite_fts.py), and
+        #: whether the schema writes it behind (migration 0046): touched on the worker thread only
+        self._unindexed, self._fts_behind = 0, False
         #: the people's vector matrices (memory/vectors.py), touched on the worker thread only
         self.matrices = MatrixCache(max_floats=cache_floats)
         #: lexical recall's term statistics (memory/sqlite_terms.py), touched on the worker thread only
@@ -411,7 +395,7 @@ class SqliteStore(SqlStore):
     async def migrate(self) -> list[str]:
         """Apply pending migrations (connecting first if needed); return the names applied."""
         if self._executor is None:
-            self._executor = Worker("hilo-sqlite")
+            self._executor = Worker("hilo-sqlite", self._index_idle, sqlite_fts.IDLE_S)
             try:
                 await self._call(self._connect_sync)
             except BaseException:
@@ -481,6 +465,9 @@ class SqliteStore(SqlStore):
         conn, self._conn = self._conn, None
         if conn is not None:
             try:
+                conn.execute("PRAGMA busy_timeout = 0")  # what follows is skipped while another process writes
+                if self._fts_behind and self._unindexed:  # this store's tail into the FTS5 index (else: the next
+                    self._catch_up(conn)                  # write's run, whoever makes it)
                 # refresh planner statistics where they went stale, from a sample (SQLite's advice for optimize):
                 # unbounded, it re-analyzed all of messages at every close (~500 ms at 1,000,000 messages: a
                 # partial index that is empty gets no statistics, so the table always looked stale); 0.7 ms so
@@ -505,7 +492,62 @@ class SqliteStore(SqlStore):
             for sql in triggers("hilo_window_changed"):
                 self._conn.execute(sql)
             self._windows_on = True
+        # the FTS5 index is written behind (migration 0046); its first run after this store's first write also
+        # indexes what another process or a crash left after `upto` (recall reads that tail meanwhile)
+        self._fts_behind = True
         return applied
+
+    def _index_idle(self, force: bool) -> bool:
+        """The worker's idle work (memory/sqlite_worker.py): the messages after the FTS5 index's `upto` into it
+        (memory/sqlite_fts.py), at once when BATCH writes came since it last caught up, else when `force`d (the
+        worker idle IDLE_S). True when it left work for later. Another process holding the write lock, or any
+        error, defers it to the next write's idle moment (recall reads the tail meanwhile); the lock is not waited
+        for: a turn coming meanwhile would wait with it."""
+        conn = self._conn
+        if conn is None or not self._fts_behind or not self._unindexed:
+            return False
+        if not force and self._unindexed < sqlite_fts.BATCH:
+            return True
+        indexed = self._try_catch_up(conn, sqlite_fts.SLICE)
+        return indexed is not None and indexed >= sqlite_fts.SLICE
+
+    def _try_catch_up(self, conn: sqlite3.Connection, limit: int | None) -> int | None:
+        """`_catch_up` if the write lock is free now (None if not, or on any error: logged, left for the next run)."""
+        try:
+            conn.execute("PRAGMA busy_timeout = 0")
+            try:
+                return self._catch_up(conn, limit)
+            finally:
+                conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+        except sqlite3.Error as exc:
+            logger.info("store.fts_deferred", error=type(exc).__name__, waiting=self._unindexed)
+            return None
+
+    def _catch_up(self, conn: sqlite3.Connection, limit: int | None = None) -> int:
+        """sqlite_fts.index_tail in a write transaction of its own; how many messages it indexed."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            indexed = sqlite_fts.index_tail(conn, limit)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        if limit is None or indexed < limit:
+            self._unindexed = 0
+        if indexed and self.checkpointer is not None:
+            self.checkpointer.nudge()
+        return indexed
+
+    async def index_behind(self) -> int:
+        """The FTS5 index caught up with the messages now, not at the worker's next idle moment (what reads the
+        index itself: tests, benchmarks); how many messages it indexed."""
+        return await self._call(lambda: self._catch_up(self._open_conn()) if self._fts_behind else 0)
+
+    def _open_conn(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreError("the store is closed")
+        return self._conn
 
     async def _call(self, fn: Callable[[], T]) -> T:
         if self._executor is None:
@@ -519,9 +561,7 @@ class SqliteStore(SqlStore):
         return await self._call(functools.partial(self._tx_sync, mode, logic, args))
 
     def _tx_sync(self, mode: Mode, logic: Logic[T], args: tuple[Any, ...]) -> T:
-        conn = self._conn
-        if conn is None:
-            raise StoreError("the store is closed")
+        conn = self._open_conn()
         self._check_file()
         try:
             if mode == "write" and logic_name(logic) not in KEEPS_VECTORS:  # ("lease": the turn lease's, never vectors)
@@ -547,6 +587,8 @@ class SqliteStore(SqlStore):
                 raise
             if conn.in_transaction:
                 conn.execute("COMMIT")
+                if mode == "write":
+                    self._unindexed += 1  # it may have stored messages: the worker indexes them when idle
                 if mode in ("write", "lease") and self.checkpointer is not None:
                     self.checkpointer.nudge()
             return result

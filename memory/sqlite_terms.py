@@ -51,6 +51,7 @@ import time
 from typing import Any
 
 from memory.pg_terms import K1, B, idf
+from memory.sqlite_fts import UPTO
 
 #: Candidates one question may gather from the messages' postings, shared among its terms; the least a term may
 #: bring. (480, 60) until the memory benchmark (bench/memory_bench.py, at 500/1,000/2,000/4,000 tokens) showed the
@@ -129,14 +130,19 @@ def hits_sql(n_terms: int) -> str:
     then per term i (0-based): $10+3i its FTS5 query (`term_query`), $11+3i the term padded ' t ', $12+3i its
     idf. Rows (kind, id, score), each kind best first: 0 the messages, 1 the episodes.
 
-    The candidate messages are each term's newest postings, scored as FTS5 would over their stored terms, with
-    the terms' idfs in the person's messages. The messages returned are the best of those that may be recalled:
-    at or before $6, not left out ($7: the context's window), and not a later question of the current
-    conversation (a queued turn), as sql_recall's ROWS keeps them and as Postgres's hilo_recall_hits returns
-    them. An episode scores the sum of its candidates' scores, a left-out one's included."""
+    The candidate messages are each term's newest postings and the person's messages the index does not hold
+    yet (memory/sqlite_fts.py), scored as FTS5 would over their stored terms, with the terms' idfs in the
+    person's messages (a candidate of the tail that holds none of the terms scores 0 and is dropped). The messages
+    returned are the best of those that may be recalled: at or before $6, not left out ($7: the context's
+    window), and not a later question of the current conversation (a queued turn), as sql_recall's ROWS keeps
+    them and as Postgres's hilo_recall_hits returns them. An episode scores the sum of its candidates' scores, a
+    left-out one's included."""
     postings = " UNION ".join(
         f"SELECT id FROM (SELECT rowid AS id FROM messages_fts WHERE messages_fts MATCH ?{_TERMS + 1 + 3 * i} "
         "ORDER BY rowid DESC LIMIT ?3)" for i in range(n_terms))
+    # the person's messages the index does not hold yet (memory/sqlite_fts.py: a rowid range past `upto`, seconds
+    # of messages): candidates all, scored like the rest, kept only where a term matched (score > 0)
+    postings += f" UNION SELECT id FROM messages WHERE id > ({UPTO}) AND user_id = ?1"
     return (
         f"WITH cand(id) AS ({postings}), "
         f"d AS MATERIALIZED (SELECT x.id, x.episode_id AS episode, {_padded(TEXT.format(row='x.'))}, "
@@ -145,10 +151,10 @@ def hits_sql(n_terms: int) -> str:
         "FROM messages x WHERE x.id IN (SELECT id FROM cand) AND x.user_id = ?1), "
         f"t AS MATERIALIZED (SELECT d.id, d.episode, d.recallable, d.dl, {_tf(n_terms, 'd')} FROM d), "
         f"s AS MATERIALIZED (SELECT t.id, t.episode, t.recallable, {_score(n_terms, 't', 2)} AS score FROM t) "
-        "SELECT 0, id, score FROM (SELECT s.id, s.score FROM s WHERE s.recallable "
+        "SELECT 0, id, score FROM (SELECT s.id, s.score FROM s WHERE s.recallable AND s.score > 0 "
         "ORDER BY s.score DESC, s.id DESC LIMIT ?4) "
         "UNION ALL SELECT 1, id, score FROM (SELECT s.episode AS id, sum(s.score) AS score FROM s "
-        "WHERE s.episode IS NOT NULL GROUP BY s.episode ORDER BY score DESC, id DESC LIMIT ?5)"
+        "WHERE s.episode IS NOT NULL AND s.score > 0 GROUP BY s.episode ORDER BY score DESC, id DESC LIMIT ?5)"
     )
 
 

@@ -11,6 +11,12 @@ fewer (bench/turn_instructions.py; docs/architecture.md, stop 44).
 As with the pool: a call whose caller was cancelled before the thread reached it is not run (a write that nobody
 waits for is not made), one that runs is run to its end (its result is dropped), and every error, BaseException
 included, is raised in the caller.
+
+`idle`, when given, is work the thread does between calls (the store's FTS5 index written behind,
+memory/sqlite_fts.py): `idle(False)` each time a call ends and none is waiting; when it returns True (work is
+left that it chose not to do yet) the thread calls `idle(True)` once it has had no call for `idle_after` seconds,
+and again while that returns True and no call has come. A call that comes meanwhile waits for the one run of
+`idle` in progress. `idle` handles its own errors.
 """
 
 from __future__ import annotations
@@ -28,8 +34,9 @@ _Job = tuple[Callable[[], Any], asyncio.Future[Any], asyncio.AbstractEventLoop]
 class Worker:
     """One thread named `name`, started at once; `close()` stops it after the calls put before."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, idle: Callable[[bool], bool] | None = None, idle_after: float = 0.25) -> None:
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._idle, self._idle_after = idle, idle_after
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -47,16 +54,35 @@ class Worker:
             self._thread.join()
 
     def _run(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            fn, future, loop = job
-            if future.cancelled():  # its caller is gone: nothing waits for it
-                continue
-            try:
-                result = fn()
-            except BaseException as exc:  # raised in the caller, as the pool did
-                _post(loop, future, None, exc)
+        waiting = False  # the idle work asked to be called again once the thread has been idle `idle_after`
+        while True:
+            if waiting:
+                try:
+                    job = self._jobs.get(timeout=self._idle_after)
+                except queue.Empty:
+                    waiting = self._idle_now()
+                    continue
             else:
-                _post(loop, future, result, None)
+                job = self._jobs.get()
+            if job is None:
+                return
+            fn, future, loop = job
+            if not future.cancelled():  # else its caller is gone: nothing waits for it
+                try:
+                    result = fn()
+                except BaseException as exc:  # raised in the caller, as the pool did
+                    _post(loop, future, None, exc)
+                else:
+                    _post(loop, future, result, None)
+            if self._idle is not None and self._jobs.empty():
+                waiting = self._idle(False)
+
+    def _idle_now(self) -> bool:
+        """The idle work, forced, again and again while it says more is left and no call is waiting."""
+        assert self._idle is not None
+        while (more := self._idle(True)) and self._jobs.empty():
+            pass
+        return more
 
 
 def _post(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], result: Any,

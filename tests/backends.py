@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
+from memory import sqlite_fts
 from memory.open import open_store
 from memory.sqlite_terms import term_query
 from memory.store import Store
@@ -86,7 +87,16 @@ class SqliteBackend:
         with closing(sqlite3.connect(self.path)) as conn, conn:
             return conn.execute(sql, params).fetchall()
 
+    def _index_caught_up(self) -> None:
+        """The FTS5 index caught up with the messages, as the store's worker does when idle (memory/sqlite_fts.py:
+        written behind the turns): what it holds once it has."""
+        with closing(sqlite3.connect(self.path, isolation_level=None)) as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            sqlite_fts.index_tail(conn)
+            conn.execute("COMMIT")
+
     def counts(self, user_id: int) -> dict[str, int]:
+        self._index_caught_up()
         found = {t: self._all(f"SELECT count(*) FROM {t} WHERE {'id' if t == 'users' else 'user_id'} = ?",
                               (user_id,))[0][0] for t in TABLES}
         found["fts"] = self._all("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH ?",
@@ -101,6 +111,7 @@ class SqliteBackend:
 
     def fts_hits(self, word: str) -> list[int]:
         # each person's postings apart (migrations/sqlite/0033): the word in the index of every owner token there
+        self._index_caught_up()
         owners = self._all("SELECT term FROM messages_fts_vocab WHERE term GLOB 'u[0-9]*' "
                            "AND term NOT GLOB 'u*[^0-9]*'")
         return sorted(r[0] for (owner,) in owners for r in self._all(

@@ -1,6 +1,7 @@
-"""SQLite's bulk import indexes a batch's messages in FTS5 with one statement after the rows (memory/dialect_sqlite.py
-`bulk_fts`), not row by row through the insert trigger: the index must be what the trigger makes. Built from the
-trigger as the schema holds it, so a migration that changes the trigger changes both; this test compares them."""
+"""SQLite's FTS5 index is written behind the messages (memory/sqlite_fts.py): a bulk import batch indexes its own
+messages in its transaction (memory/dialect_sqlite.py `insert_messages`), a smaller one leaves them to the store's
+worker (when idle, or at close). Both must make the same index, the one FTS5 itself builds from the content
+('rebuild'), and pass FTS5's integrity check against the content."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from bench.corpus import sentence
+from memory import sqlite_fts
 from memory.dialect_sqlite import BULK_FTS_ROWS, SqliteStore
 from memory.store import ImportRow
 
@@ -36,20 +40,39 @@ async def _import(path: Path, rows: list[ImportRow], batch: int) -> None:
         await store.close()
 
 
-def _index(path: Path) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+def _index(path: Path, rebuild: bool = False) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
     with closing(sqlite3.connect(path)) as conn:
-        conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('integrity-check')")  # raises when it differs
+        if rebuild:  # FTS5's own index of the content
+            conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")
+        # raises when the index and the content differ
+        conn.execute("INSERT INTO messages_fts(messages_fts, rank) VALUES ('integrity-check', 1)")
         conn.execute("CREATE VIRTUAL TABLE temp.inst USING fts5vocab(main, messages_fts, 'instance')")
         instances = conn.execute("SELECT term, doc, col, offset FROM temp.inst ORDER BY 1, 2, 3, 4").fetchall()
         messages = conn.execute("SELECT id, external_id FROM messages ORDER BY id").fetchall()
-        triggers = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' ORDER BY name").fetchall()
-    return instances, [*messages, *triggers]
+        upto = conn.execute("SELECT upto FROM fts_progress").fetchall()
+    return instances, [*messages, *upto]
 
 
-async def test_a_bulk_batch_indexes_its_messages_as_the_trigger_does(tmp_path: Path) -> None:
+async def test_bulk_and_small_batches_index_their_messages_as_fts5_itself_does(tmp_path: Path) -> None:
     rows = _rows(3 * BULK_FTS_ROWS + 17)
     await _import(tmp_path / "bulk.db", rows, 2 * BULK_FTS_ROWS)  # batches of the bulk path
-    await _import(tmp_path / "trigger.db", rows, BULK_FTS_ROWS - 1)  # every row through the trigger
-    bulk, by_trigger = _index(tmp_path / "bulk.db"), _index(tmp_path / "trigger.db")
+    await _import(tmp_path / "small.db", rows, BULK_FTS_ROWS - 1)  # every batch left to the worker
+    bulk, small = _index(tmp_path / "bulk.db"), _index(tmp_path / "small.db")
     assert len(bulk[0]) > 5 * len(rows)  # every message's index terms, each an instance
-    assert bulk == by_trigger
+    assert bulk[1][-1] == (len(rows),)  # `upto`: the last message
+    assert bulk == small == _index(tmp_path / "small.db", rebuild=True)
+
+
+async def test_a_bulk_batch_indexes_its_messages_in_its_own_transaction(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sqlite_fts, "BATCH", 10**9)  # the worker's idle runs never come in this test
+    monkeypatch.setattr(sqlite_fts, "IDLE_S", 3600.0)
+    store = SqliteStore(str(tmp_path / "hilo.db"))
+    await store.open()
+    try:
+        await store.import_rows(_rows(BULK_FTS_ROWS))
+        with closing(sqlite3.connect(tmp_path / "hilo.db")) as conn:
+            assert conn.execute("SELECT upto, (SELECT max(id) FROM messages) FROM fts_progress").fetchone() == (
+                BULK_FTS_ROWS, BULK_FTS_ROWS)
+    finally:
+        await store.close()

@@ -91,7 +91,7 @@ def test_upgrade_keeps_data_and_indexes_old_messages(tmp_path: Path, conn: sqlit
     hits = conn.execute("SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?",
                         (term_query(1, "lighthouse"),)).fetchall()
     assert len(hits) == 1, "messages stored before the FTS migration are indexed"
-    conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('integrity-check')")
+    conn.execute("INSERT INTO messages_fts(messages_fts, rank) VALUES ('integrity-check', 1)")  # content too
 
 
 async def test_store_recalls_messages_from_before_the_upgrade(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from kernel.tokens import count
 from kernel.types import InboundMessage
-from memory import sqlite_terms
+from memory import sqlite_fts, sqlite_terms
 from memory.dialect_sqlite import EXTRA_HITS, SqliteStore
 from memory.pg_terms import idf
 from memory.stems import query_terms
@@ -30,6 +30,13 @@ def postings(path: Path, user_id: int, term: str) -> list[int]:
     with closing(sqlite3.connect(path)) as conn:
         return [r[0] for r in conn.execute("SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rowid",
                                            (sqlite_terms.term_query(user_id, term),))]
+
+
+def integrity_check(path: Path) -> None:
+    """FTS5's own check of the index against its content, the messages up to `upto` (raises when they differ; rank
+    1 compares the content too)."""
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("INSERT INTO messages_fts(messages_fts, rank) VALUES ('integrity-check', 1)")
 
 
 async def test_a_terms_postings_and_frequency_are_the_persons_own(tmp_path: Path) -> None:
@@ -62,12 +69,21 @@ async def test_linking_moves_the_postings_to_the_person_they_join(tmp_path: Path
         await store.import_rows(rows("kim", ["hello there"]))
         turn = await store.ingest(InboundMessage(surface="telegram", sender="42", external_id="t1",
                                                  text="booked the zanzibar flights"), 5)
+        later = await store.ingest(InboundMessage(surface="telegram", sender="42", external_id="t2",
+                                                  text="zanzibar it is"), 5)
         zanzibar = query_terms("zanzibar")[0]
+        # the first message indexed (through the update trigger it moves), the second still behind the index
+        # (memory/sqlite_fts.py: indexed after the link, under its new owner)
+        with closing(sqlite3.connect(tmp_path / "hilo.db")) as conn, conn:
+            assert sqlite_fts.index_tail(conn, 2) == 2  # kim's imported message, then this one
         assert postings(tmp_path / "hilo.db", turn.user_id, zanzibar) == [turn.message.id]
         kim = await store.link_identity("kim", "telegram", "42", "operator")
         assert kim is not None and kim != turn.user_id
         assert postings(tmp_path / "hilo.db", kim, zanzibar) == [turn.message.id]
+        assert await store.index_behind() >= 1
+        assert postings(tmp_path / "hilo.db", kim, zanzibar) == [turn.message.id, later.message.id]
         assert postings(tmp_path / "hilo.db", turn.user_id, zanzibar) == []
+        integrity_check(tmp_path / "hilo.db")
     finally:
         await store.close()
 

@@ -155,8 +155,10 @@ async def test_the_local_model_is_deterministic_normalized_and_of_its_declared_s
     assert local_embedder.name == "local:use-multilingual-v3"
     first, again, other = await local_embedder.embed(["Vivo en Sevilla", "Vivo en Sevilla", "I live in Leeds"],
                                                      kind="passage")
-    assert first == again
-    assert first != other
+    # the same text twice in one batch: the same vector to float32 precision (not bit for bit: BLAS may compute two
+    # rows of one product through different kernels; on an AMD EPYC they differed by ~5e-8)
+    assert max(abs(a - b) for a, b in zip(first, again, strict=True)) < 1e-6
+    assert max(abs(a - b) for a, b in zip(first, other, strict=True)) > 1e-2
     assert len(first) == local_embedder.dim == 512
     assert math.isclose(math.fsum(x * x for x in first), 1.0, rel_tol=1e-5)
 

@@ -22,6 +22,10 @@ cross-surface turns), a queued later question and what came after `at` are left 
 Postgres's hilo_recall_hits does (until then the statement returned the window's hits too, and ROWS sought their
 neighbours only to drop them).
 
+The index is written behind the turns, in batches (memory/sqlite_fts.py): the person's messages it does not hold
+yet (after `fts_progress.upto`, seconds of them) are candidates too, scored the same way, so a message is found
+from the moment it is stored.
+
 Episodes come from the same postings, in the same statement (`hits_sql`): an episode holds a term exactly when one
 of its messages does, so each episode of the candidate messages scores the sum of its candidates' BM25 scores
 (a left-out message's too: the window's messages still bring their episode). Until migration 0044 episodes had an

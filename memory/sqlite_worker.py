@@ -16,7 +16,8 @@ included, is raised in the caller.
 memory/sqlite_fts.py): `idle(False)` each time a call ends and none is waiting; when it returns True (work is
 left that it chose not to do yet) the thread calls `idle(True)` once it has had no call for `idle_after` seconds,
 and again while that returns True and no call has come. A call that comes meanwhile waits for the one run of
-`idle` in progress. `idle` handles its own errors.
+`idle` in progress. An error of `idle` is logged (`store.idle_failed`) and taken as nothing left: the thread goes
+on serving calls (a thread that died would leave every later call waiting forever).
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from kernel import log
+
 T = TypeVar("T")
+logger = log.get("hilo.store")
 _Job = tuple[Callable[[], Any], asyncio.Future[Any], asyncio.AbstractEventLoop]
 
 
@@ -75,14 +79,21 @@ class Worker:
                 else:
                     _post(loop, future, result, None)
             if self._idle is not None and self._jobs.empty():
-                waiting = self._idle(False)
+                waiting = self._idle_once(False)
 
     def _idle_now(self) -> bool:
         """The idle work, forced, again and again while it says more is left and no call is waiting."""
-        assert self._idle is not None
-        while (more := self._idle(True)) and self._jobs.empty():
+        while (more := self._idle_once(True)) and self._jobs.empty():
             pass
         return more
+
+    def _idle_once(self, force: bool) -> bool:
+        assert self._idle is not None
+        try:
+            return self._idle(force)
+        except Exception as exc:  # the thread must outlive its idle work's bugs
+            logger.error("store.idle_failed", error=type(exc).__name__)
+            return False
 
 
 def _post(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], result: Any,

@@ -227,3 +227,23 @@ async def test_close_does_not_wait_for_another_writer_and_the_next_write_indexes
         _check(path)
     finally:
         await store.close()
+
+
+async def test_a_failing_idle_run_leaves_the_worker_serving() -> None:
+    failed = threading.Event()
+
+    def idle(force: bool) -> bool:
+        failed.set()
+        raise RuntimeError("a bug in the idle work")
+
+    worker = Worker("hilo-sqlite-idle-test", idle, idle_after=0.05)
+    try:
+        with structlog.testing.capture_logs() as logs:
+            assert await worker.call(lambda: 1) == 1
+            assert await asyncio.to_thread(failed.wait, 10)
+            # the thread got through its failed idle run (logged) before it took this call
+            assert await worker.call(lambda: 2) == 2
+        assert logs[0] == {"event": "store.idle_failed", "error": "RuntimeError", "log_level": "error"}
+        assert {e["event"] for e in logs} == {"store.idle_failed"}
+    finally:
+        worker.close()

@@ -6,6 +6,7 @@ the write lock defers the batch instead of making a turn wait."""
 from __future__ import annotations
 
 import asyncio
+import re
 import sqlite3
 import threading
 from contextlib import closing
@@ -17,7 +18,7 @@ import structlog
 
 from kernel.tokens import count
 from kernel.types import InboundMessage
-from memory import sqlite_fts
+from memory import sqlite_fts, sqlite_terms
 from memory.dialect_sqlite import SqliteStore
 from memory.sqlite_worker import Worker
 from memory.stems import query_terms
@@ -247,3 +248,19 @@ async def test_a_failing_idle_run_leaves_the_worker_serving() -> None:
         assert {e["event"] for e in logs} == {"store.idle_failed"}
     finally:
         worker.close()
+
+
+async def test_recall_reads_the_tail_as_a_rowid_range_whatever_the_persons_history(tmp_path: Path) -> None:
+    """The tail is seconds of messages after `upto`: read by the rowid, never through the person's user_id index
+    (which holds all of their history: recall's cost would grow with it)."""
+    path = tmp_path / "hilo.db"
+    store = SqliteStore(str(path))
+    await store.open()
+    await store.close()
+    with closing(sqlite3.connect(path)) as conn:
+        sql = sqlite_terms.hits_sql(2)
+        params = [None] * max(int(n) for n in re.findall(r"\?(\d+)", sql))
+        plan = [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
+    # (the tail's step reads `messages` by that name; `x` is the candidates' rows, read by their ids)
+    assert [step for step in plan if step.startswith("SEARCH messages ")] == [
+        "SEARCH messages USING INTEGER PRIMARY KEY (rowid>?)"]

@@ -298,9 +298,9 @@ class SqliteStore(SqlStore):
         super().__init__(clock)
         self.path = os.fspath(path)
         self.busy_timeout_ms = busy_timeout_ms
-        #: write transactions since the FTS5 index last caught up with the messages (memory/sqlite_fts.py), and
-        #: whether the schema writes it behind (migration 0046): touched on the worker thread only
-        self._unindexed, self._fts_behind = 0, False
+        #: write transactions since the FTS5 index last caught up with the messages (memory/sqlite_fts.py,
+        #: migration 0046), touched on the worker thread only
+        self._unindexed = 0
         #: the people's vector matrices (memory/vectors.py), touched on the worker thread only
         self.matrices = MatrixCache(max_floats=cache_floats)
         #: lexical recall's term statistics (memory/sqlite_terms.py), touched on the worker thread only
@@ -466,8 +466,8 @@ class SqliteStore(SqlStore):
         if conn is not None:
             try:
                 conn.execute("PRAGMA busy_timeout = 0")  # what follows is skipped while another process writes
-                if self._fts_behind and self._unindexed:  # this store's tail into the FTS5 index (else: the next
-                    self._catch_up(conn)                  # write's run, whoever makes it)
+                if self._unindexed:  # this store's tail into the FTS5 index (else: the next write's run, whoever
+                    self._catch_up(conn)  # makes it)
                 # refresh planner statistics where they went stale, from a sample (SQLite's advice for optimize):
                 # unbounded, it re-analyzed all of messages at every close (~500 ms at 1,000,000 messages: a
                 # partial index that is empty gets no statistics, so the table always looked stale); 0.7 ms so
@@ -492,9 +492,6 @@ class SqliteStore(SqlStore):
             for sql in triggers("hilo_window_changed"):
                 self._conn.execute(sql)
             self._windows_on = True
-        # the FTS5 index is written behind (migration 0046); its first run after this store's first write also
-        # indexes what another process or a crash left after `upto` (recall reads that tail meanwhile)
-        self._fts_behind = True
         return applied
 
     def _index_idle(self, force: bool) -> bool:
@@ -502,37 +499,27 @@ class SqliteStore(SqlStore):
         (memory/sqlite_fts.py), at once when BATCH writes came since it last caught up, else when `force`d (the
         worker idle IDLE_S). True when it left work for later. Another process holding the write lock, or any
         error, defers it to the next write's idle moment (recall reads the tail meanwhile); the lock is not waited
-        for: a turn coming meanwhile would wait with it."""
+        for: a turn coming meanwhile would wait with it. A run indexes every message after `upto`, those another
+        process or a crash left too."""
         conn = self._conn
-        if conn is None or not self._fts_behind or not self._unindexed:
+        if conn is None or not self._unindexed:  # (writes are counted once the migrations made the schema)
             return False
         if not force and self._unindexed < sqlite_fts.BATCH:
             return True
-        indexed = self._try_catch_up(conn, sqlite_fts.SLICE)
-        return indexed is not None and indexed >= sqlite_fts.SLICE
-
-    def _try_catch_up(self, conn: sqlite3.Connection, limit: int | None) -> int | None:
-        """`_catch_up` if the write lock is free now (None if not, or on any error: logged, left for the next run)."""
         try:
             conn.execute("PRAGMA busy_timeout = 0")
             try:
-                return self._catch_up(conn, limit)
+                indexed = self._catch_up(conn, sqlite_fts.SLICE)
             finally:
                 conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
         except sqlite3.Error as exc:
             logger.info("store.fts_deferred", error=type(exc).__name__, waiting=self._unindexed)
-            return None
+            return False
+        return indexed >= sqlite_fts.SLICE
 
     def _catch_up(self, conn: sqlite3.Connection, limit: int | None = None) -> int:
-        """sqlite_fts.index_tail in a write transaction of its own; how many messages it indexed."""
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            indexed = sqlite_fts.index_tail(conn, limit)
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
+        """sqlite_fts.catch_up, and this store's count of writes since reset when nothing is left."""
+        indexed = sqlite_fts.catch_up(conn, limit)
         if limit is None or indexed < limit:
             self._unindexed = 0
         if indexed and self.checkpointer is not None:
@@ -542,7 +529,7 @@ class SqliteStore(SqlStore):
     async def index_behind(self) -> int:
         """The FTS5 index caught up with the messages now, not at the worker's next idle moment (what reads the
         index itself: tests, benchmarks); how many messages it indexed."""
-        return await self._call(lambda: self._catch_up(self._open_conn()) if self._fts_behind else 0)
+        return await self._call(lambda: self._catch_up(self._open_conn()))
 
     def _open_conn(self) -> sqlite3.Connection:
         if self._conn is None:

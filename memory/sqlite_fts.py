@@ -7,9 +7,10 @@ web turn's 4,835k instructions (bench/turn_instructions.py; the trigger dropped)
 
 Now `fts_progress.upto` is the newest message id the index holds, and the index holds exactly the messages up to
 it: `messages_fts_source`, its external content, shows those only (so FTS5's 'integrity-check' and 'rebuild'
-agree with it), and the delete and update triggers touch the index only for them. `index_tail` indexes the
-messages after `upto` (at most `limit`) and moves it, in the caller's write transaction: message ids only grow
-(AUTOINCREMENT, one writer at a time), so a message stored later is always in the tail.
+agree with it), and the delete and update triggers touch the index only for them. `index_tail` moves `upto` past
+the next messages (at most `limit`) and indexes them as that view shows them (the one spelling of an indexed
+message outside the triggers), in the caller's write transaction: message ids only grow (AUTOINCREMENT, one writer
+at a time), so a message stored later is always in the tail. `catch_up` is the same in a transaction of its own.
 
 Who calls it: the SQLite store's worker when its queue is empty and BATCH writes have come since, or once it
 has been idle IDLE_S (memory/dialect_sqlite.py); a bulk import, for its own rows, in its batch's transaction;
@@ -35,12 +36,10 @@ SLICE = 512
 UPTO = "SELECT upto FROM fts_progress"
 #: The id of the `?2`-th message after `?1` (or of the last one, when fewer): where this run stops.
 _END = "SELECT max(id) FROM (SELECT id FROM messages WHERE id > ?1 ORDER BY id LIMIT ?2)"
-#: The messages in (?1, ?2] into the index, as migration 0033's trigger wrote each one: its owner token, then
-#: each index term scoped to the owner ('u<id>x<term>').
-_INDEX = ("INSERT INTO messages_fts(rowid, terms) SELECT id, 'u' || user_id || ' u' || user_id || 'x' "
-          "|| replace(coalesce(terms, content), ' ', ' u' || user_id || 'x') FROM messages "
-          "WHERE id > ?1 AND id <= ?2")
 _MOVE = "UPDATE fts_progress SET upto = ?1"
+#: The messages after ?1 up to the moved `upto` into the index, as the external content shows them (migration
+#: 0046's view: the owner token, then each index term scoped to the owner, 'u<id>x<term>').
+_INDEX = "INSERT INTO messages_fts(rowid, terms) SELECT id, terms FROM messages_fts_source WHERE id > ?1"
 
 
 def index_tail(conn: sqlite3.Connection, limit: int | None = None) -> int:
@@ -50,6 +49,18 @@ def index_tail(conn: sqlite3.Connection, limit: int | None = None) -> int:
     (end,) = conn.execute(_END, (upto, -1 if limit is None else limit)).fetchone()
     if end is None:
         return 0
-    indexed = conn.execute(_INDEX, (upto, end)).rowcount
     conn.execute(_MOVE, (end,))
-    return int(indexed)
+    return int(conn.execute(_INDEX, (upto,)).rowcount)
+
+
+def catch_up(conn: sqlite3.Connection, limit: int | None = None) -> int:
+    """`index_tail` in a write transaction of its own (rolled back on any error); how many it indexed."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        indexed = index_tail(conn, limit)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return indexed

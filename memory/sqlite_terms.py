@@ -147,7 +147,7 @@ def hits_sql(n_terms: int) -> str:
     # the person's messages the index does not hold yet (memory/sqlite_fts.py: a rowid range past `upto`, seconds
     # of messages): candidates all, scored like the rest, kept only where a term matched (score > 0). '+' keeps the
     # planner on that range: on user_id's index it walked all of the person's messages (1,000 a person: the
-    # pre-model p50 went 5.0x -> 5.9x the seed pattern's in bench/context_bench.py)
+    # pre-model p50 went 4.7-5.3x -> 5.5-6.2x the seed pattern's in bench/context_bench.py)
     postings += f" UNION SELECT id FROM messages WHERE id > ({UPTO}) AND +user_id = ?1"
     return (
         f"WITH cand(id) AS ({postings}), "

@@ -91,9 +91,7 @@ class SqliteBackend:
         """The FTS5 index caught up with the messages, as the store's worker does when idle (memory/sqlite_fts.py:
         written behind the turns): what it holds once it has."""
         with closing(sqlite3.connect(self.path, isolation_level=None)) as conn:
-            conn.execute("BEGIN IMMEDIATE")
-            sqlite_fts.index_tail(conn)
-            conn.execute("COMMIT")
+            sqlite_fts.catch_up(conn)
 
     def counts(self, user_id: int) -> dict[str, int]:
         self._index_caught_up()

@@ -301,6 +301,8 @@ class SqliteStore(SqlStore):
         #: write transactions since the FTS5 index last caught up with the messages (memory/sqlite_fts.py,
         #: migration 0046), touched on the worker thread only
         self._unindexed = 0
+        #: the last write was a turn's first hop (ingest_turn): its second is near, so the batch waits for it
+        self._turn_open = False
         #: the people's vector matrices (memory/vectors.py), touched on the worker thread only
         self.matrices = MatrixCache(max_floats=cache_floats)
         #: lexical recall's term statistics (memory/sqlite_terms.py), touched on the worker thread only
@@ -496,15 +498,16 @@ class SqliteStore(SqlStore):
 
     def _index_idle(self, force: bool) -> bool:
         """The worker's idle work (memory/sqlite_worker.py): the messages after the FTS5 index's `upto` into it
-        (memory/sqlite_fts.py), at once when BATCH writes came since it last caught up, else when `force`d (the
-        worker idle IDLE_S). True when it left work for later. Another process holding the write lock, or any
-        error, defers it to the next write's idle moment (recall reads the tail meanwhile); the lock is not waited
-        for: a turn coming meanwhile would wait with it. A run indexes every message after `upto`, those another
-        process or a crash left too."""
+        (memory/sqlite_fts.py), at once when BATCH writes came since it last caught up (HOLD times that when the
+        last one was a turn's first hop: not between a turn's two hops), else when `force`d (the worker idle
+        IDLE_S). True when it left work for later. Another process holding the write lock, or any error, defers it
+        to the next write's idle moment (recall reads the tail meanwhile); the lock is not waited for: a turn
+        coming meanwhile would wait with it. A run indexes every message after `upto`, those another process or a
+        crash left too."""
         conn = self._conn
         if conn is None or not self._unindexed:  # (writes are counted once the migrations made the schema)
             return False
-        if not force and self._unindexed < sqlite_fts.BATCH:
+        if not force and self._unindexed < sqlite_fts.BATCH * (sqlite_fts.HOLD if self._turn_open else 1):
             return True
         try:
             conn.execute("PRAGMA busy_timeout = 0")
@@ -553,8 +556,6 @@ class SqliteStore(SqlStore):
         try:
             if mode == "write" and logic_name(logic) not in KEEPS_VECTORS:  # ("lease": the turn lease's, never vectors)
                 self.matrices.generation += 1  # it may change vectors: the next search checks the table again
-            # read BEFORE the snapshot begins: any commit of another connection after it shows as a new version
-            version = self.matrices.version = conn.execute("PRAGMA data_version").fetchone()[0]
             reads = mode in ("read", "reads")
             conn.execute("BEGIN" if reads else "BEGIN IMMEDIATE")
             self.counters["transactions"] += 1
@@ -562,6 +563,9 @@ class SqliteStore(SqlStore):
             if reads and self._windows_on:  # nothing read in a write transaction is kept: it may roll back
                 db.windows = self.windows
             try:
+                # first in the transaction: it begins the snapshot (a deferred BEGIN) and gives that snapshot's
+                # version (read before BEGIN, outside a transaction, it took and dropped a read lock of its own)
+                version = self.matrices.version = conn.execute("PRAGMA data_version").fetchone()[0]
                 if self._windows_on and version != self._seen_version:
                     # another connection committed: the windows are stale only if it changed or deleted a message
                     # (migration 0045's count, read in this transaction's snapshot: memory/windows.py)
@@ -576,6 +580,7 @@ class SqliteStore(SqlStore):
                 conn.execute("COMMIT")
                 if mode == "write":
                     self._unindexed += 1  # it may have stored messages: the worker indexes them when idle
+                    self._turn_open = logic is ingest_turn  # its model call and its second hop come next
                 if mode in ("write", "lease") and self.checkpointer is not None:
                     self.checkpointer.nudge()
             return result

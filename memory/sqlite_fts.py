@@ -12,12 +12,12 @@ the next messages (at most `limit`) and indexes them as that view shows them (th
 message outside the triggers), in the caller's write transaction: message ids only grow (AUTOINCREMENT, one writer
 at a time), so a message stored later is always in the tail. `catch_up` is the same in a transaction of its own.
 
-Who calls it: the SQLite store's worker when its queue is empty and BATCH writes have come since, or once it
-has been idle IDLE_S (memory/dialect_sqlite.py); a bulk import, for its own rows, in its batch's transaction;
-and the store's close, for what is left. Recall reads the tail too (memory/sqlite_terms.py: the person's
-messages after `upto` join the FTS5 candidates, scored over their stored terms like the rest), so a message is
-recalled from the moment it is stored, as before. What lags is only the term statistics (fts5vocab's document
-frequencies), which recall caches for minutes anyway.
+Who calls it: the SQLite store's worker when its queue is empty and BATCH writes have come since (not between a
+turn's two hops: HOLD), or once it has been idle IDLE_S (memory/dialect_sqlite.py); a bulk import, for its own rows,
+in its batch's transaction; and the store's close, for what is left. Recall reads the tail too
+(memory/sqlite_terms.py: the person's messages after `upto` join the FTS5 candidates, scored over their stored terms
+like the rest), so a message is recalled from the moment it is stored, as before. What lags is only the term
+statistics (fts5vocab's document frequencies), which recall caches for minutes anyway.
 """
 
 from __future__ import annotations
@@ -26,6 +26,10 @@ import sqlite3
 
 #: Writes after which an idle worker indexes the tail at once (one segment of ~16 messages, not 16 segments).
 BATCH = 16
+#: ... except right after a turn's first hop (its message stored, its model call next): the worker is idle then
+#: only until the turn's second hop, which would wait for the batch (at one turn at a time, ~0.8 ms in 2 of 3
+#: batches); the batch runs after that hop instead, or at once when HOLD times BATCH writes are waiting.
+HOLD = 4
 #: Seconds of an idle worker after which a smaller tail is indexed.
 IDLE_S = 0.25
 #: The most messages one idle run indexes (a tail left by another process may be long: the worker takes it in

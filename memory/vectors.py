@@ -91,7 +91,7 @@ class MatrixCache(SizedLRU[tuple[int, str], Matrix]):
         #: loads (the whole matrix read), extensions (new rows appended), checks (the table counted: unchanged),
         #: hits (nothing committed since the last check: not even counted)
         self.counters = {"loads": 0, "extensions": 0, "checks": 0, "hits": 0}
-        #: PRAGMA data_version read before the current transaction began (other connections' commits move it)
+        #: PRAGMA data_version of the current transaction's snapshot (other connections' commits move it)
         self.version = 0
         #: bumped by each of the store's own write transactions that may change vectors
         self.generation = 0

@@ -11,8 +11,8 @@ row an id above every id stored). A window is kept only as long as nothing could
 
 - another connection's change or deletion of a message (another process: `hilo forget`, a second daemon on the
   file) moves the count of migration 0045's triggers (`MESSAGE_CHANGES`, whichever connection makes them). The
-  store reads `PRAGMA data_version` before each transaction begins, and when another connection committed since,
-  reads the count in the transaction's snapshot; every window is read anew when it moved. Another connection's new
+  store reads `PRAGMA data_version` first in each transaction (its snapshot's), and when another connection
+  committed since, reads the count in that snapshot; every window is read anew when it moved. Another connection's new
   rows (a second daemon's turns, `hilo import`, `hilo chat`) are found by the `id > $n` read: SQLite commits one
   writer at a time, and a new row's id is above every id stored. (Until 0045 any commit of another connection
   dropped every window: with two processes on one file, none outlived the other's next message; in bench/run,

@@ -22,7 +22,7 @@ from memory import sqlite_fts, sqlite_terms
 from memory.dialect_sqlite import SqliteStore
 from memory.sqlite_worker import Worker
 from memory.stems import query_terms
-from memory.store import ContextQuery, ImportRow
+from memory.store import ContextQuery, ImportRow, Ingested
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -54,12 +54,17 @@ def _check(path: Path) -> None:
         assert conn.execute("SELECT term, doc FROM temp.inst ORDER BY 1, 2").fetchall() == before
 
 
-async def _say(store: SqliteStore, sender: str, text: str, i: int) -> int:
+async def _ingest(store: SqliteStore, sender: str, text: str, i: int) -> Ingested:
+    """A turn's first hop: the message stored, its lease taken (SQLite: ingest_turn)."""
     turn = await store.ingest(InboundMessage(surface="telegram", sender=sender, external_id=f"{sender}-{i}",
                                              text=text, handle=sender, received_at=T0 + timedelta(minutes=i)),
                               count(text))
     assert turn is not None
-    return turn.message.id
+    return turn
+
+
+async def _say(store: SqliteStore, sender: str, text: str, i: int) -> int:
+    return (await _ingest(store, sender, text, i)).message.id
 
 
 async def test_a_message_is_recalled_before_the_index_holds_it(tmp_path: Path, no_idle_runs: None) -> None:
@@ -104,12 +109,21 @@ async def test_the_worker_indexes_a_batch_when_idle_and_a_smaller_tail_when_forc
         assert _upto(path) == 0
         assert await store._call(lambda: store._index_idle(True)) is False
         assert _upto(path) == ids[-1]
-        more = [await _say(store, "kim", f"note number {i}", i) for i in range(3, 7)]
-        # a batch's worth: indexed at once, the worker then owes nothing
+        more = [await _ingest(store, "kim", f"note number {i}", i) for i in range(3, 7)]
+        # a batch's worth, but the last write was a turn's first hop: its second hop is near, and would wait for
+        # the batch, so the batch waits for it
+        assert await store._call(lambda: store._index_idle(False)) is True
+        assert _upto(path) == ids[-1]
+        await store.finish_turn(more[-1], "noted", 1, [])
+        # after the turn's second hop: indexed at once (its reply too), the worker then owes nothing
         assert await store._call(lambda: store._index_idle(False)) is False
-        assert _upto(path) == more[-1]
+        assert _upto(path) == _sql(path, "SELECT max(id) FROM messages")[0][0] > more[-1].message.id
         assert await store._call(lambda: store._index_idle(False)) is False
         # a tail longer than a slice: one slice a run, and more is said to be left
+        # a turn's first hops only, HOLD batches' worth of them: indexed at once all the same
+        held = [await _say(store, "kim", f"note number {i}", i) for i in range(10, 10 + 4 * sqlite_fts.HOLD)]
+        assert await store._call(lambda: store._index_idle(False)) is False
+        assert _upto(path) == held[-1]
         monkeypatch.setattr(sqlite_fts, "SLICE", 2)
         last = [await _say(store, "kim", f"note number {i}", i) for i in range(7, 10)]
         assert await store._call(lambda: store._index_idle(True)) is True

@@ -33,21 +33,27 @@ LATEST_OPEN = ("(SELECT e.id FROM episodes e WHERE e.conversation_id = {conversa
                f"AND e.message_count < {MAX_MESSAGES} ORDER BY e.ended_at DESC, e.id DESC LIMIT 1)")
 #: A new episode's id when there is no open one (SQLite spells the nextval NULL: the AUTOINCREMENT key).
 NEXT_ID = "nextval(pg_get_serial_sequence('episodes', 'id'))"
-#: An episode row inserted for one message, merged into the row of the same id when there is one.
-MERGE = (
-    "ON CONFLICT (id) DO UPDATE SET ended_at = greatest(episodes.ended_at, excluded.ended_at), "
-    "started_at = least(episodes.started_at, excluded.started_at), "
+#: What merging one message into its episode row sets, but its start.
+_MERGED = (
+    "ended_at = greatest(episodes.ended_at, excluded.ended_at), "
     "message_count = episodes.message_count + 1, token_count = episodes.token_count + excluded.token_count, "
     "terms = CASE WHEN excluded.terms = '' THEN episodes.terms WHEN episodes.terms = '' THEN excluded.terms "
     "ELSE episodes.terms || ' ' || excluded.terms END"
 )
+#: An episode row inserted for one message, merged into the row of the same id when there is one.
+MERGE = f"ON CONFLICT (id) DO UPDATE SET started_at = least(episodes.started_at, excluded.started_at), {_MERGED}"
 #: $1 conversation, $2 user, $3 surface, $4 the message's time minus GAP, $5 its time, $6 tokens, $7 terms.
-#: The id is the conversation's latest episode that ended since $4 (its row updated), else a new one.
+#: The id is the conversation's latest episode that ended since $4 (its row updated), else a new one; and the
+#: episode's start. The merge leaves the start alone: a message is almost never older than its episode's start
+#: (one delivered late), and an UPDATE that sets a column rewrites the indexes that hold it (SQLite does not
+#: compare the values: episodes_user_started, 2 of a web turn's 35 WAL pages). `join` moves it back when it is.
 JOIN = (
     "INSERT INTO episodes(id, user_id, conversation_id, surface, started_at, ended_at, message_count, token_count, "
     f"terms) VALUES (coalesce({LATEST_OPEN.format(conversation='$1', since='$4')}, {NEXT_ID}), "
-    f"$2, $1, $3, $5, $5, 1, $6, $7) {MERGE} RETURNING id"
+    f"$2, $1, $3, $5, $5, 1, $6, $7) ON CONFLICT (id) DO UPDATE SET {_MERGED} RETURNING id, started_at"
 )
+#: $1 the episode, $2 the time of a message older than its start.
+_EARLIER = "UPDATE episodes SET started_at = $2 WHERE id = $1 AND started_at > $2"
 _LATEST = ("SELECT e.conversation_id, e.id, e.ended_at, e.message_count FROM episodes e "
            "WHERE e.id IN (SELECT max(x.id) FROM episodes x WHERE x.conversation_id = ANY($1::bigint[]) "
            "GROUP BY x.conversation_id)")
@@ -73,8 +79,13 @@ _EMPTY = "DELETE FROM episodes WHERE id = ANY($1::bigint[]) AND message_count = 
 
 async def join(db: Db, user_id: int, conversation_id: int, surface: str, at: datetime, tokens: int,
                terms: str) -> int:
-    """The episode of a message stored now at `at` (one statement: see JOIN)."""
-    return int(await db.value(JOIN, conversation_id, user_id, surface, db.ts(at - GAP), db.ts(at), tokens, terms))
+    """The episode of a message stored now at `at` (one statement, see JOIN; two for a message older than the
+    start of the episode it joins)."""
+    episode, started = await db.one(JOIN, conversation_id, user_id, surface, db.ts(at - GAP), db.ts(at), tokens,
+                                    terms)
+    if as_dt(started) > at:
+        await db.run(_EARLIER, episode, db.ts(at))
+    return int(episode)
 
 
 @dataclass(frozen=True, slots=True)

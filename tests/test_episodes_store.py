@@ -39,6 +39,21 @@ async def test_a_gap_over_an_hour_starts_a_new_episode(store: Store, backend: Ba
     assert counts == {first: 2, second: 1}
 
 
+async def test_a_message_delivered_late_joins_its_episode_and_moves_its_start_back(store: Store,
+                                                                                 backend: Backend) -> None:
+    await put(store, msg("telegram", "1", "b1", "sent second, stored first", T0 + timedelta(minutes=10)))
+    await put(store, msg("telegram", "1", "b2", "sent first, delivered late", T0))
+    await put(store, msg("telegram", "1", "b3", "and one more", T0 + timedelta(minutes=20)))
+    rows = episodes_of(backend)
+    assert len({e for _, e in rows}) == 1, "all three are one run of the conversation"
+    (start, end, n), = backend.select("SELECT started_at, ended_at, message_count FROM episodes")
+    assert (_at(start), _at(end), n) == (T0, T0 + timedelta(minutes=20), 3)
+
+
+def _at(value: object) -> datetime:
+    return datetime.fromisoformat(value) if isinstance(value, str) else value  # type: ignore[return-value]
+
+
 async def test_a_reply_joins_the_episode_of_what_it_answers(store: Store, backend: Backend, clock: TestClock) -> None:
     turn = await put(store, msg("telegram", "1", "a1", "a question", clock()))
     await store.finish_turn(turn, "an answer", 2, [])

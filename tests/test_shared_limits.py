@@ -132,3 +132,27 @@ def test_the_sliding_window_weighs_the_previous_window_by_what_it_still_covers()
     assert wait(1, 3, 6.0, 3, 60) > 0.0  # 3 x 0.9 + 1 = 3.7: the previous window's hits still count
     assert wait(1, 3, 6.0, 3, 60) == pytest.approx(14.0)  # until 3 x (1 - t/60) + 1 <= 3, t = 20
     assert wait(1, 3, 30.0, 3, 60) == 0.0  # 3 x 0.5 + 1 = 2.5
+
+
+async def test_a_message_s_hits_count_keys_in_the_window_new_keys_and_a_new_window(store: Store, backend: Backend,
+                                                                                   clock: TestClock) -> None:
+    # one upsert counts keys in the window, a new key and a new window's (sql_limits.HIT_ALL): the rows say how
+    clock.advance(60 - clock().timestamp() % 60 + 1)  # 1 s into a window: the hits below stay in it
+    start = int(clock().timestamp()) // 60 * 60
+    hits = [("visitor:a", LIMIT, 60), ("ip:b", LIMIT, 60)]
+
+    def rows() -> list[tuple[object, ...]]:
+        return [tuple(int(v) if not isinstance(v, str) else v for v in r)
+                for r in backend.select("SELECT key, window_start, hits, prev_hits FROM rate_counters ORDER BY key")]
+
+    assert await store.hit_rate("visitor:a", LIMIT, 60) == 0.0
+    assert await store.hit_rates(hits) == 0.0  # a in the window, b new
+    assert await store.hit_rates(hits) == 0.0  # both in the window
+    assert await store.hit_rates(hits) >= 1.0  # a's fourth waits: b's hit is taken back
+    assert rows() == [("ip:b", start, 2, 0), ("visitor:a", start, 4, 0)]
+    clock.advance(60)  # the next window: the last one's hits weigh in, a still waits
+    assert await store.hit_rates(hits) >= 1.0
+    assert rows() == [("ip:b", start + 60, 0, 2), ("visitor:a", start + 60, 1, 4)]
+    clock.advance(120)  # two windows later nothing of them counts
+    assert await store.hit_rates(hits) == 0.0
+    assert rows() == [("ip:b", start + 180, 1, 0), ("visitor:a", start + 180, 1, 0)]

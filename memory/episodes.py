@@ -40,7 +40,9 @@ _MERGED = (
     "terms = CASE WHEN excluded.terms = '' THEN episodes.terms WHEN episodes.terms = '' THEN excluded.terms "
     "ELSE episodes.terms || ' ' || excluded.terms END"
 )
-#: An episode row inserted for one message, merged into the row of the same id when there is one.
+#: An episode row inserted for one message, merged into the row of the same id when there is one: Postgres's turn
+#: statements (memory/pg_turn.py, one round trip each), where setting the start costs no index write of its own
+#: (the changed end makes the update a new row version, every index written anyway).
 MERGE = f"ON CONFLICT (id) DO UPDATE SET started_at = least(episodes.started_at, excluded.started_at), {_MERGED}"
 #: $1 conversation, $2 user, $3 surface, $4 the message's time minus GAP, $5 its time, $6 tokens, $7 terms.
 #: The id is the conversation's latest episode that ended since $4 (its row updated), else a new one; and the

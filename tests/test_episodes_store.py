@@ -13,6 +13,7 @@ import asyncpg
 from memory.episodes import MAX_MESSAGES
 from memory.migrate import apply_postgres, apply_sqlite, discover
 from memory.open import open_store
+from memory.rows import as_dt
 from memory.store import ContextQuery, ImportRow, Store
 from tests.backends import Backend, TestClock
 from tests.fakes.postgres import SERVER, db_name, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
@@ -47,11 +48,7 @@ async def test_a_message_delivered_late_joins_its_episode_and_moves_its_start_ba
     rows = episodes_of(backend)
     assert len({e for _, e in rows}) == 1, "all three are one run of the conversation"
     (start, end, n), = backend.select("SELECT started_at, ended_at, message_count FROM episodes")
-    assert (_at(start), _at(end), n) == (T0, T0 + timedelta(minutes=20), 3)
-
-
-def _at(value: object) -> datetime:
-    return datetime.fromisoformat(value) if isinstance(value, str) else value  # type: ignore[return-value]
+    assert (as_dt(start), as_dt(end), n) == (T0, T0 + timedelta(minutes=20), 3)
 
 
 async def test_a_reply_joins_the_episode_of_what_it_answers(store: Store, backend: Backend, clock: TestClock) -> None:

@@ -119,11 +119,12 @@ async def test_the_worker_indexes_a_batch_when_idle_and_a_smaller_tail_when_forc
         assert await store._call(lambda: store._index_idle(False)) is False
         assert _upto(path) == _sql(path, "SELECT max(id) FROM messages")[0][0] > more[-1].message.id
         assert await store._call(lambda: store._index_idle(False)) is False
-        # a tail longer than a slice: one slice a run, and more is said to be left
         # a turn's first hops only, HOLD batches' worth of them: indexed at once all the same
-        held = [await _say(store, "kim", f"note number {i}", i) for i in range(10, 10 + 4 * sqlite_fts.HOLD)]
+        held = [await _say(store, "kim", f"note number {i}", i)
+                for i in range(10, 10 + sqlite_fts.BATCH * sqlite_fts.HOLD)]
         assert await store._call(lambda: store._index_idle(False)) is False
         assert _upto(path) == held[-1]
+        # a tail longer than a slice: one slice a run, and more is said to be left
         monkeypatch.setattr(sqlite_fts, "SLICE", 2)
         last = [await _say(store, "kim", f"note number {i}", i) for i in range(7, 10)]
         assert await store._call(lambda: store._index_idle(True)) is True

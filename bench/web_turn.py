@@ -1,15 +1,18 @@
 """The web rows of bench/context_bench.py: hilo's web turn and a bare Starlette endpoint doing one insert.
 
-Both are called in process through httpx.ASGITransport and timed the same way, from sending the request to
-reading the JSON answer. hilo's turn is the real app (create_app with the web surface only) with a model that
-answers at once, for people of its own (each a visitor token whose web identity is theirs, in one conversation
-each): its time is the pre-model work plus the reply's write and the HTTP layers. The bare endpoint reads the JSON body
-and inserts one message (sqlite3 through asyncio.to_thread; an asyncpg pool, as an endpoint holds one).
+Both are called in process through raw ASGI messages (bench/turn_instructions.py `post_json`: no HTTP client, whose
+cyclic garbage the collector would free inside the other rows' timed turns) and timed the same way, from sending
+the request to reading the JSON answer. hilo's turn is the real app (create_app with the web surface only) with a
+model that answers at once, for people of its own (each a visitor token whose web identity is theirs, in one
+conversation each): its time is the pre-model work plus the reply's write and the HTTP layers. The bare endpoint
+reads the JSON body and inserts one message (sqlite3 through asyncio.to_thread; an asyncpg pool, as an endpoint
+holds one).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -17,13 +20,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from bench.baselines import Conn, Sentence
+from bench.turn_instructions import post_json
 from bot.app import create_app
 from bot.config import Settings
 from bot.models.base import Completion
@@ -60,29 +63,25 @@ async def hilo_web(settings: Settings, store: Any, raw: Conn, people: Sequence[t
     `raw`, and one conversation, made by a first request): each turn is one person's, `pick(len(people))`."""
     web = WebSurface(settings)
     app = create_app(settings, store=store, chain=InstantChain(), surfaces=[web])
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://bench", timeout=60) as client:
-        sessions: list[tuple[dict[str, str], int, str]] = []
+    async with app.router.lifespan_context(app):
+        sessions: list[tuple[str, int, str]] = []
         for user_id, lang in people:
             visitor, token = web.sessions.issue()
             await raw.q("INSERT INTO identities (surface, external_user_id, user_id, created_at) "
                         "VALUES ('web', $1, $2, $3)", visitor, user_id, raw.ts(datetime.now(UTC)))
-            headers = {"authorization": f"Bearer {token}"}
-            first = await client.post("/api/messages", json={"text": say(lang)}, headers=headers)
-            first.raise_for_status()
-            sessions.append((headers, first.json()["conversation_id"], lang))
+            first = await post_json(app, "/api/messages", json.dumps({"text": say(lang)}).encode(), token)
+            sessions.append((token, first["conversation_id"], lang))
 
         async def run(turns: int) -> dict[str, list[float]]:
             turn_ms: list[float] = []
             stmts: list[int] = []
             trips: list[int] = []
             for _ in range(turns):
-                headers, cid, lang = sessions[pick(len(sessions))]
-                body = {"text": say(lang), "conversation_id": cid}
+                token, cid, lang = sessions[pick(len(sessions))]
+                body = json.dumps({"text": say(lang), "conversation_id": cid}).encode()
                 before = dict(store.counters)
                 t0 = time.perf_counter()
-                response = await client.post("/api/messages", json=body, headers=headers)
-                answer = response.json()
+                answer = await post_json(app, "/api/messages", body, token)
                 turn_ms.append((time.perf_counter() - t0) * 1000)
                 assert answer["status"] == "ok", answer
                 stmts.append(store.counters["statements"] - before["statements"])
@@ -101,19 +100,16 @@ async def bare_endpoint(insert: Callable[[str], Awaitable[int]], sentence: Sente
         return JSONResponse({"id": await insert(body["text"])})
 
     app = Starlette(routes=[Route("/messages", post, methods=["POST"])])
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://bench",
-                                 timeout=60) as client:
 
-        async def run(turns: int) -> dict[str, list[float]]:
-            turn_ms: list[float] = []
-            for _ in range(turns):
-                t0 = time.perf_counter()
-                response = await client.post("/messages", json={"text": sentence()})
-                response.json()
-                turn_ms.append((time.perf_counter() - t0) * 1000)
-            return _result(turn_ms, [1] * turns, [1] * turns)
+    async def run(turns: int) -> dict[str, list[float]]:
+        turn_ms: list[float] = []
+        for _ in range(turns):
+            t0 = time.perf_counter()
+            await post_json(app, "/messages", json.dumps({"text": sentence()}).encode())
+            turn_ms.append((time.perf_counter() - t0) * 1000)
+        return _result(turn_ms, [1] * turns, [1] * turns)
 
-        yield run
+    yield run
 
 
 INSERT_ONE = ("INSERT INTO messages (conversation_id, user_id, surface, role, content, token_count, external_id, "

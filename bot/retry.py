@@ -144,18 +144,28 @@ class RetryPolicy:
         try:
             return await attempt()
         except Exception as error:  # a cancel (BaseException) propagates, as from the loop
-            if not transient(error):
-                raise
-            pause = retry_after(error)
-            if self.attempts <= 1 or self.too_long(pause):
-                raise
-            wait = self.wait(1, pause)
-            on_retry(1, error, wait)
+            wait = self.first_failed(error, transient=transient, retry_after=retry_after, on_retry=on_retry)
         await self.sleep(wait)
         async for retry in self.retrying(transient=transient, retry_after=retry_after, on_retry=on_retry, done=1):
             with retry:
                 return await attempt()
         raise AssertionError("unreachable: tenacity either returns, reraises or stops")  # pragma: no cover
+
+    def first_failed(self, error: Exception, *, transient: Transient, retry_after: PauseOf = no_pause,
+                     on_retry: OnRetry) -> float:
+        """After a first attempt made outside the loop (`call`, and a model's streamed answer) failed with `error`:
+        the seconds to wait before the loop's attempt 2 (`on_retry` told), or `error` raised again when these rules
+        do not retry it. Built and stepped for every attempt, tenacity's loop also left ~45 objects in reference
+        cycles (its state, futures, locks): garbage that only the cyclic collector frees, in a pause that lands
+        inside whatever turn runs then."""
+        if not transient(error):
+            raise error
+        pause = retry_after(error)
+        if self.attempts <= 1 or self.too_long(pause):
+            raise error
+        wait = self.wait(1, pause)
+        on_retry(1, error, wait)
+        return wait
 
 
 class GaveUp(HiloError):

@@ -15,11 +15,10 @@ The policy's `sleep` is injectable so tests record the waits instead of sleeping
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
-
-from tenacity import AsyncRetrying
 
 from bot.config import ModelSpec
 from bot.models.base import (
@@ -49,11 +48,6 @@ def transient(error: BaseException) -> bool:
 def pause(error: BaseException) -> float | None:
     """The pause a ModelError's server asked for (its `retry_after`), or None."""
     return error.retry_after if isinstance(error, ModelError) else None
-
-
-def retrying(policy: RetryPolicy) -> AsyncRetrying:
-    """bot.retry's loop for one model: TransientError retried, its `retry_after` honoured."""
-    return policy.retrying(transient=transient, retry_after=pause, on_retry=_log_retry)
 
 
 def _log_retry(attempt: int, error: BaseException, wait: float) -> None:
@@ -133,36 +127,52 @@ async def stream_with_retry(
 ) -> AsyncGenerator[str | Reset | Completion, None]:
     """One model's streamed answer, retried per `policy`: text deltas, `Reset()` when an attempt failed after
     yielding text (what was shown is void), and finally the Completion. Raises the last ModelError when the
-    model is given up (after its Reset, if text had been shown)."""
-    async for attempt in retrying(policy):
-        with attempt:
-            ticket = await _reserve(meter, provider, spec, messages)
-            started = time.perf_counter()
-            shown = False
-            record: ModelCallRecord | None = None
-            deltas = (provider.stream(spec.model, messages, timeout=timeout, tools=tools)
-                      if tools is not None and isinstance(provider, ToolProvider)
-                      else provider.stream(spec.model, messages, timeout=timeout))
-            try:
-                async for item in deltas:
-                    if isinstance(item, Completion):
-                        record = _record(spec, started, completion=item, fallback_from=fallback_from, meter=meter,
-                                         route=route)
-                        calls.append(record)
-                        yield item
-                        return
-                    if item:
-                        shown = True
-                        yield item
-                raise ConnectionFailed(f"{spec.label}: stream ended without a final completion")
-            except ModelError as exc:
-                calls.append(_record(spec, started, error=exc, fallback_from=fallback_from, route=route))
-                if shown:
-                    yield Reset()
-                raise
-            finally:
-                await _aclose(deltas)
-                await _settle(meter, ticket, record)
+    model is given up (after its Reset, if text had been shown). The first attempt runs outside tenacity's loop,
+    as `policy.call` runs a completion's (nearly every answer succeeds at once: the loop is built only for a
+    retry)."""
+    async def attempt() -> AsyncGenerator[str | Reset | Completion, None]:
+        ticket = await _reserve(meter, provider, spec, messages)
+        started = time.perf_counter()
+        shown = False
+        record: ModelCallRecord | None = None
+        deltas = (provider.stream(spec.model, messages, timeout=timeout, tools=tools)
+                  if tools is not None and isinstance(provider, ToolProvider)
+                  else provider.stream(spec.model, messages, timeout=timeout))
+        try:
+            async for item in deltas:
+                if isinstance(item, Completion):
+                    record = _record(spec, started, completion=item, fallback_from=fallback_from, meter=meter,
+                                     route=route)
+                    calls.append(record)
+                    yield item
+                    return
+                if item:
+                    shown = True
+                    yield item
+            raise ConnectionFailed(f"{spec.label}: stream ended without a final completion")
+        except ModelError as exc:
+            calls.append(_record(spec, started, error=exc, fallback_from=fallback_from, route=route))
+            if shown:
+                yield Reset()
+            raise
+        finally:
+            await _aclose(deltas)
+            await _settle(meter, ticket, record)
+
+    try:
+        async with contextlib.aclosing(attempt()) as events:  # closed here when our caller stops early
+            async for event in events:
+                yield event
+        return
+    except Exception as error:  # a cancel (BaseException) propagates, never retried
+        wait = policy.first_failed(error, transient=transient, retry_after=pause, on_retry=_log_retry)
+    await policy.sleep(wait)
+    async for retry in policy.retrying(transient=transient, retry_after=pause, on_retry=_log_retry, done=1):
+        with retry:
+            async with contextlib.aclosing(attempt()) as events:
+                async for event in events:
+                    yield event
+            return
     raise AssertionError("unreachable: tenacity either returns, reraises or stops")  # pragma: no cover
 
 

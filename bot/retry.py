@@ -19,11 +19,12 @@ has caches do with an overflowing delta-seconds): the caller's cap then gives it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import random
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC
 from typing import TYPE_CHECKING, TypeVar
@@ -138,26 +139,46 @@ class RetryPolicy:
                    retry_after: PauseOf = no_pause, on_retry: OnRetry) -> T:
         """attempt() retried by these rules, as `retrying`'s loop does it, with the first attempt outside the loop:
         a call that succeeds at once (nearly every call) builds and steps no loop. tenacity's loop was 3% of a web
-        turn's instructions with the zero-latency model (bench/turn_instructions.py). The
-        first attempt's error, when it is retried, is waited for as the loop waits after its attempt 1, and the
-        loop goes on from attempt 2."""
+        turn's instructions with the zero-latency model (bench/turn_instructions.py), and left 47 objects of a
+        streamed turn in reference cycles (its state, futures, locks): garbage that only the cyclic collector
+        frees, in a pause that lands inside whatever turn runs then (tests/test_reference_cycles.py). The first
+        attempt's error, when it is retried, is waited for as the loop waits after its attempt 1, and the loop goes
+        on from attempt 2."""
         try:
             return await attempt()
         except Exception as error:  # a cancel (BaseException) propagates, as from the loop
-            wait = self.first_failed(error, transient=transient, retry_after=retry_after, on_retry=on_retry)
+            wait = self._first_failed(error, transient=transient, retry_after=retry_after, on_retry=on_retry)
         await self.sleep(wait)
         async for retry in self.retrying(transient=transient, retry_after=retry_after, on_retry=on_retry, done=1):
             with retry:
                 return await attempt()
         raise AssertionError("unreachable: tenacity either returns, reraises or stops")  # pragma: no cover
 
-    def first_failed(self, error: Exception, *, transient: Transient, retry_after: PauseOf = no_pause,
-                     on_retry: OnRetry) -> float:
-        """After a first attempt made outside the loop (`call`, and a model's streamed answer) failed with `error`:
-        the seconds to wait before the loop's attempt 2 (`on_retry` told), or `error` raised again when these rules
-        do not retry it. Built and stepped for every attempt, tenacity's loop also left 47 objects of a streamed turn
-        in reference cycles (its state, futures, locks): garbage that only the cyclic collector frees, in a pause
-        that lands inside whatever turn runs then (tests/test_reference_cycles.py)."""
+    async def stream(self, attempt: Callable[[], AsyncGenerator[T, None]], *, transient: Transient,
+                     retry_after: PauseOf = no_pause, on_retry: OnRetry) -> AsyncGenerator[T, None]:
+        """`call` for an attempt that yields (a model's streamed answer): each attempt's items, until one ends
+        without error; an attempt that failed after yielding is retried all the same (its items say what became
+        void). Each attempt is closed before the next begins, and when the caller stops early."""
+        try:
+            async with contextlib.aclosing(attempt()) as items:
+                async for item in items:
+                    yield item
+            return
+        except Exception as error:  # a cancel (BaseException) and the caller's GeneratorExit propagate
+            wait = self._first_failed(error, transient=transient, retry_after=retry_after, on_retry=on_retry)
+        await self.sleep(wait)
+        async for retry in self.retrying(transient=transient, retry_after=retry_after, on_retry=on_retry, done=1):
+            with retry:
+                async with contextlib.aclosing(attempt()) as items:
+                    async for item in items:
+                        yield item
+                return
+        raise AssertionError("unreachable: tenacity either returns, reraises or stops")  # pragma: no cover
+
+    def _first_failed(self, error: Exception, *, transient: Transient, retry_after: PauseOf,
+                      on_retry: OnRetry) -> float:
+        """After the first attempt (made outside the loop) failed with `error`: the seconds to wait before the
+        loop's attempt 2 (`on_retry` told), or `error` raised again when these rules do not retry it."""
         if not transient(error):
             raise error
         pause = retry_after(error)

@@ -274,7 +274,7 @@ async def test_stream_fails_over_before_any_text_without_reset(
 async def test_a_stream_retried_twice_waits_after_attempts_1_and_2_then_falls_back(
     make_chain: Callable[..., ModelChain], model_server: FakeModelServer, sleeps: list[float],
 ) -> None:
-    # the first attempt runs outside tenacity's loop (bot/retry.py RetryPolicy.first_failed), the rest inside it
+    # the first attempt runs outside tenacity's loop (bot/retry.py RetryPolicy.stream), the rest inside it
     model_server.script("m1", [rate_limited(2.5), cut(after_chunks=2), status(503)])
     events, result = await collect(make_chain("openai:m1", "openai:m2"))
     assert outcomes(result.calls) == [("openai:m1", "rate_limited"), ("openai:m1", "connection"),

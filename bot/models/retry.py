@@ -15,7 +15,6 @@ The policy's `sleep` is injectable so tests record the waits instead of sleeping
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
@@ -120,16 +119,15 @@ async def complete_with_retry(
     return await policy.call(attempt, transient=transient, retry_after=pause, on_retry=_log_retry)
 
 
-async def stream_with_retry(
+def stream_with_retry(
     provider: ModelProvider, spec: ModelSpec, messages: Sequence[ChatMessage], *, policy: RetryPolicy,
     timeout: float, calls: list[ModelCallRecord], fallback_from: str | None = None, meter: Meter | None = None,
     route: str | None = None, tools: ToolOffer | None = None,
 ) -> AsyncGenerator[str | Reset | Completion, None]:
     """One model's streamed answer, retried per `policy`: text deltas, `Reset()` when an attempt failed after
     yielding text (what was shown is void), and finally the Completion. Raises the last ModelError when the
-    model is given up (after its Reset, if text had been shown). The first attempt runs outside tenacity's loop,
-    as `policy.call` runs a completion's (nearly every answer succeeds at once: the loop is built only for a
-    retry)."""
+    model is given up (after its Reset, if text had been shown). Retried by `policy.stream` (bot/retry.py: the first
+    attempt outside tenacity's loop, as a completion's)."""
     async def attempt() -> AsyncGenerator[str | Reset | Completion, None]:
         ticket = await _reserve(meter, provider, spec, messages)
         started = time.perf_counter()
@@ -159,21 +157,7 @@ async def stream_with_retry(
             await _aclose(deltas)
             await _settle(meter, ticket, record)
 
-    try:
-        async with contextlib.aclosing(attempt()) as events:  # closed here when our caller stops early
-            async for event in events:
-                yield event
-        return
-    except Exception as error:  # a cancel (BaseException) propagates, never retried
-        wait = policy.first_failed(error, transient=transient, retry_after=pause, on_retry=_log_retry)
-    await policy.sleep(wait)
-    async for retry in policy.retrying(transient=transient, retry_after=pause, on_retry=_log_retry, done=1):
-        with retry:
-            async with contextlib.aclosing(attempt()) as events:
-                async for event in events:
-                    yield event
-            return
-    raise AssertionError("unreachable: tenacity either returns, reraises or stops")  # pragma: no cover
+    return policy.stream(attempt, transient=transient, retry_after=pause, on_retry=_log_retry)
 
 
 async def _reserve(meter: Meter | None, provider: ModelProvider, spec: ModelSpec,

@@ -38,7 +38,8 @@ SETUP_TURNS = 6
 async def post_json(app: Any, path: str, body: bytes = b"", token: str | None = None) -> dict[str, Any]:
     """POST `body` to `path` as one ASGI request; the JSON answer (200 expected). bench/web_turn.py calls its apps
     this way too: an HTTP client in process (httpx.ASGITransport) left ~25 objects of cyclic garbage a request,
-    whose collection (2-6 ms) landed in the timed turns of the rows between."""
+    whose collection (2-6 ms) landed in the timed turns of the rows between. It lives here, not in a module of its
+    own: this file runs against older checkouts (`--src`), whose bench/ has no newer module to import."""
     sent: list[dict[str, Any]] = []
     delivered = False
 

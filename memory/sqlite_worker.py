@@ -12,6 +12,12 @@ As with the pool: a call whose caller was cancelled before the thread reached it
 waits for is not made), one that runs is run to its end (its result is dropped), and every error, BaseException
 included, is raised in the caller.
 
+`group`, when given, runs several calls at once: a call made `grouped` takes the grouped calls queued right behind
+it (up to GROUP_MAX, up to the first call that is not grouped) and the thread hands them to `group`, which returns
+each one's outcome; each goes to its caller as a call's would. The SQLite store groups its write transactions so:
+one COMMIT for the writes queued meanwhile (memory/dialect_sqlite.py `_group_sync`). A grouped call with nothing
+grouped behind it runs alone, as any call.
+
 `idle`, when given, is work the thread does between calls (the store's FTS5 index written behind,
 memory/sqlite_fts.py): `idle(False)` each time a call ends and none is waiting; when it returns True (work is
 left that it chose not to do yet) the thread calls `idle(True)` once it has had no call for `idle_after` seconds,
@@ -32,23 +38,31 @@ from kernel import log
 
 T = TypeVar("T")
 logger = log.get("hilo.store")
-_Job = tuple[Callable[[], Any], asyncio.Future[Any], asyncio.AbstractEventLoop]
+#: (function, its caller's future, the caller's loop, whether it may run in a group)
+_Job = tuple[Callable[[], Any], asyncio.Future[Any], asyncio.AbstractEventLoop, bool]
+#: What a group runner returns for each function it was given: (result, None) or (None, the error).
+Outcome = tuple[Any, BaseException | None]
+#: The most calls one group takes.
+GROUP_MAX = 16
 
 
 class Worker:
     """One thread named `name`, started at once; `close()` stops it after the calls put before."""
 
-    def __init__(self, name: str, idle: Callable[[bool], bool] | None = None, idle_after: float = 0.25) -> None:
+    def __init__(self, name: str, idle: Callable[[bool], bool] | None = None, idle_after: float = 0.25,
+                 group: Callable[[list[Callable[[], Any]]], list[Outcome]] | None = None) -> None:
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._idle, self._idle_after = idle, idle_after
+        self._idle, self._idle_after, self._group = idle, idle_after, group
+        self._stopping = False  # the stop was taken from the queue behind a group
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    async def call(self, fn: Callable[[], T]) -> T:
-        """fn() on the thread, after every call put before."""
+    async def call(self, fn: Callable[[], T], *, grouped: bool = False) -> T:
+        """fn() on the thread, after every call put before; `grouped`: it may run in one `group` call with the
+        grouped calls queued right behind it."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._jobs.put((fn, future, loop))
+        self._jobs.put((fn, future, loop, grouped))
         return await future
 
     def close(self) -> None:
@@ -70,16 +84,46 @@ class Worker:
                 job = self._jobs.get()
             if job is None:
                 return
-            fn, future, loop = job
-            if not future.cancelled():  # else its caller is gone: nothing waits for it
-                try:
-                    result = fn()
-                except BaseException as exc:  # raised in the caller, as the pool did
-                    _post(loop, future, None, exc)
-                else:
-                    _post(loop, future, result, None)
+            while job is not None:  # a group's call that could not join it runs next
+                job = self._run_jobs(job)
+            if self._stopping:
+                return
             if self._idle is not None and self._jobs.empty():
                 waiting = self._idle_once(False)
+
+    def _run_jobs(self, job: _Job) -> _Job | None:
+        """Run `job`, in a group with the grouped calls queued right behind it when it is grouped; the call taken
+        from the queue that could not join the group (None: none, or the stop, then `_stopping`)."""
+        jobs, after = [job], None
+        if job[3] and self._group is not None:
+            while len(jobs) < GROUP_MAX:
+                try:
+                    queued = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if queued is None or not queued[3]:
+                    after = queued
+                    self._stopping = queued is None
+                    break
+                jobs.append(queued)
+        live = [j for j in jobs if not j[1].cancelled()]  # a caller gone: nothing waits for it, it is not run
+        if len(live) == 1:
+            fn, future, loop, _ = live[0]
+            try:
+                result = fn()
+            except BaseException as exc:  # raised in the caller, as the pool did
+                _post(loop, future, None, exc)
+            else:
+                _post(loop, future, result, None)
+        elif live:
+            assert self._group is not None
+            try:
+                outcomes = self._group([j[0] for j in live])
+            except BaseException as exc:  # the runner's own bug: every caller hears of it, the thread lives on
+                outcomes = [(None, exc)] * len(live)
+            for (_, future, loop, _), (result, error) in zip(live, outcomes, strict=True):
+                _post(loop, future, result, error)
+        return after
 
     def _idle_now(self) -> bool:
         """The idle work, forced, again and again while it says more is left and no call is waiting."""

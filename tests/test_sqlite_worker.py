@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
-from memory.sqlite_worker import Worker
+from memory.sqlite_worker import Outcome, Worker
 
 
 class Stop(BaseException):
@@ -94,3 +96,79 @@ async def test_close_runs_what_was_put_before_and_stops_the_thread() -> None:
     thread = next(t for t in threading.enumerate() if t.name == "hilo-sqlite-test")
     worker.close()
     assert not thread.is_alive()
+
+
+def _grouping(groups: list[list[str]]) -> Callable[[list[Callable[[], Any]]], list[Outcome]]:
+    """A group runner that records the names its calls return (or raise) and hands each outcome back."""
+    def group(fns: list[Callable[[], Any]]) -> list[Outcome]:
+        outcomes: list[Outcome] = []
+        for fn in fns:
+            try:
+                outcomes.append((fn(), None))
+            except BaseException as exc:
+                outcomes.append((None, exc))
+        groups.append([str(result if error is None else error) for result, error in outcomes])
+        return outcomes
+    return group
+
+
+async def test_grouped_calls_queued_behind_one_another_run_in_one_group() -> None:
+    """What the SQLite store commits once for several writes (memory/dialect_sqlite.py `_group_sync`): the grouped
+    calls queued right behind a grouped call join its group, up to the first call that is not grouped; a grouped
+    call with none behind it runs alone, as any call; each outcome reaches its own caller."""
+    groups: list[list[str]] = []
+    worker = Worker("hilo-sqlite-test", group=_grouping(groups))
+    try:
+        ran: list[str] = []
+        first, release = await _busy(worker, ran, "first")
+
+        def fails() -> str:
+            raise ValueError("g2 failed")
+
+        calls = [asyncio.ensure_future(worker.call(lambda: "g1", grouped=True)),
+                 asyncio.ensure_future(worker.call(fails, grouped=True)),
+                 asyncio.ensure_future(worker.call(lambda: "g3", grouped=True)),
+                 asyncio.ensure_future(worker.call(lambda: "alone")),
+                 asyncio.ensure_future(worker.call(lambda: "g4", grouped=True))]
+        await asyncio.sleep(0)  # all queued behind the busy call
+        release.set()
+        assert await first == "first"
+        outcomes = await asyncio.gather(*calls, return_exceptions=True)
+        assert outcomes[0] == "g1" and outcomes[2] == "g3" and outcomes[3] == "alone" and outcomes[4] == "g4"
+        assert isinstance(outcomes[1], ValueError) and str(outcomes[1]) == "g2 failed"
+        assert groups == [["g1", "g2 failed", "g3"]]  # "alone" split the queue; g4 had nothing behind it
+    finally:
+        worker.close()
+
+
+async def test_a_grouped_call_cancelled_before_the_thread_reaches_it_is_not_run() -> None:
+    groups: list[list[str]] = []
+    worker = Worker("hilo-sqlite-test", group=_grouping(groups))
+    try:
+        ran: list[str] = []
+        first, release = await _busy(worker, ran, "first")
+        calls = [asyncio.ensure_future(worker.call(lambda name=name: ran.append(name) or name, grouped=True))
+                 for name in ("a", "b", "c")]
+        await asyncio.sleep(0)
+        calls[1].cancel()
+        release.set()
+        await first
+        assert await calls[0] == "a" and await calls[2] == "c"
+        assert ran == ["first", "a", "c"] and groups == [["a", "c"]]
+    finally:
+        worker.close()
+
+
+async def test_close_behind_a_group_stops_the_thread_after_it() -> None:
+    groups: list[list[str]] = []
+    worker = Worker("hilo-sqlite-test", group=_grouping(groups))
+    ran: list[str] = []
+    first, release = await _busy(worker, ran, "first")
+    calls = [asyncio.ensure_future(worker.call(lambda name=name: name, grouped=True)) for name in ("a", "b")]
+    await asyncio.sleep(0)
+    thread = next(t for t in threading.enumerate() if t.name == "hilo-sqlite-test")
+    closing = asyncio.ensure_future(asyncio.to_thread(worker.close))  # queued behind the group
+    release.set()
+    assert await first == "first" and await asyncio.gather(*calls) == ["a", "b"]
+    await closing
+    assert not thread.is_alive() and groups == [["a", "b"]]

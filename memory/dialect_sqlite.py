@@ -4,7 +4,9 @@ stdlib sqlite3 blocks, so it never runs on the event loop: one worker thread own
 transaction is ONE hop to it (memory/sqlite_worker.py). There the logic's coroutine is stepped synchronously:
 `SqliteDb`'s methods are coroutines that never suspend, so `coro.send(None)` runs the whole transaction to
 StopIteration in that one hop. This also serializes writers inside the process (SQLite has one writer anyway);
-`busy_timeout` covers other processes (`hilo import` while `hilo serve` runs).
+`busy_timeout` covers other processes (`hilo import` while `hilo serve` runs). Write transactions queued behind
+one another while the thread was busy commit together (group commit, `_group_sync`): each a savepoint of one
+transaction, told of its success only after the one COMMIT; at 8 web requests at a time they queue 2-8 deep.
 
 What differs from Postgres lives here: the plumbing, the error mapping, the spellings (`translate`; list
 parameters as JSON arrays), BM25 over FTS5's bounded candidates (memory/sqlite_terms.py), the bulk insert, and
@@ -14,6 +16,7 @@ vectors: float16 blobs searched with numpy over the person's matrix, cached in p
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -35,7 +38,7 @@ from memory.sql_store import Logic, SqlStore, context_mode, unread
 from memory.sql_vectors import VectorQuery
 from memory.sqlite_checkpoint import SAFETY_PAGES, Checkpointer
 from memory.sqlite_file import FILE_FIX, TRANSIENT, FileIdentity, file_identity, file_problem
-from memory.sqlite_worker import Worker
+from memory.sqlite_worker import Outcome, Worker
 from memory.store import ContextQuery, Ingested, IngestedContext, StoreError, StoreUnavailable
 from memory.vectors import DEFAULT_CACHE_FLOATS, Matrix, MatrixCache, extend, matrix_cosines, matrix_of, pack, top
 from memory.windows import MESSAGE_CHANGES, WindowCache, triggers
@@ -314,6 +317,8 @@ class SqliteStore(SqlStore):
         #: PRAGMA data_version when the windows' count of changed messages was last read (None: never)
         self._seen_version: int | None = None
         self._executor: Worker | None = None
+        #: inside a group's transaction: each transaction is a savepoint of it (`_group_sync`); worker thread only
+        self._grouped = self._group_broken = False
         self._conn: sqlite3.Connection | None = None
         #: WAL checkpoints on a thread of their own (memory/sqlite_checkpoint.py); None in memory
         self.checkpointer: Checkpointer | None = None
@@ -346,7 +351,7 @@ class SqliteStore(SqlStore):
         transactions; now 2 of each)."""
         owner = turn_lease.new_owner()
         stored, read = await self._call(functools.partial(self._ingest_sync, msg, token_count, owner, context,
-                                                          limits))
+                                                          limits), grouped=True)
         if stored is None or isinstance(stored, Ingested):  # a redelivery (ingest's Rollback): as SqlStore.ingest
             return stored
         turn = self._leased(stored, owner)
@@ -397,7 +402,7 @@ class SqliteStore(SqlStore):
     async def migrate(self) -> list[str]:
         """Apply pending migrations (connecting first if needed); return the names applied."""
         if self._executor is None:
-            self._executor = Worker("hilo-sqlite", self._index_idle, sqlite_fts.IDLE_S)
+            self._executor = Worker("hilo-sqlite", self._index_idle, sqlite_fts.IDLE_S, group=self._group_sync)
             try:
                 await self._call(self._connect_sync)
             except BaseException:
@@ -539,25 +544,28 @@ class SqliteStore(SqlStore):
             raise StoreError("the store is closed")
         return self._conn
 
-    async def _call(self, fn: Callable[[], T]) -> T:
+    async def _call(self, fn: Callable[[], T], *, grouped: bool = False) -> T:
         if self._executor is None:
             raise StoreError("the store is not open: call open() first")
         self.counters["round_trips"] += 1
-        return await self._executor.call(fn)
+        return await self._executor.call(fn, grouped=grouped)
 
     async def _tx(self, mode: Mode, logic: Logic[T], *args: Any) -> T:
         """One hop: logic(db, *args) inside one transaction on the worker thread (BEGIN IMMEDIATE for writes and
         leases: take the write lock first, so a busy database waits busy_timeout instead of failing on upgrade)."""
-        return await self._call(functools.partial(self._tx_sync, mode, logic, args))
+        return await self._call(functools.partial(self._tx_sync, mode, logic, args),
+                                grouped=mode in ("write", "lease"))
 
     def _tx_sync(self, mode: Mode, logic: Logic[T], args: tuple[Any, ...]) -> T:
         conn = self._open_conn()
-        self._check_file()
+        grouped = self._grouped  # inside a group's transaction (`_group_sync`): a savepoint of it
+        if not grouped:
+            self._check_file()
         try:
             if mode == "write" and logic_name(logic) not in KEEPS_VECTORS:  # ("lease": the turn lease's, never vectors)
                 self.matrices.generation += 1  # it may change vectors: the next search checks the table again
             reads = mode in ("read", "reads")
-            conn.execute("BEGIN" if reads else "BEGIN IMMEDIATE")
+            conn.execute("SAVEPOINT tx" if grouped else "BEGIN" if reads else "BEGIN IMMEDIATE")
             self.counters["transactions"] += 1
             db = SqliteDb(conn, self.counters, self.clock, self.matrices, self._df_cache)
             if reads and self._windows_on:  # nothing read in a write transaction is kept: it may roll back
@@ -573,24 +581,91 @@ class SqliteStore(SqlStore):
                     self._seen_version = version
                 result = step(logic(db, *args))
             except BaseException:
-                if conn.in_transaction:
+                if grouped:
+                    self._undo_savepoint(conn)
+                elif conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
-            if conn.in_transaction:
-                conn.execute("COMMIT")
+            if grouped or conn.in_transaction:
+                conn.execute("RELEASE tx" if grouped else "COMMIT")
                 if mode == "write":
                     self._unindexed += 1  # it may have stored messages: the worker indexes them when idle
                     self._turn_open = logic is ingest_turn  # its model call and its second hop come next
-                if mode in ("write", "lease") and self.checkpointer is not None:
+                if not grouped and mode in ("write", "lease") and self.checkpointer is not None:
                     self.checkpointer.nudge()
             return result
         except Rollback as rollback:
             return rollback.value  # type: ignore[no-any-return]
-        except sqlite3.OperationalError as exc:
-            if "locked" in str(exc) or "busy" in str(exc):
-                raise StoreUnavailable(f"the SQLite database {self.path!r} is busy: {exc}; retry later") from exc
-            if any(kind in str(exc) for kind in TRANSIENT):  # full, read-only, I/O: it may pass; retry later
-                raise StoreUnavailable(f"the SQLite database {self.path!r} cannot be written: {exc}") from exc
-            raise StoreError(f"SQLite error on {self.path!r}: {exc}") from exc
         except sqlite3.Error as exc:
-            raise StoreError(f"SQLite error on {self.path!r}: {exc}") from exc
+            raise self._failure(exc) from exc
+
+    def _failure(self, exc: sqlite3.Error) -> StoreError:
+        """What the store raises for an error of SQLite's."""
+        if isinstance(exc, sqlite3.OperationalError):
+            if "locked" in str(exc) or "busy" in str(exc):
+                return StoreUnavailable(f"the SQLite database {self.path!r} is busy: {exc}; retry later")
+            if any(kind in str(exc) for kind in TRANSIENT):  # full, read-only, I/O: it may pass; retry later
+                return StoreUnavailable(f"the SQLite database {self.path!r} cannot be written: {exc}")
+        return StoreError(f"SQLite error on {self.path!r}: {exc}")
+
+    def _undo_savepoint(self, conn: sqlite3.Connection) -> None:
+        """A grouped transaction failed: undo its savepoint alone. Some errors (disk full, I/O) end the whole
+        transaction instead: the group is broken then (`_group_sync`)."""
+        if not conn.in_transaction:
+            self._group_broken = True
+            return
+        try:
+            conn.execute("ROLLBACK TO tx")
+            conn.execute("RELEASE tx")
+        except sqlite3.Error:
+            self._group_broken = True
+
+    def _group_sync(self, fns: list[Callable[[], Any]]) -> list[Outcome]:
+        """The worker's group (memory/sqlite_worker.py): write transactions queued one behind the other, each a
+        savepoint of ONE transaction, committed once. Each one's error undoes its savepoint alone and goes to its
+        caller; no caller hears of its success before the COMMIT. A COMMIT that fails fails them all (nothing of
+        theirs is stored); an error that ended the whole transaction (disk full, I/O) fails those before it (their
+        writes went with it), and the ones after it run each in a transaction of its own."""
+        try:
+            conn = self._open_conn()
+            self._check_file()
+            conn.execute("BEGIN IMMEDIATE")
+        except (StoreError, sqlite3.Error):  # each on its own then: each gets its own error, or succeeds
+            return [_outcome(fn) for fn in fns]
+        self._grouped, self._group_broken = True, False
+        outcomes: list[Outcome] = []
+        try:
+            for k, fn in enumerate(fns):
+                outcomes.append(_outcome(fn))
+                if self._group_broken:  # the savepoints released before went with the transaction
+                    self._grouped = False
+                    self.windows.clear()
+                    gone = [(None, StoreUnavailable("the transaction this write shared was rolled back; retry"))
+                            if error is None else (None, error) for _, error in outcomes[:-1]]
+                    return [*gone, outcomes[-1], *(_outcome(later) for later in fns[k + 1:])]
+        finally:
+            self._grouped = False
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            with contextlib.suppress(sqlite3.Error):
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            self.windows.clear()  # a window may hold a message that is not stored
+            return [(None, _caused(self._failure(exc), exc)) if error is None else (None, error)
+                    for _, error in outcomes]
+        if self.checkpointer is not None:
+            self.checkpointer.nudge()
+        return outcomes
+
+
+def _outcome(fn: Callable[[], Any]) -> Outcome:
+    try:
+        return fn(), None
+    except BaseException as exc:  # raised in its caller (memory/sqlite_worker.py)
+        return None, exc
+
+
+def _caused(error: StoreError, cause: BaseException) -> StoreError:
+    error.__cause__ = cause
+    return error

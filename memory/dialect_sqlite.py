@@ -38,7 +38,7 @@ from memory.sql_store import Logic, SqlStore, context_mode, unread
 from memory.sql_vectors import VectorQuery
 from memory.sqlite_checkpoint import SAFETY_PAGES, Checkpointer
 from memory.sqlite_file import FILE_FIX, TRANSIENT, FileIdentity, file_identity, file_problem
-from memory.sqlite_worker import Outcome, Worker
+from memory.sqlite_worker import Outcome, Worker, outcome
 from memory.store import ContextQuery, Ingested, IngestedContext, StoreError, StoreUnavailable
 from memory.vectors import DEFAULT_CACHE_FLOATS, Matrix, MatrixCache, extend, matrix_cosines, matrix_of, pack, top
 from memory.windows import MESSAGE_CHANGES, WindowCache, triggers
@@ -318,7 +318,7 @@ class SqliteStore(SqlStore):
         self._seen_version: int | None = None
         self._executor: Worker | None = None
         #: inside a group's transaction: each transaction is a savepoint of it (`_group_sync`); worker thread only
-        self._grouped = self._group_broken = False
+        self._grouped = False
         self._conn: sqlite3.Connection | None = None
         #: WAL checkpoints on a thread of their own (memory/sqlite_checkpoint.py); None in memory
         self.checkpointer: Checkpointer | None = None
@@ -610,15 +610,13 @@ class SqliteStore(SqlStore):
 
     def _undo_savepoint(self, conn: sqlite3.Connection) -> None:
         """A grouped transaction failed: undo its savepoint alone. Some errors (disk full, I/O) end the whole
-        transaction instead: the group is broken then (`_group_sync`)."""
-        if not conn.in_transaction:
-            self._group_broken = True
-            return
-        try:
-            conn.execute("ROLLBACK TO tx")
-            conn.execute("RELEASE tx")
-        except sqlite3.Error:
-            self._group_broken = True
+        transaction instead; a savepoint that cannot be undone ends it too: the group sees it ended (`_group_sync`)."""
+        if conn.in_transaction:
+            try:
+                conn.execute("ROLLBACK TO tx")
+                conn.execute("RELEASE tx")
+            except sqlite3.Error:
+                conn.execute("ROLLBACK")
 
     def _group_sync(self, fns: list[Callable[[], Any]]) -> list[Outcome]:
         """The worker's group (memory/sqlite_worker.py): write transactions queued one behind the other, each a
@@ -631,18 +629,18 @@ class SqliteStore(SqlStore):
             self._check_file()
             conn.execute("BEGIN IMMEDIATE")
         except (StoreError, sqlite3.Error):  # each on its own then: each gets its own error, or succeeds
-            return [_outcome(fn) for fn in fns]
-        self._grouped, self._group_broken = True, False
+            return [outcome(fn) for fn in fns]
         outcomes: list[Outcome] = []
+        self._grouped = True
         try:
             for k, fn in enumerate(fns):
-                outcomes.append(_outcome(fn))
-                if self._group_broken:  # the savepoints released before went with the transaction
+                outcomes.append(outcome(fn))
+                if not conn.in_transaction:  # ended: the savepoints released before went with it
                     self._grouped = False
                     self.windows.clear()
-                    gone = [(None, StoreUnavailable("the transaction this write shared was rolled back; retry"))
-                            if error is None else (None, error) for _, error in outcomes[:-1]]
-                    return [*gone, outcomes[-1], *(_outcome(later) for later in fns[k + 1:])]
+                    gone = _failed(outcomes[:-1], lambda: StoreUnavailable(
+                        "the transaction this write shared was rolled back; retry"))
+                    return [*gone, outcomes[-1], *(outcome(later) for later in fns[k + 1:])]
         finally:
             self._grouped = False
         try:
@@ -652,18 +650,16 @@ class SqliteStore(SqlStore):
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
             self.windows.clear()  # a window may hold a message that is not stored
-            return [(None, _caused(self._failure(exc), exc)) if error is None else (None, error)
-                    for _, error in outcomes]
+            cause = exc
+            return _failed(outcomes, lambda: _caused(self._failure(cause), cause))
         if self.checkpointer is not None:
             self.checkpointer.nudge()
         return outcomes
 
 
-def _outcome(fn: Callable[[], Any]) -> Outcome:
-    try:
-        return fn(), None
-    except BaseException as exc:  # raised in its caller (memory/sqlite_worker.py)
-        return None, exc
+def _failed(outcomes: list[Outcome], error: Callable[[], BaseException]) -> list[Outcome]:
+    """`outcomes` with each success replaced by an error of its own (`error()`); the errors stay."""
+    return [(None, error()) if failure is None else (None, failure) for _, failure in outcomes]
 
 
 def _caused(error: StoreError, cause: BaseException) -> StoreError:

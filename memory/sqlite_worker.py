@@ -29,6 +29,7 @@ on serving calls (a thread that died would leave every later call waiting foreve
 from __future__ import annotations
 
 import asyncio
+import enum
 import queue
 import threading
 from collections.abc import Callable
@@ -46,6 +47,18 @@ Outcome = tuple[Any, BaseException | None]
 GROUP_MAX = 16
 
 
+class _Taken(enum.Enum):
+    NOTHING = 0  # what `_run_jobs` returns when it took nothing from the queue beyond its group
+
+
+def outcome(fn: Callable[[], T]) -> tuple[T | None, BaseException | None]:
+    """fn()'s outcome: (its result, None) or (None, what it raised, BaseException included)."""
+    try:
+        return fn(), None
+    except BaseException as exc:
+        return None, exc
+
+
 class Worker:
     """One thread named `name`, started at once; `close()` stops it after the calls put before."""
 
@@ -53,7 +66,6 @@ class Worker:
                  group: Callable[[list[Callable[[], Any]]], list[Outcome]] | None = None) -> None:
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._idle, self._idle_after, self._group = idle, idle_after, group
-        self._stopping = False  # the stop was taken from the queue behind a group
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -73,6 +85,7 @@ class Worker:
 
     def _run(self) -> None:
         waiting = False  # the idle work asked to be called again once the thread has been idle `idle_after`
+        job: _Job | _Taken | None
         while True:
             if waiting:
                 try:
@@ -82,39 +95,29 @@ class Worker:
                     continue
             else:
                 job = self._jobs.get()
-            if job is None:
-                return
-            while job is not None:  # a group's call that could not join it runs next
+            while job is not _Taken.NOTHING:  # a group's call that could not join it runs next
+                if job is None:
+                    return
                 job = self._run_jobs(job)
-            if self._stopping:
-                return
             if self._idle is not None and self._jobs.empty():
                 waiting = self._idle_once(False)
 
-    def _run_jobs(self, job: _Job) -> _Job | None:
-        """Run `job`, in a group with the grouped calls queued right behind it when it is grouped; the call taken
-        from the queue that could not join the group (None: none, or the stop, then `_stopping`)."""
-        jobs, after = [job], None
+    def _run_jobs(self, job: _Job) -> _Job | _Taken | None:
+        """Run `job`, in a group with the grouped calls queued right behind it when it is grouped; what it took from
+        the queue and could not join the group (a call, or None: the stop), else _Taken.NOTHING."""
+        jobs: list[_Job] = [job]
+        after: _Job | _Taken | None = _Taken.NOTHING
         if job[3] and self._group is not None:
-            while len(jobs) < GROUP_MAX:
-                try:
-                    queued = self._jobs.get_nowait()
-                except queue.Empty:
-                    break
+            while len(jobs) < GROUP_MAX and not self._jobs.empty():  # this thread alone takes from the queue
+                queued = self._jobs.get_nowait()
                 if queued is None or not queued[3]:
                     after = queued
-                    self._stopping = queued is None
                     break
                 jobs.append(queued)
         live = [j for j in jobs if not j[1].cancelled()]  # a caller gone: nothing waits for it, it is not run
         if len(live) == 1:
             fn, future, loop, _ = live[0]
-            try:
-                result = fn()
-            except BaseException as exc:  # raised in the caller, as the pool did
-                _post(loop, future, None, exc)
-            else:
-                _post(loop, future, result, None)
+            _post(loop, future, *outcome(fn))  # an error is raised in the caller, as the pool did
         elif live:
             assert self._group is not None
             try:

@@ -79,7 +79,9 @@ async def test_a_failing_write_in_a_group_is_undone_alone(store: SqliteStore) ->
         await db.run("INSERT INTO users (handle, created_at) VALUES ('ghost', '2026-12-07T00:00:00Z')")
         raise ValueError("after its insert")
 
+    seen = await _statements(store)
     outcomes = await _queued(store, store.ingest(_msg(1), 5), store._tx("write", fails), store.ingest(_msg(2), 5))
+    assert seen.count("COMMIT") == 1 and seen.count("ROLLBACK TO tx") == 1  # in one group, its savepoint undone
     assert isinstance(outcomes[1], ValueError)
     assert outcomes[0].message.external_id == "m1" and outcomes[2].message.external_id == "m2"
     assert await _count(store, "SELECT count(*) FROM users WHERE handle = 'ghost'") == 0

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from memory.sqlite_worker import Outcome, Worker
+from memory.sqlite_worker import Outcome, Worker, outcome
 
 
 class Stop(BaseException):
@@ -101,12 +101,7 @@ async def test_close_runs_what_was_put_before_and_stops_the_thread() -> None:
 def _grouping(groups: list[list[str]]) -> Callable[[list[Callable[[], Any]]], list[Outcome]]:
     """A group runner that records the names its calls return (or raise) and hands each outcome back."""
     def group(fns: list[Callable[[], Any]]) -> list[Outcome]:
-        outcomes: list[Outcome] = []
-        for fn in fns:
-            try:
-                outcomes.append((fn(), None))
-            except BaseException as exc:
-                outcomes.append((None, exc))
+        outcomes: list[Outcome] = [outcome(fn) for fn in fns]
         groups.append([str(result if error is None else error) for result, error in outcomes])
         return outcomes
     return group
@@ -167,7 +162,9 @@ async def test_close_behind_a_group_stops_the_thread_after_it() -> None:
     calls = [asyncio.ensure_future(worker.call(lambda name=name: name, grouped=True)) for name in ("a", "b")]
     await asyncio.sleep(0)
     thread = next(t for t in threading.enumerate() if t.name == "hilo-sqlite-test")
-    closing = asyncio.ensure_future(asyncio.to_thread(worker.close))  # queued behind the group
+    closing = asyncio.ensure_future(asyncio.to_thread(worker.close))
+    while worker._jobs.qsize() < 3:  # the stop is queued behind the group's two calls before the thread goes on
+        await asyncio.sleep(0.001)
     release.set()
     assert await first == "first" and await asyncio.gather(*calls) == ["a", "b"]
     await closing

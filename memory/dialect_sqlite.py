@@ -23,7 +23,7 @@ import os
 import re
 import sqlite3
 import time
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -515,15 +515,21 @@ class SqliteStore(SqlStore):
         if not force and self._unindexed < sqlite_fts.BATCH * (sqlite_fts.HOLD if self._turn_open else 1):
             return True
         try:
-            conn.execute("PRAGMA busy_timeout = 0")
-            try:
+            with self._not_waiting(conn):
                 indexed = self._catch_up(conn, sqlite_fts.SLICE)
-            finally:
-                conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
         except sqlite3.Error as exc:
             logger.info("store.fts_deferred", error=type(exc).__name__, waiting=self._unindexed)
             return False
         return indexed >= sqlite_fts.SLICE
+
+    @contextlib.contextmanager
+    def _not_waiting(self, conn: sqlite3.Connection) -> Iterator[None]:
+        """Inside: another process's write lock fails a statement at once instead of after busy_timeout."""
+        conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            yield
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
 
     def _catch_up(self, conn: sqlite3.Connection, limit: int | None = None) -> int:
         """sqlite_fts.catch_up, and this store's count of writes since reset when nothing is left."""
@@ -628,8 +634,14 @@ class SqliteStore(SqlStore):
             conn = self._open_conn()
             self._check_file()
             conn.execute("BEGIN IMMEDIATE")
-        except (StoreError, sqlite3.Error):  # each on its own then: each gets its own error, or succeeds
+        except StoreError:  # closed, or the file is gone: each on its own then gets its own error
             return [outcome(fn) for fn in fns]
+        except sqlite3.Error:
+            # each on its own then: each gets its own error, or succeeds. Without waiting: the BEGIN waited
+            # busy_timeout for them all, and another wait each would hold the last one (a webhook's journaling
+            # and acknowledgement) for one busy_timeout per write queued before it
+            with self._not_waiting(conn):
+                return [outcome(fn) for fn in fns]
         outcomes: list[Outcome] = []
         self._grouped = True
         try:

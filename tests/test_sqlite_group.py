@@ -122,3 +122,31 @@ async def test_a_commit_that_fails_fails_every_write_of_the_group(store: SqliteS
     assert await _count(store, "SELECT count(*) FROM child") == 0
     turn = await store.ingest(_msg(3), 5)  # the store goes on
     assert turn is not None and await _count(store, "SELECT count(*) FROM messages") == 1
+
+
+async def test_a_group_that_waited_for_a_lock_in_vain_fails_each_write_without_waiting_again(tmp_path: Path) -> None:
+    """Another process holds the write lock past busy_timeout: the group's BEGIN waited it once for every write
+    queued in it. Each write then tries once more on its own, without waiting: a webhook's message goes to the
+    journal and is acknowledged after one busy_timeout, not after one more for each message queued before it (16
+    webhooks at once waited 85 s for the first acknowledgement: tests/test_inbound_faults.py)."""
+    store = SqliteStore(tmp_path / "hilo.db", busy_timeout_ms=300)
+    await store.open()
+    holder = sqlite3.connect(tmp_path / "hilo.db", isolation_level=None)
+    try:
+        seen = await _statements(store)
+        holder.execute("BEGIN EXCLUSIVE")
+        try:
+            outcomes = await _queued(store, *(store.ingest(_msg(k), 5) for k in range(1, 6)))
+        finally:
+            holder.execute("ROLLBACK")
+        assert all(isinstance(o, StoreUnavailable) and "locked" in str(o) for o in outcomes), outcomes
+        begins = [k for k, sql in enumerate(seen) if sql == "BEGIN IMMEDIATE"]
+        assert len(begins) == 6  # the group's, then each write's own try
+        waits = [sql for sql in seen if sql.startswith("PRAGMA busy_timeout")]
+        assert waits == ["PRAGMA busy_timeout = 0", "PRAGMA busy_timeout = 300"]
+        assert seen.index(waits[0]) < begins[1] and begins[-1] < seen.index(waits[1])
+        turn = await store.ingest(_msg(6), 5)  # the lock gone, the store goes on, and waits for a lock again
+        assert turn is not None and await _count(store, "PRAGMA busy_timeout") == 300
+    finally:
+        holder.close()
+        await store.close()

@@ -142,7 +142,10 @@ async def test_another_connections_new_messages_keep_the_windows(store: SqliteSt
     second = SqliteStore(tmp_path / "hilo.db")
     await second.open()
     try:
-        await _turn(second, "a2", "Kiwi sleeps at nine")  # the same conversation, from the other process
+        # the same conversation, from the other process; its reply written at once (through turn_lock it would
+        # wait out the order cap, 60 s, for "Kiwi likes mango", left unanswered here)
+        other = await _turn(second, "a2", "Kiwi sleeps at nine", reply=None)
+        await second.finish_turn(other, "noted", 1, [])
         await _turn(second, "b0", "my cat is Tom", sender="bea")
         reindexed = await second._tx("write", lambda db: db.run("UPDATE messages SET terms = 'kiwi' WHERE id = $1",
                                                                 turn.message.id))

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from memory.sqlite_worker import Outcome, Worker, outcome
+from tests.waiting import wait_until
 
 
 class Stop(BaseException):
@@ -163,8 +164,8 @@ async def test_close_behind_a_group_stops_the_thread_after_it() -> None:
     await asyncio.sleep(0)
     thread = next(t for t in threading.enumerate() if t.name == "hilo-sqlite-test")
     closing = asyncio.ensure_future(asyncio.to_thread(worker.close))
-    while worker._jobs.qsize() < 3:  # the stop is queued behind the group's two calls before the thread goes on
-        await asyncio.sleep(0.001)
+    # the stop is queued behind the group's two calls before the thread goes on
+    await wait_until(lambda: worker._jobs.qsize() >= 3, "the stop queued behind the group")
     release.set()
     assert await first == "first" and await asyncio.gather(*calls) == ["a", "b"]
     await closing

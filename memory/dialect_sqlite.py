@@ -319,6 +319,8 @@ class SqliteStore(SqlStore):
         self._executor: Worker | None = None
         #: inside a group's transaction: each transaction is a savepoint of it (`_group_sync`); worker thread only
         self._grouped = False
+        #: inside `_not_waiting`: busy_timeout is 0 on the connection; worker thread only
+        self._waiting_off = False
         self._conn: sqlite3.Connection | None = None
         #: WAL checkpoints on a thread of their own (memory/sqlite_checkpoint.py); None in memory
         self.checkpointer: Checkpointer | None = None
@@ -371,7 +373,12 @@ class SqliteStore(SqlStore):
             if windows is not None and isinstance(exc, StoreError):  # a window read may hold its uncommitted message
                 windows.clear()
             if limits:  # not stored (its conversation is not the sender's, an error): it counts all the same
-                self._count_apart(limits)
+                if _busy(exc.__cause__) and self._conn is not None:
+                    # it waited busy_timeout in vain for another process's lock: a second wait would double its 503's
+                    with self._not_waiting(self._conn):
+                        self._count_apart(limits)
+                else:
+                    self._count_apart(limits)
             raise
         if isinstance(done, float):  # over a limit: the hits committed, nothing stored
             raise RateLimited(done)
@@ -524,11 +531,17 @@ class SqliteStore(SqlStore):
 
     @contextlib.contextmanager
     def _not_waiting(self, conn: sqlite3.Connection) -> Iterator[None]:
-        """Inside: another process's write lock fails a statement at once instead of after busy_timeout."""
+        """Inside: another process's write lock fails a statement at once instead of after busy_timeout. Nested (a
+        lone write's count inside a group's retries), the outermost one restores the wait."""
+        if self._waiting_off:
+            yield
+            return
         conn.execute("PRAGMA busy_timeout = 0")
+        self._waiting_off = True
         try:
             yield
         finally:
+            self._waiting_off = False
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
 
     def _catch_up(self, conn: sqlite3.Connection, limit: int | None = None) -> int:
@@ -608,7 +621,7 @@ class SqliteStore(SqlStore):
     def _failure(self, exc: sqlite3.Error) -> StoreError:
         """What the store raises for an error of SQLite's."""
         if isinstance(exc, sqlite3.OperationalError):
-            if "locked" in str(exc) or "busy" in str(exc):
+            if _busy(exc):
                 return StoreUnavailable(f"the SQLite database {self.path!r} is busy: {exc}; retry later")
             if any(kind in str(exc) for kind in TRANSIENT):  # full, read-only, I/O: it may pass; retry later
                 return StoreUnavailable(f"the SQLite database {self.path!r} cannot be written: {exc}")
@@ -677,3 +690,8 @@ def _failed(outcomes: list[Outcome], error: Callable[[], BaseException]) -> list
 def _caused(error: StoreError, cause: BaseException) -> StoreError:
     error.__cause__ = cause
     return error
+
+
+def _busy(exc: BaseException | None) -> bool:
+    """Whether `exc` is SQLite's "database is locked" (or busy): another connection held the lock past the wait."""
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))

@@ -5,9 +5,10 @@ COMMIT. Turns at concurrency 8 queued 2-8 writes behind one another (bench/web_l
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -124,29 +125,70 @@ async def test_a_commit_that_fails_fails_every_write_of_the_group(store: SqliteS
     assert turn is not None and await _count(store, "SELECT count(*) FROM messages") == 1
 
 
-async def test_a_group_that_waited_for_a_lock_in_vain_fails_each_write_without_waiting_again(tmp_path: Path) -> None:
-    """Another process holds the write lock past busy_timeout: the group's BEGIN waited it once for every write
-    queued in it. Each write then tries once more on its own, without waiting: a webhook's message goes to the
-    journal and is acknowledged after one busy_timeout, not after one more for each message queued before it (16
-    webhooks at once waited 85 s for the first acknowledgement: tests/test_inbound_faults.py)."""
+LIMITS = [("web:visitor:v1", 100, 60), ("web:ip:127.0.0.1", 100, 60)]  # (key, hits allowed, window in s)
+
+
+class Locked:
+    """A store that waits 300 ms for a lock, the statements it runs, and another connection to lock it with."""
+
+    def __init__(self, store: SqliteStore, holder: sqlite3.Connection, seen: list[str]) -> None:
+        self.store, self.holder, self.seen = store, holder, seen
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Inside: another connection holds the write lock (a process writing, a backup, `sqlite3` at a prompt)."""
+        self.holder.execute("BEGIN EXCLUSIVE")
+        try:
+            yield
+        finally:
+            self.holder.execute("ROLLBACK")
+
+
+@pytest.fixture
+async def locked(tmp_path: Path) -> AsyncIterator[Locked]:
     store = SqliteStore(tmp_path / "hilo.db", busy_timeout_ms=300)
     await store.open()
     holder = sqlite3.connect(tmp_path / "hilo.db", isolation_level=None)
     try:
-        seen = await _statements(store)
-        holder.execute("BEGIN EXCLUSIVE")
-        try:
-            outcomes = await _queued(store, *(store.ingest(_msg(k), 5) for k in range(1, 6)))
-        finally:
-            holder.execute("ROLLBACK")
-        assert all(isinstance(o, StoreUnavailable) and "locked" in str(o) for o in outcomes), outcomes
-        begins = [k for k, sql in enumerate(seen) if sql == "BEGIN IMMEDIATE"]
-        assert len(begins) == 6  # the group's, then each write's own try
-        waits = [sql for sql in seen if sql.startswith("PRAGMA busy_timeout")]
-        assert waits == ["PRAGMA busy_timeout = 0", "PRAGMA busy_timeout = 300"]
-        assert seen.index(waits[0]) < begins[1] and begins[-1] < seen.index(waits[1])
-        turn = await store.ingest(_msg(6), 5)  # the lock gone, the store goes on, and waits for a lock again
-        assert turn is not None and await _count(store, "PRAGMA busy_timeout") == 300
+        yield Locked(store, holder, await _statements(store))
     finally:
         holder.close()
         await store.close()
+
+
+@pytest.mark.parametrize("limits", [[], LIMITS], ids=["no limits", "web limits"])
+async def test_a_group_that_waited_for_a_lock_in_vain_fails_each_write_without_waiting_again(
+        locked: Locked, limits: list[tuple[str, int, int]]) -> None:
+    """Another process holds the write lock past busy_timeout: the group's BEGIN waited it once for every write
+    queued in it. Each write then tries once more on its own, without waiting: a webhook's message goes to the
+    journal and is acknowledged after one busy_timeout, not after one more for each message queued before it (16
+    webhooks at once waited 85 s for the first acknowledgement: tests/test_inbound_faults.py). A web message's
+    rate limits, counted apart when it was not stored, do not wait either, nor wait again once counted."""
+    store, seen = locked.store, locked.seen
+    with locked.held():
+        outcomes = await _queued(store, *(store.ingest(_msg(k), 5, limits=limits) for k in range(1, 6)))
+    assert all(isinstance(o, StoreUnavailable) and "locked" in str(o) for o in outcomes), outcomes
+    begins = [k for k, sql in enumerate(seen) if sql == "BEGIN IMMEDIATE"]
+    assert len(begins) == 1 + 5 * (2 if limits else 1)  # the group's, then each write's own try (and its count)
+    waits = [sql for sql in seen if sql.startswith("PRAGMA busy_timeout")]
+    assert waits == ["PRAGMA busy_timeout = 0", "PRAGMA busy_timeout = 300"]
+    assert seen.index(waits[0]) < begins[1] and begins[-1] < seen.index(waits[1])
+    turn = await store.ingest(_msg(6), 5)  # the lock gone, the store goes on, and waits for a lock again
+    assert turn is not None and await _count(store, "PRAGMA busy_timeout") == 300
+
+
+async def test_a_lone_write_that_waited_for_a_lock_in_vain_counts_its_limits_without_waiting_again(
+        locked: Locked) -> None:
+    """A web message alone in the queue waits busy_timeout for another process's lock, then fails; its rate limits
+    are still counted apart (a refused message counts), but without a second wait: its 503 comes after one
+    busy_timeout (5 s by default), not two."""
+    store = locked.store
+    with locked.held(), pytest.raises(StoreUnavailable, match="locked"):
+        await store.ingest(_msg(1), 5, limits=LIMITS)
+    assert [sql for sql in locked.seen if sql.startswith(("BEGIN", "PRAGMA busy_timeout"))] == [
+        "BEGIN IMMEDIATE",  # the message's transaction: waited 300 ms in vain
+        "PRAGMA busy_timeout = 0", "BEGIN IMMEDIATE", "PRAGMA busy_timeout = 300"]  # its limits, not waiting
+    turn = await store.ingest(_msg(2), 5, limits=LIMITS)  # the lock gone: stored, and its limits counted
+    assert turn is not None and await _count(store, "PRAGMA busy_timeout") == 300
+    # the refused message's hits could not be written either (the lock was held): only this one's
+    assert await _count(store, "SELECT max(hits) FROM rate_counters") == 1

@@ -160,7 +160,8 @@ class ModelSpec:
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    database_url: str = DEFAULT_DB
+    #: secrets (keys, tokens, the database URL's password) are left out of the repr: settings get printed
+    database_url: str = field(default=DEFAULT_DB, repr=False)
     model: ModelSpec = field(default_factory=lambda: ModelSpec("echo", "echo"))
     fallback_models: tuple[ModelSpec, ...] = ()
     #: HILO_MODEL_ROUTES: a model per request by rules on the message (bot/config_routes.py); none: HILO_MODEL
@@ -169,11 +170,11 @@ class Settings:
     context_budget: int = 8000
     cross_surface_hours: int = 24
     cross_surface_limit: int = 20
-    secret_key: str = ""
+    secret_key: str = field(default="", repr=False)
     public_url: str = ""
-    openai_api_key: str = ""
+    openai_api_key: str = field(default="", repr=False)
     openai_base_url: str = ""
-    anthropic_api_key: str = ""
+    anthropic_api_key: str = field(default="", repr=False)
     anthropic_base_url: str = ""
     model_timeout: float = 60.0
     model_attempts: int = 3
@@ -182,20 +183,20 @@ class Settings:
     language: str = "en"
     log_level: str = "info"
     log_format: str = "console"
-    telegram_bot_token: str = ""
-    telegram_webhook_secret: str = ""
+    telegram_bot_token: str = field(default="", repr=False)
+    telegram_webhook_secret: str = field(default="", repr=False)
     telegram_mode: str = "polling"
     telegram_api_base_url: str = ""
     #: HILO_TELEGRAM_ALLOWED_USERS: Telegram user ids or @usernames; empty means everyone.
     telegram_allowed_users: tuple[str, ...] = ()
     twilio_account_sid: str = ""
-    twilio_auth_token: str = ""
+    twilio_auth_token: str = field(default="", repr=False)
     twilio_whatsapp_number: str = ""
     twilio_api_base_url: str = ""
     #: Web widget: page origins allowed to call the API besides the daemon's own (and HILO_PUBLIC_URL's).
     allowed_origins: tuple[str, ...] = ()
-    site_secret: str = ""
-    jwt_secret: str = ""
+    site_secret: str = field(default="", repr=False)
+    jwt_secret: str = field(default="", repr=False)
     jwt_audience: tuple[str, ...] = ("authenticated",)
     #: HILO_JWT_JWKS_URL: where a site login's RS256/ES256 public keys are (Supabase: .../.well-known/jwks.json).
     jwt_jwks_url: str = ""
@@ -226,7 +227,7 @@ class Settings:
     embedding_url: str = ""
     #: HILO_EMBEDDING_API_KEY: its key. OPENAI_API_KEY is used only when HILO_EMBEDDING_URL is not set, so the
     #: OpenAI key is never sent to another server.
-    embedding_api_key: str = ""
+    embedding_api_key: str = field(default="", repr=False)
     #: HILO_MEMORY_WEIGHTS: how memories are ranked for the context (memory/memory_score.py), relevance first.
     memory_weights: MemoryWeights = field(default_factory=MemoryWeights)
     #: HILO_MEMORY_EXPIRY_DAYS: a memory less important than HILO_MEMORY_EXPIRY_IMPORTANCE that no context used
@@ -267,7 +268,7 @@ class Settings:
     #: HILO_METRICS_HOST: the address that port listens on (loopback unless set).
     metrics_host: str = "127.0.0.1"
     #: HILO_METRICS_TOKEN: serve /metrics on the main port too, to `Authorization: Bearer <token>` only.
-    metrics_token: str = ""
+    metrics_token: str = field(default="", repr=False)
     # -- issue 13, costs: the price table, the caps, the alerts (bot/prices.py, bot/spend.py, bot/alerts.py) ----
     #: HILO_PRICES: USD per million tokens in / out per model, over the shipped defaults (bot/prices.py).
     prices: PriceTable = field(default_factory=PriceTable)
@@ -293,7 +294,7 @@ class Settings:
     #: HILO_TRANSCRIBE_URL (an OpenAI-compatible server for transcriptions only), else OPENAI_BASE_URL.
     transcribe_url: str = ""
     #: HILO_TRANSCRIBE_API_KEY, else OPENAI_API_KEY when HILO_TRANSCRIBE_URL is not set.
-    transcribe_api_key: str = ""
+    transcribe_api_key: str = field(default="", repr=False)
     #: HILO_TRANSCRIBE_TIMEOUT: seconds one transcription may take.
     transcribe_timeout: float = 120.0
     #: HILO_MEDIA_MAX_BYTES: the largest voice note or audio file downloaded (refused before the download
@@ -324,7 +325,7 @@ class Settings:
     export_link_minutes: int = 15
     # -- issue 13, admin: the admin page (surfaces/admin.py, docs/admin.md) -----------------------------------
     #: HILO_ADMIN_TOKEN: the admin page's sign-in token; empty (unset): no /admin routes at all (404).
-    admin_token: str = ""
+    admin_token: str = field(default="", repr=False)
     #: HILO_ADMIN_SESSION_MINUTES: how long an admin sign-in lasts (the session cookie), in minutes.
     admin_session_minutes: int = 30
     #: HILO_ADMIN_SIGN_INS_PER_MINUTE: sign-in attempts per client IP per minute (counted in the database).

@@ -12,7 +12,7 @@ about them (memory/sql_export.py), as JSON.
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from bot.cli_export import dumps
@@ -29,7 +29,7 @@ FILENAME = "hilo-export.json"
 class ExportLinks:
     """Signs and checks download links. `public_url` may be empty (the web's own page then gets a path)."""
 
-    secret_key: str
+    secret_key: str = field(repr=False)
     public_url: str
     minutes: int
 

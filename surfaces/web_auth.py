@@ -30,7 +30,7 @@ import re
 import secrets
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from itsdangerous import BadSignature, TimestampSigner, URLSafeSerializer, URLSafeTimedSerializer
@@ -72,7 +72,7 @@ class Caller:
     sender: str
     kind: str  # "visitor" | "site"
     #: A visitor token to hand back to the client: a new visitor's (nothing valid was sent), or a renewed one.
-    new_token: str | None = None
+    new_token: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

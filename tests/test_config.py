@@ -74,3 +74,21 @@ def test_secret_key_generated_once_and_kept(tmp_path: Path) -> None:
     assert first.secret_key and first.secret_key == second.secret_key
     assert key_file.stat().st_mode & 0o077 == 0
     assert ensure_secret_key(Settings(secret_key="mine"), key_file).secret_key == "mine"
+
+
+def test_no_secret_is_in_the_settings_repr() -> None:
+    """Settings end up printed (a REPL, a test's failure, an error message that shows them): their repr leaves
+    every key, token, secret and the database's password out, as HTTP tools' secrets are (bot/config_tools.py)."""
+    secrets = {name: f"marker-{k}-{name.lower()}" for k, name in enumerate((
+        "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "HILO_SECRET_KEY", "TELEGRAM_BOT_TOKEN", "TELEGRAM_WEBHOOK_SECRET",
+        "TWILIO_AUTH_TOKEN", "HILO_SITE_SECRET", "HILO_JWT_SECRET", "HILO_EMBEDDING_API_KEY", "HILO_METRICS_TOKEN",
+        "HILO_ADMIN_TOKEN", "HILO_TRANSCRIBE_API_KEY", "SUPABASE_SERVICE_ROLE_KEY"))}
+    password = "marker-db-password"
+    settings = Settings.from_mapping({**secrets, "HILO_DATABASE_URL": f"postgresql://hilo:{password}@db:5432/hilo",
+                                      "HILO_MEDIA_STORE": "supabase", "SUPABASE_URL": "https://p.supabase.co"})
+    assert settings.openai_api_key == secrets["OPENAI_API_KEY"]  # read, and so present to be left out
+    assert settings.admin_token == secrets["HILO_ADMIN_TOKEN"] and password in settings.database_url
+    shown = repr(settings)
+    assert "model=ModelSpec(provider='openai'" in shown  # the rest is shown
+    leaked = [name for name, value in secrets.items() if value in shown] + (["database password"] * (password in shown))
+    assert leaked == []

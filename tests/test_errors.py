@@ -4,22 +4,9 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import pkgutil
-from pathlib import Path
 
 from kernel.errors import HiloError
-
-ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("kernel", "bot", "memory", "surfaces")
-
-
-def _modules() -> list[str]:
-    names: list[str] = []
-    for package in PACKAGES:
-        names.append(package)
-        for info in pkgutil.walk_packages([str(ROOT / package)], prefix=f"{package}."):
-            names.append(info.name)
-    return names
+from tests.hilo_modules import names as _modules
 
 
 def test_the_walk_sees_every_package() -> None:

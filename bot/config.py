@@ -19,6 +19,7 @@ from bot.config_routes import Route, every_model, routes_from
 from bot.config_tools import HttpToolSpec, tools_from
 from bot.prices import PriceTable
 from kernel.errors import ConfigError
+from kernel.text import url_shown
 from memory.memory_score import MemoryWeights
 
 DEFAULT_DB = "sqlite:///hilo.db"
@@ -279,8 +280,8 @@ class Settings:
     cap_daily_usd: float = 0.0
     cap_monthly_usd: float = 0.0
     #: HILO_ALERT_WEBHOOK_URL (POST JSON) and/or HILO_ALERT_SMTP_URL + HILO_ALERT_EMAIL_TO / _FROM (bot/alerts.py)
-    alert_webhook_url: str = ""
-    alert_smtp_url: str = ""
+    alert_webhook_url: str = field(default="", repr=False)
+    alert_smtp_url: str = field(default="", repr=False)
     alert_email_to: tuple[str, ...] = ()
     alert_email_from: str = ""
     #: HILO_ALERT_MIN_INTERVAL: seconds between two alerts of one kind (every process on the database counts).
@@ -393,7 +394,7 @@ class Settings:
         database_url = (env.get("HILO_DATABASE_URL") or env.get("DATABASE_URL") or DEFAULT_DB).strip()
         if not database_url.startswith(("sqlite://", "postgres://", "postgresql://")):
             raise ConfigError(
-                f"HILO_DATABASE_URL={database_url!r} is not supported: use sqlite:///path/to/hilo.db "
+                f"HILO_DATABASE_URL={url_shown(database_url)!r} is not supported: use sqlite:///path/to/hilo.db "
                 "or postgresql://user:pass@host/db"
             )
         mode = env.get("HILO_TELEGRAM_MODE", "polling").strip() or "polling"

@@ -1,7 +1,8 @@
-"""What counts as text a person wrote."""
+"""What counts as text a person wrote; and how a size or a URL is shown (to people, in errors and logs)."""
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from typing import Any
 
@@ -49,3 +50,14 @@ def size_text(size: int) -> str:
     if size < 1024 * 1024:
         return f"{round(size / 1024)} KB"
     return f"{size / (1024 * 1024):.1f} MB"
+
+
+#: A URL's password: in its user info (scheme://user:PASSWORD@host, up to the last "@": a password may hold "/" or
+#: "@" unencoded) or a libpq-style query parameter (?password=...).
+_USERINFO_PASSWORD = re.compile(r"^([a-z][a-z0-9+.-]*://[^:@/?#]*:).+@(?=[^@]*$)", re.IGNORECASE | re.DOTALL)
+_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
+
+
+def url_shown(url: str) -> str:
+    """`url` as an error message or a log may show it: its password, if it has one, as ***."""
+    return _QUERY_PASSWORD.sub(r"\1***", _USERINFO_PASSWORD.sub(r"\1***@", url))

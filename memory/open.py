@@ -17,6 +17,7 @@ from datetime import datetime
 from urllib.parse import unquote
 
 from kernel.errors import ConfigError
+from kernel.text import url_shown
 from memory.store import Store
 
 SQLITE_PREFIX = "sqlite:///"
@@ -25,7 +26,7 @@ SQLITE_PREFIX = "sqlite:///"
 def sqlite_path(url: str) -> str:
     """The file path of a sqlite:/// URL (query strings are not supported)."""
     if not url.startswith(SQLITE_PREFIX):
-        raise ConfigError(f"{url!r} is not a SQLite URL: write sqlite:///relative/path.db or sqlite:////abs/path.db")
+        raise ConfigError(f"{url_shown(url)!r} is not a SQLite URL: write sqlite:///relative/path.db or sqlite:////abs/path.db")
     path = unquote(url[len(SQLITE_PREFIX):])
     if not path or "?" in path:
         raise ConfigError(
@@ -55,5 +56,5 @@ def open_store(url: str, *, clock: Callable[[], datetime] | None = None) -> Stor
             ) from exc
         return PostgresStore(url, clock=clock)
     raise ConfigError(
-        f"unsupported database URL {url!r}: use sqlite:///hilo.db or postgresql://user:password@host:5432/dbname"
+        f"unsupported database URL {url_shown(url)!r}: use sqlite:///hilo.db or postgresql://user:password@host:5432/dbname"
     )

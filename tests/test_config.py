@@ -83,12 +83,27 @@ def test_no_secret_is_in_the_settings_repr() -> None:
         "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "HILO_SECRET_KEY", "TELEGRAM_BOT_TOKEN", "TELEGRAM_WEBHOOK_SECRET",
         "TWILIO_AUTH_TOKEN", "HILO_SITE_SECRET", "HILO_JWT_SECRET", "HILO_EMBEDDING_API_KEY", "HILO_METRICS_TOKEN",
         "HILO_ADMIN_TOKEN", "HILO_TRANSCRIBE_API_KEY", "SUPABASE_SERVICE_ROLE_KEY"))}
+    # URLs that are credentials themselves (a Slack or Discord webhook's path), or carry a password
+    secrets["HILO_ALERT_WEBHOOK_URL"] = "https://hooks.slack.com/services/T0/B0/marker-slack-webhook"
+    secrets["HILO_ALERT_SMTP_URL"] = "smtps://alerts:marker-smtp-password@smtp.example.com:465"
     password = "marker-db-password"
     settings = Settings.from_mapping({**secrets, "HILO_DATABASE_URL": f"postgresql://hilo:{password}@db:5432/hilo",
-                                      "HILO_MEDIA_STORE": "supabase", "SUPABASE_URL": "https://p.supabase.co"})
+                                      "HILO_MEDIA_STORE": "supabase", "SUPABASE_URL": "https://p.supabase.co",
+                                      "HILO_ALERT_EMAIL_TO": "ops@example.com"})
     assert settings.openai_api_key == secrets["OPENAI_API_KEY"]  # read, and so present to be left out
     assert settings.admin_token == secrets["HILO_ADMIN_TOKEN"] and password in settings.database_url
     shown = repr(settings)
     assert "model=ModelSpec(provider='openai'" in shown  # the rest is shown
     leaked = [name for name, value in secrets.items() if value in shown] + (["database password"] * (password in shown))
     assert leaked == []
+
+
+@pytest.mark.parametrize("url", ["mysql://hilo:s3cret-pw@db:3306/hilo",
+                                 "postgresql+asyncpg://postgres:s3cret-pw@db.abc.supabase.co:5432/postgres"])
+def test_a_database_url_refused_is_shown_without_its_password(url: str) -> None:
+    """A URL of another scheme (another database, or SQLAlchemy's driver suffix copied from elsewhere) is refused,
+    and the error, which goes to the terminal and the service's log, shows it with its password masked."""
+    with pytest.raises(ConfigError) as refused:
+        Settings.from_mapping({"HILO_DATABASE_URL": url})
+    assert "s3cret-pw" not in str(refused.value)
+    assert url.replace("s3cret-pw", "***") in str(refused.value)

@@ -264,6 +264,9 @@ async def test_postgres_upgrade_indexes_old_messages_and_failures_roll_back(pg_u
 def test_unknown_url_scheme_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"sqlite:///hilo\.db"):
         open_store("mysql://localhost/hilo")
+    with pytest.raises(ConfigError) as refused:  # (`hilo --db URL` comes here without Settings' check)
+        open_store("mysql://hilo:s3cret-pw@db/hilo")
+    assert "s3cret-pw" not in str(refused.value) and "mysql://hilo:***@db/hilo" in str(refused.value)
 
 
 async def test_unopenable_path_is_store_unavailable(tmp_path: Path) -> None:

@@ -62,7 +62,8 @@ def costs_from(env: Mapping[str, str]) -> dict[str, Any]:
     """Settings' costs fields from the environment."""
     webhook = env.get("HILO_ALERT_WEBHOOK_URL", "").strip()
     if webhook and not webhook.startswith(("https://", "http://")):
-        raise ConfigError(f"HILO_ALERT_WEBHOOK_URL={webhook!r} is not a URL: set it to e.g. https://hooks.example.com/hilo")
+        # not echoed: a Slack or Discord webhook's URL is its credential
+        raise ConfigError("HILO_ALERT_WEBHOOK_URL is not an http(s) URL: set it to e.g. https://hooks.example.com/hilo")
     smtp = _smtp(env.get("HILO_ALERT_SMTP_URL", "").strip())
     to = tuple(a.strip() for a in env.get("HILO_ALERT_EMAIL_TO", "").split(",") if a.strip())
     sender = env.get("HILO_ALERT_EMAIL_FROM", "").strip()

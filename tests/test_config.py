@@ -107,3 +107,11 @@ def test_a_database_url_refused_is_shown_without_its_password(url: str) -> None:
         Settings.from_mapping({"HILO_DATABASE_URL": url})
     assert "s3cret-pw" not in str(refused.value)
     assert url.replace("s3cret-pw", "***") in str(refused.value)
+
+
+def test_an_alert_webhook_url_refused_is_not_echoed() -> None:
+    """A Slack or Discord webhook's URL is its credential: written without its scheme, it is refused without being
+    printed (the error goes to the terminal and the service's log)."""
+    with pytest.raises(ConfigError, match="HILO_ALERT_WEBHOOK_URL is not an http") as refused:
+        Settings.from_mapping({"HILO_ALERT_WEBHOOK_URL": "hooks.slack.com/services/T0/B0/marker-slack-secret"})
+    assert "marker-slack-secret" not in str(refused.value)

@@ -431,10 +431,19 @@ class SqliteStore(SqlStore):
             if identity is not None:  # a file: its checkpoints leave the turns' commits (sqlite_checkpoint.py)
                 conn.execute(f"PRAGMA wal_autocheckpoint = {SAFETY_PAGES}")
                 self.checkpointer = Checkpointer(self.path)
-        except sqlite3.OperationalError as exc:
+        except sqlite3.DatabaseError as exc:
             if conn is not None:
                 conn.close()
-            raise StoreUnavailable(self._cannot_open(exc)) from exc
+            if isinstance(exc, sqlite3.OperationalError):  # locked, read-only, no directory: it may pass
+                raise StoreUnavailable(self._cannot_open(exc)) from exc
+            # another file, encrypted, or damaged: retrying will not help, and nothing of it is touched
+            if "malformed" in str(exc):
+                what, then = "is damaged", "restore it from a copy, or point HILO_DATABASE_URL (or --db) at a new path"
+            else:
+                what, then = "is not a SQLite database", ("point HILO_DATABASE_URL (or --db) at hilo's database file, "
+                                                          "or at a new path")
+            raise StoreError(f"{os.path.abspath(self.path)} {what} ({exc}); it was left as it is: {then} where hilo "
+                             "creates one") from exc
         self._conn = conn
         self._identity = identity
         self.windows.clear()  # what another connection read says nothing of this one's file

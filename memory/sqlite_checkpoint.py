@@ -41,9 +41,13 @@ class Checkpointer:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        # a read now opens the -wal the store's connection writes, and the connection keeps it open: opened at the
-        # first checkpoint instead, a -wal moved away meanwhile came back as a new, empty file at the path
-        self._conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()
+        try:
+            # a read now opens the -wal the store's connection writes, and the connection keeps it open: opened at
+            # the first checkpoint instead, a -wal moved away meanwhile came back as a new, empty file at the path
+            self._conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()
+        except BaseException:
+            self._conn.close()
+            raise
         self._thread = threading.Thread(target=self._run, name="hilo-sqlite-checkpoint", daemon=True)
         self._thread.start()
 

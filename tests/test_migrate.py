@@ -3,8 +3,9 @@ in its own transaction, recorded in schema_migrations. Also: opening a store by 
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -276,6 +277,57 @@ async def test_unopenable_path_is_store_unavailable(tmp_path: Path) -> None:
     with pytest.raises(StoreUnavailable, match="missing-dir does not exist: create it"):
         await store.open()
     await store.close()
+
+
+def _damaged_hilo_database(path: Path) -> bytes:
+    """hilo's database, migrated, then 64 bytes overwritten at the start of every page after the first two."""
+    asyncio.run(_migrated(path))
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("PRAGMA journal_mode = DELETE")  # its pages in the file, not in a -wal beside it
+    content = bytearray(path.read_bytes())
+    for at in range(2 * 4096, len(content), 4096):
+        content[at:at + 64] = b"\xee" * 64
+    return bytes(content)
+
+
+async def _migrated(path: Path) -> None:
+    store = SqliteStore(path)
+    await store.open()
+    await store.close()
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    (lambda _: b"DATABASE_URL=sqlite:///hilo.db\nTELEGRAM_BOT_TOKEN=...\n" * 8,
+     "is not a SQLite database.*point HILO_DATABASE_URL"),
+    (lambda _: b"SQLite format 3\x00" + b"\xff" * 4080, "is not a SQLite database"),  # its header, then garbage
+    (_damaged_hilo_database, "is damaged .*malformed.*restore it from a copy"),
+], ids=["a text file", "a header and garbage", "a damaged hilo database"])
+def test_a_file_that_is_not_a_sqlite_database_is_a_clear_error(
+        tmp_path: Path, content: Callable[[Path], bytes], says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """HILO_DATABASE_URL pointed at another file (a .env, a dump, an encrypted database) or at a damaged one: a
+    StoreError that says what to do, the file left as it was; `hilo` prints it in one line, no traceback (it printed
+    sqlite3.DatabaseError's traceback, and left the connection it had opened unclosed)."""
+    from bot.cli import main
+    from memory.store import StoreError, StoreUnavailable
+
+    path = tmp_path / "hilo.db"
+    data = content(path)
+    path.write_bytes(data)
+
+    async def refused() -> StoreError:
+        store = SqliteStore(path)
+        try:
+            with pytest.raises(StoreError, match=says) as raised:
+                await store.open()
+        finally:
+            await store.close()
+        return raised.value
+
+    assert not isinstance(asyncio.run(refused()), StoreUnavailable)  # retrying will not help: not "retry later"
+    assert path.read_bytes() == data
+    assert main(["migrate", "--db", f"sqlite:///{path}"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("hilo: ") and "Traceback" not in err and len(err.splitlines()) == 1
 
 
 def _before_memories(dialect: str) -> list[Migration]:

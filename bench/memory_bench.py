@@ -40,6 +40,7 @@ import statistics
 import sys
 import tempfile
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -70,18 +71,20 @@ async def run_recall(args: argparse.Namespace, tmp: str) -> tuple[Corpus, dict[s
             seconds[backend] = await load(store, corpus)
             await analyze(dsn, backend)
         store, url, _ = opened["sqlite"]
-        base = Baselines(corpus, Settings().system_prompt)
         methods: dict[str, Method] = {"hilo": Hilo(store, url, BUDGETS, corpus.now, NO_EMBEDDER)}
         if "postgres" in opened:
             pg_store, pg_url, _ = opened["postgres"]
             methods["hilo pg"] = Hilo(pg_store, pg_url, BUDGETS, corpus.now, NO_EMBEDDER)
-        porter = Baselines(corpus, Settings().system_prompt, tokenizer="porter unicode61 remove_diacritics 2")
         for name, env in args.variant:
             methods[name] = Hilo(store, url, BUDGETS, corpus.now, {**NO_EMBEDDER, **env})
-        async with issue11_rows(args, tmp, opened, corpus, base, BUDGETS) as (rows, info):
-            methods |= rows["hilo"]
-            methods |= {"last-N": base.last_n, "bm25": base.bm25} | rows["baselines"] | {"bm25 porter": porter.bm25}
-            results = await evaluate(corpus.questions, methods, BUDGETS)
+        with (closing(Baselines(corpus, Settings().system_prompt)) as base,
+              closing(Baselines(corpus, Settings().system_prompt,
+                                tokenizer="porter unicode61 remove_diacritics 2")) as porter):
+            async with issue11_rows(args, tmp, opened, corpus, base, BUDGETS) as (rows, info):
+                methods |= rows["hilo"]
+                methods |= ({"last-N": base.last_n, "bm25": base.bm25} | rows["baselines"]
+                            | {"bm25 porter": porter.bm25})
+                results = await evaluate(corpus.questions, methods, BUDGETS)
         spent = {name: {b: statistics.fmean(m.spent[b]) for b in BUDGETS} for name, m in methods.items()
                  if isinstance(m, Hilo)}
         for label, row in info.items():

@@ -69,6 +69,10 @@ class Baselines:
                             [(m.content, m.user, m.external_id) for m in corpus.messages])
         self.ranked: dict[str, list[str]] = {}
 
+    def close(self) -> None:
+        """Its in-memory index gone (`contextlib.closing(Baselines(...))`)."""
+        self.db.close()
+
     def avail(self, q: Question, budget: int) -> int:
         return budget - self.fixed - tokens.count(q.text) - MESSAGE_OVERHEAD
 

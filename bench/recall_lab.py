@@ -166,6 +166,7 @@ async def main() -> None:
                 finally:
                     applied.undo()
             await embedder.aclose()
+            base.close()
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +97,7 @@ async def test_a_cap_reached_mid_run_refuses_the_next_turns_stores_them_and_aler
                                       headers={"accept-language": "es"})).json() for i in range(3)]
         await wait_until(lambda: hook.alerts, "the cap's alert")
         await wait_until(lambda: not len(alerts_of(client).tasks), "every alert sent or suppressed")
-    with sqlite3.connect(tmp_path / "hilo.db") as db:
+    with closing(sqlite3.connect(tmp_path / "hilo.db")) as db:
         kept = [r[0] for r in db.execute("SELECT content FROM messages WHERE role = 'user' ORDER BY id")]
         calls = [{"outcome": r[0], "cost_usd": r[1]} for r in
                  db.execute("SELECT outcome, cost_usd FROM model_calls ORDER BY id")]

@@ -5,6 +5,7 @@ fake Twilio API), with the real SDKs getting the providers' own recordings from 
 from __future__ import annotations
 
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 from bot.config import Settings
@@ -36,7 +37,7 @@ def web_settings(tmp_path: Path, server: FakeModelServer, model: str) -> Setting
 
 
 def recorded_outcomes(tmp_path: Path) -> list[str]:
-    with sqlite3.connect(tmp_path / "hilo.db") as db:
+    with closing(sqlite3.connect(tmp_path / "hilo.db")) as db:
         return [row[0] for row in db.execute("SELECT outcome FROM model_calls ORDER BY id")]
 
 

@@ -19,6 +19,7 @@ import json
 import sqlite3
 import threading
 from collections.abc import Coroutine, Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
@@ -172,14 +173,14 @@ def _surfaces(app: Starlette) -> Iterator[Any]:
 
 def stored(db: Path, surface: str, external_id: str) -> list[str]:
     """The person's message(s) stored under (surface, external_id): [] or [its content]."""
-    with sqlite3.connect(db) as conn:
+    with closing(sqlite3.connect(db)) as conn:
         return [row[0] for row in conn.execute(
             "SELECT content FROM messages WHERE surface = ? AND external_id = ? AND role = 'user'",
             (surface, external_id))]
 
 
 def user_messages(db: Path) -> tuple[int, str | None]:
-    with sqlite3.connect(db) as conn:
+    with closing(sqlite3.connect(db)) as conn:
         count = conn.execute("SELECT COUNT(*) FROM messages WHERE role = 'user'").fetchone()[0]
         last = conn.execute("SELECT content FROM messages WHERE role = 'user' ORDER BY id DESC LIMIT 1").fetchone()
     return count, last[0] if last else None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from contextlib import closing
 from datetime import timedelta
 from itertools import pairwise
 from pathlib import Path
@@ -68,25 +69,25 @@ def test_the_generator_is_deterministic_per_seed() -> None:
 
 def test_recall_of_everything_is_one_of_nothing_zero_and_baselines_fit_their_budget() -> None:
     corpus = generate(**SMALL)
-    base = Baselines(corpus, Settings().system_prompt)
-    methods = {"everything": everything, "nothing": nothing, "last-N": base.last_n, "bm25": base.bm25}
-    results = asyncio.run(evaluate(corpus.questions, methods, BUDGETS))
-    assert all(v == 1.0 for cell in results["everything"].values() for v in cell.values())
-    assert all(v == 0.0 for cell in results["nothing"].values() for v in cell.values())
-    by_id = {m.external_id: m for m in corpus.messages}
-    for q in corpus.questions[:5]:
-        for budget in BUDGETS:
-            for method in (base.last_n, base.bm25):
-                found = asyncio.run(method(q, budget))
-                assert sum(base.cost[e] for e in found) <= base.avail(q, budget)
-        msgs = corpus.by_user(q.user)
-        newest = asyncio.run(base.last_n(q, 4000))
-        assert newest and [m.external_id for m in msgs[-len(newest):]] == [m.external_id for m in msgs
-                                                                             if m.external_id in newest]
-    # BM25 finds a lexical question's evidence when the budget holds everything it matched
-    lexical = next(q for q in corpus.questions if q.kind == "lexical")
-    assert lexical.evidence[0] in base.bm25_ranked(lexical)
-    assert line(by_id[lexical.evidence[0]]).endswith(by_id[lexical.evidence[0]].content)
+    with closing(Baselines(corpus, Settings().system_prompt)) as base:
+        methods = {"everything": everything, "nothing": nothing, "last-N": base.last_n, "bm25": base.bm25}
+        results = asyncio.run(evaluate(corpus.questions, methods, BUDGETS))
+        assert all(v == 1.0 for cell in results["everything"].values() for v in cell.values())
+        assert all(v == 0.0 for cell in results["nothing"].values() for v in cell.values())
+        by_id = {m.external_id: m for m in corpus.messages}
+        for q in corpus.questions[:5]:
+            for budget in BUDGETS:
+                for method in (base.last_n, base.bm25):
+                    found = asyncio.run(method(q, budget))
+                    assert sum(base.cost[e] for e in found) <= base.avail(q, budget)
+            msgs = corpus.by_user(q.user)
+            newest = asyncio.run(base.last_n(q, 4000))
+            assert newest and [m.external_id for m in msgs[-len(newest):]] == [m.external_id for m in msgs
+                                                                                 if m.external_id in newest]
+        # BM25 finds a lexical question's evidence when the budget holds everything it matched
+        lexical = next(q for q in corpus.questions if q.kind == "lexical")
+        assert lexical.evidence[0] in base.bm25_ranked(lexical)
+        assert line(by_id[lexical.evidence[0]]).endswith(by_id[lexical.evidence[0]].content)
 
 
 def test_hilo_is_measured_on_a_real_store(tmp_path: Path) -> None:

@@ -72,6 +72,7 @@ async def test_bm25_emb_finds_paraphrases_plain_bm25_cannot(tmp_path: Path) -> N
         results = await evaluate(corpus.questions, {"bm25": base.bm25, "fused": fused}, (2000, 4000))
     finally:
         await embedder.aclose()
+        base.close()
     paraphrase = [q for q in corpus.questions if q.kind == "paraphrase"]
     assert all(results["bm25"][4000][q.id] == 0.0 for q in paraphrase)
     assert sum(results["fused"][4000][q.id] for q in paraphrase) >= 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,7 @@ async def test_a_deleted_file_refuses_every_transaction_until_it_is_back(
     os.rename(tmp_path / "away", path)
     assert await store.ingest(msg(2), 2) is not None
     await store.close()
-    with sqlite3.connect(tmp_path / "hilo.db") as conn:
+    with closing(sqlite3.connect(tmp_path / "hilo.db")) as conn:
         assert [r[0] for r in conn.execute("SELECT external_id FROM messages ORDER BY id")] == ["e0", "e2"]
 
 

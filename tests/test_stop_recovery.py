@@ -10,6 +10,7 @@ It needs the outbox helper's recovery job (bot/job_list.py): it passes once that
 from __future__ import annotations
 
 import sqlite3
+from contextlib import closing
 
 from tests.fakes import sixty_people
 from tests.fakes.serve_process import serving
@@ -44,7 +45,7 @@ async def test_after_a_sigterm_with_slow_models_the_next_start_answers_every_per
     assert sorted(s.chat_id for s in telegram.sent[told_telegram:]) == sorted(slow_chats)
     assert sorted(s.to for s in twilio.sent[told_whatsapp:]) == sorted(slow_numbers)
     assert len(models.requests) == len(slow_people)
-    with sqlite3.connect(db) as conn:
+    with closing(sqlite3.connect(db)) as conn:
         replies = conn.execute("SELECT m.id, count(r.id) FROM messages m LEFT JOIN messages r ON r.reply_to = m.id "
                                "AND r.role = 'assistant' WHERE m.role = 'user' GROUP BY m.id").fetchall()
     assert len(replies) == 3 * PER_SURFACE and {n for _, n in replies} == {1}, replies

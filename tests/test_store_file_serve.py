@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import httpx
@@ -76,9 +78,7 @@ async def test_a_deleted_sqlite_file_is_detected_reported_and_nothing_is_answere
             back = await client.get("/readyz")
             assert back.status_code == 200 and all(c["ok"] for c in back.json()["checks"].values()), back.text
     assert not [line for line in daemon.lines if "lost words" in line or "note number" in line], "text in a log"
-    import sqlite3
-
-    with sqlite3.connect(db) as conn:
+    with closing(sqlite3.connect(db)) as conn:
         kept = conn.execute("SELECT count(*) FROM messages WHERE content LIKE 'lost%'").fetchone()[0]
         total = conn.execute("SELECT count(*) FROM messages WHERE role = 'user'").fetchone()[0]
     assert (kept, total) == (0, PEOPLE * BEFORE + 1)

@@ -11,7 +11,7 @@ import sqlite3
 import subprocess
 import sys
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, closing
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -44,7 +44,7 @@ def settings(tmp_path: Path, api: FakeBotApi, server: fake_model.FakeModelServer
 
 
 def rows(tmp_path: Path, sql: str) -> list[tuple[Any, ...]]:
-    with sqlite3.connect(tmp_path / "hilo.db") as db:
+    with closing(sqlite3.connect(tmp_path / "hilo.db")) as db:
         return list(db.execute(sql))
 
 

@@ -6,6 +6,7 @@ of theirs, a stranger refused. No timings asserted."""
 from __future__ import annotations
 
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import httpx
@@ -33,7 +34,7 @@ async def test_the_seed_endpoint_stores_each_turn_and_answers_as_hilos_web_api(t
         stranger = await client.post("/api/messages", json={"text": "hi"},
                                      headers={"authorization": "Bearer nobody"})
         assert stranger.status_code == 401
-    with sqlite3.connect(db) as conn:
+    with closing(sqlite3.connect(db)) as conn:
         rows = conn.execute("SELECT role, content, conversation_id FROM messages ORDER BY id").fetchall()
         assert rows == [
             ("user", "hola", first["conversation_id"]), ("assistant", "You said: hola", first["conversation_id"]),

@@ -8,6 +8,7 @@ import asyncio
 import json
 import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,7 +91,7 @@ def sixty(tmp_path: Path, model_server: FakeModelServer, bot_api: fake_telegram.
 
 def unanswered(db: Path) -> tuple[set[str], set[str]]:
     """(texts of the people's messages with no reply, texts of those with one), read from the database."""
-    with sqlite3.connect(db) as conn:
+    with closing(sqlite3.connect(db)) as conn:
         rows = conn.execute(
             "SELECT m.content, EXISTS (SELECT 1 FROM messages r WHERE r.reply_to = m.id AND r.role = 'assistant') "
             "FROM messages m WHERE m.role = 'user'").fetchall()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
 import resource
@@ -30,6 +31,7 @@ import sqlite3
 import sys
 import time
 import uuid
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -72,7 +74,7 @@ def bare_app(db: str) -> Any:
         return _sse("start", {"message_id": new_id}, "ok")
 
     return Starlette(routes=[Route("/messages", post, methods=["POST"]), Route("/stream", stream, methods=["POST"]),
-                             Route("/healthz", _health)])
+                             Route("/healthz", _health)], lifespan=_closing(conn.close))
 
 
 def seed_app(db: str) -> Any:
@@ -118,7 +120,21 @@ def seed_app(db: str) -> Any:
 
     return Starlette(routes=[Route("/api/session", session, methods=["POST"]),
                              Route("/api/messages", post, methods=["POST"]),
-                             Route("/api/messages/stream", stream, methods=["POST"]), Route("/healthz", _health)])
+                             Route("/api/messages/stream", stream, methods=["POST"]), Route("/healthz", _health)],
+                     lifespan=_closing(conn.conn.close))
+
+
+def _closing(close: Callable[[], None]) -> Callable[[Any], contextlib.AbstractAsyncContextManager[None]]:
+    """An app's lifespan that closes its database connection at shutdown (uvicorn's, or a test's
+    `app.router.lifespan_context(app)`)."""
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            close()
+
+    return lifespan
 
 
 def _sse(first: str, data: dict[str, Any], text: str) -> Any:

@@ -16,8 +16,10 @@ from bench.web_load_gen import seed_app
 
 async def test_the_seed_endpoint_stores_each_turn_and_answers_as_hilos_web_api(tmp_path: Path) -> None:
     db = tmp_path / "seed.db"
-    transport = httpx.ASGITransport(app=seed_app(str(db)))
-    async with httpx.AsyncClient(transport=transport, base_url="http://seed") as client:
+    app = seed_app(str(db))
+    transport = httpx.ASGITransport(app=app)
+    async with (app.router.lifespan_context(app),  # its shutdown closes its connection
+                httpx.AsyncClient(transport=transport, base_url="http://seed") as client):
         token = (await client.post("/api/session")).json()["session"]
         auth = {"authorization": f"Bearer {token}"}
         first = (await client.post("/api/messages", json={"text": "hola", "conversation_id": None},

@@ -373,11 +373,9 @@ class SqliteStore(SqlStore):
             if windows is not None and isinstance(exc, StoreError):  # a window read may hold its uncommitted message
                 windows.clear()
             if limits:  # not stored (its conversation is not the sender's, an error): it counts all the same
-                if _busy(exc.__cause__) and self._conn is not None:
-                    # it waited busy_timeout in vain for another process's lock: a second wait would double its 503's
-                    with self._not_waiting(self._conn):
-                        self._count_apart(limits)
-                else:
+                # after busy_timeout waited in vain for another process's lock, not waiting again (its 503 would too)
+                conn = self._conn
+                with self._not_waiting(conn) if conn is not None and _busy(exc.__cause__) else contextlib.nullcontext():
                     self._count_apart(limits)
             raise
         if isinstance(done, float):  # over a limit: the hits committed, nothing stored
@@ -438,12 +436,11 @@ class SqliteStore(SqlStore):
                 raise StoreUnavailable(self._cannot_open(exc)) from exc
             # another file, encrypted, or damaged: retrying will not help, and nothing of it is touched
             if "malformed" in str(exc):
-                what, then = "is damaged", "restore it from a copy, or point HILO_DATABASE_URL (or --db) at a new path"
+                what, fix = "is damaged", "restore it from a copy"
             else:
-                what, then = "is not a SQLite database", ("point HILO_DATABASE_URL (or --db) at hilo's database file, "
-                                                          "or at a new path")
-            raise StoreError(f"{os.path.abspath(self.path)} {what} ({exc}); it was left as it is: {then} where hilo "
-                             "creates one") from exc
+                what, fix = "is not a SQLite database", "point HILO_DATABASE_URL (or --db) at hilo's database file"
+            raise StoreError(f"{os.path.abspath(self.path)} {what} ({exc}); it was left as it is: {fix}, or point "
+                             "HILO_DATABASE_URL (or --db) at a new path where hilo creates one") from exc
         self._conn = conn
         self._identity = identity
         self.windows.clear()  # what another connection read says nothing of this one's file

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from bot import cli_export, cli_stats, cli_summaries
+from bot import cli_backup, cli_export, cli_stats, cli_summaries
 from bot.config import Settings
 from kernel import blas
 from kernel.errors import ConfigError, HiloError
@@ -352,6 +352,10 @@ def _add_stats(sub: Any, common: argparse.ArgumentParser) -> None:
     cli_stats.add(sub, common, _run)
 
 
+def _add_backup(sub: Any, common: argparse.ArgumentParser) -> None:
+    cli_backup.add(sub, common, _settings)
+
+
 #: Each command's subparser, added by its function, in the order `hilo --help` lists them.
 COMMANDS: dict[str, Callable[[Any, argparse.ArgumentParser], None]] = {
     "serve": _add_serve,
@@ -369,6 +373,7 @@ COMMANDS: dict[str, Callable[[Any, argparse.ArgumentParser], None]] = {
     "summaries": _add_summaries,
     "export": _add_export,
     "stats": _add_stats,
+    "backup": _add_backup,
 }
 
 

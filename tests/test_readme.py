@@ -112,6 +112,8 @@ def _claims(results: list[tuple[str, int, str]]) -> None:
     assert cross and {item["surface"] for item in cross} == {"telegram"}
     assert any("I live in Valencia" in m["content"] for m in context["messages"])
     assert output_of("hilo forget --user alice && hilo inspect --user alice --json").splitlines()[-1] == "null"
+    backup = output_of("hilo backup backup.db")  # before the forget: alice's turn and the curl's
+    assert backup.startswith("backed up to backup.db: ") and " 4 messages of 2 people" in backup, backup
     stats = [line.split() for line in output_of("hilo stats --days 2").splitlines()[2:]]
     assert [row[2] for row in stats if row[1] == "telegram"] == ["1"]  # alice's one turn (turns column)
 

@@ -37,7 +37,7 @@ from memory.rows import INSERT_COLS, Db, Mode, Rollback, columns_by_table, to_ts
 from memory.sql_store import Logic, SqlStore, context_mode, unread
 from memory.sql_vectors import VectorQuery
 from memory.sqlite_checkpoint import SAFETY_PAGES, Checkpointer
-from memory.sqlite_file import FILE_FIX, TRANSIENT, FileIdentity, file_identity, file_problem
+from memory.sqlite_file import FILE_FIX, TRANSIENT, FileIdentity, file_identity, file_problem, private_file
 from memory.sqlite_worker import Outcome, Worker, outcome
 from memory.store import ContextQuery, Ingested, IngestedContext, StoreError, StoreUnavailable
 from memory.vectors import DEFAULT_CACHE_FLOATS, Matrix, MatrixCache, extend, matrix_cosines, matrix_of, pack, top
@@ -419,6 +419,7 @@ class SqliteStore(SqlStore):
 
     def _connect_sync(self) -> None:
         conn: sqlite3.Connection | None = None
+        shared = private_file(self.path)  # created 0600 when new; else its mode when others may read it
         try:
             conn = sqlite3.connect(self.path, isolation_level=None, timeout=self.busy_timeout_ms / 1000)
             conn.execute("PRAGMA journal_mode = WAL")  # the first write: a read-only file or directory fails here
@@ -441,6 +442,9 @@ class SqliteStore(SqlStore):
                 what, fix = "is not a SQLite database", "point HILO_DATABASE_URL (or --db) at hilo's database file"
             raise StoreError(f"{os.path.abspath(self.path)} {what} ({exc}); it was left as it is: {fix}, or point "
                              "HILO_DATABASE_URL (or --db) at a new path where hilo creates one") from exc
+        if shared is not None:  # said once it is known to be a database
+            logger.warning("store.file_readable", path=os.path.abspath(self.path), mode=f"{shared:04o}",
+                           fix=f"chmod 600 {os.path.abspath(self.path)}* (it holds every person's messages)")
         self._conn = conn
         self._identity = identity
         self.windows.clear()  # what another connection read says nothing of this one's file

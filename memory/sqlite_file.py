@@ -9,6 +9,11 @@ back to its path (moved back), the store goes on. The -wal file is checked the s
 when the last connection closes, so while hilo runs a missing or other -wal means someone removed it (what it
 holds and was not checkpointed yet would be lost, and other processes would write another one). The -shm is an
 index SQLite rebuilds from the -wal: not checked.
+
+The file holds every person's messages, so a new one is created 0600 before SQLite opens it (SQLite would make it
+0644 less the umask: readable by every local user under a login shell's 022, as PM2 and a terminal run hilo), and
+SQLite gives its -wal and -shm the file's mode. An existing file keeps its mode (an operator may have opened it to
+a group on purpose): the store says when others may read it (`private_file`).
 """
 
 from __future__ import annotations
@@ -44,3 +49,20 @@ def file_problem(path: str, opened: FileIdentity) -> str | None:
     except FileNotFoundError:
         return "missing"
     return None if (found.st_dev, found.st_ino) == opened else "replaced"
+
+
+def private_file(path: str) -> int | None:
+    """Create `path` empty with mode 0600 when no file is there; the mode of an existing file that users other than
+    its owner may read or write (None: private, just created, in memory, or not creatable here: SQLite's own
+    open then says why)."""
+    if path == ":memory:" or path.startswith("file:"):
+        return None
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        mode = os.stat(path).st_mode & 0o777
+        return mode if mode & 0o077 else None
+    except OSError:  # no such directory, a read-only one: sqlite3.connect fails with what to do
+        return None
+    os.close(fd)
+    return None

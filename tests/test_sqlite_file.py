@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 
 import pytest
+import structlog
 
 from kernel.types import InboundMessage
 from memory.dialect_sqlite import SqliteStore
@@ -54,3 +56,47 @@ async def test_a_replaced_file_is_refused_too(store: SqliteStore, tmp_path: Path
     os.replace(tmp_path / "other.db", tmp_path / "hilo.db")
     with pytest.raises(StoreUnavailable, match="replaced"):
         await store.ingest(msg(1), 2)
+
+
+@pytest.fixture
+def umask_022() -> Iterator[None]:
+    """The umask of a login shell, under which PM2 or a terminal starts hilo (systemd's unit sets 0077)."""
+    before = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(before)
+
+
+async def test_a_new_database_and_its_wal_and_shm_are_private_to_their_owner(tmp_path: Path, umask_022: None) -> None:
+    """Every person's messages are in the file: like the .secret, the journal and the exports, it is 0600 (SQLite
+    made it 0644 less the umask, readable by every local user, and gave its -wal and -shm the same mode)."""
+    store = SqliteStore(tmp_path / "hilo.db")
+    await store.open()
+    try:
+        assert await store.ingest(msg(0), 2) is not None
+        modes = {p.name: oct(p.stat().st_mode & 0o777) for p in tmp_path.iterdir() if p.name.startswith("hilo.db")}
+    finally:
+        await store.close()
+    assert modes == {"hilo.db": "0o600", "hilo.db-wal": "0o600", "hilo.db-shm": "0o600"}
+
+
+async def test_an_existing_database_others_can_read_is_left_as_it_is_and_said_once(
+        tmp_path: Path, umask_022: None) -> None:
+    """A file an earlier hilo made 0644, or that its operator opened to a group: its mode is theirs to change, so
+    the store says what it found and how to close it, once per open, and changes nothing."""
+    path = tmp_path / "hilo.db"
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("CREATE TABLE t (x)")
+    os.chmod(path, 0o640)
+    with structlog.testing.capture_logs() as logs:
+        store = SqliteStore(path)
+        await store.open()
+        try:
+            assert await store.ingest(msg(0), 2) is not None
+        finally:
+            await store.close()
+    said = [e for e in logs if e["event"] == "store.file_readable"]
+    assert [(s["log_level"], s["path"], s["mode"]) for s in said] == [("warning", str(path), "0640")]
+    assert f"chmod 600 {path}" in said[0]["fix"]
+    assert path.stat().st_mode & 0o777 == 0o640

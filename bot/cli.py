@@ -60,8 +60,10 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
     async def run() -> int:
         store = open_store(_settings(args).database_url)
-        applied = await store.migrate()
-        await store.close()
+        try:
+            applied = await store.migrate()
+        finally:
+            await store.close()
         print("\n".join(f"applied {name}" for name in applied) or "the database is up to date")
         return 0
 

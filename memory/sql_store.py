@@ -113,9 +113,16 @@ class SqlStore:
     async def migrate(self) -> list[str]:
         raise NotImplementedError
 
+    async def close(self) -> None:
+        raise NotImplementedError
+
     async def open(self) -> None:
-        """Connect and apply pending migrations."""
-        await self.migrate()
+        """Connect and apply pending migrations; when that fails, nothing is left open (connection, threads)."""
+        try:
+            await self.migrate()
+        except BaseException:
+            await self.close()
+            raise
 
     # -- background job leases (memory/jobs.py; bot/jobs.py schedules) ----------------------------------------
 

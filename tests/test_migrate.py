@@ -387,3 +387,22 @@ async def test_postgres_facts_become_stated_memories_keeping_their_ids(pg_url: s
         assert (await store.add_memory(1, MemoryDraft("works at Acme"))).memory.id == 8  # the identity moved on
     finally:
         await store.close()
+
+
+async def test_a_store_that_fails_to_open_leaves_no_connection_or_thread_behind(tmp_path: Path) -> None:
+    """A database a newer hilo migrated (a migration this one does not know): open() refuses it, after connecting.
+    The connection and the store's threads are closed then; they were left open (and a caller that then called
+    close() on a store it never got was the only way out)."""
+    import threading
+
+    path = tmp_path / "hilo.db"
+    await _migrated(path)
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("INSERT INTO schema_migrations(name, applied_at) VALUES ('9999_from_a_newer_hilo', 'x')")
+        conn.commit()
+    before = set(threading.enumerate())
+    store = SqliteStore(path)
+    with pytest.raises(MigrationError, match="9999_from_a_newer_hilo"):
+        await store.open()
+    assert {t.name for t in set(threading.enumerate()) - before if t.is_alive()} == set()
+    assert store._conn is None

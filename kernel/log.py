@@ -127,6 +127,11 @@ def configure(level: str = "info", fmt: str = "console", stream: Stream = "stder
         _apply()
 
 
+def level() -> int | None:
+    """The level the last configure() set (None: never configured)."""
+    return _level
+
+
 def capture_uncaught() -> None:
     """Uncaught exceptions (main thread and other threads) become `uncaught_exception` log lines."""
     uncaught = get("hilo.uncaught")

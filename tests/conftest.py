@@ -6,7 +6,8 @@ backend (`[sqlite]`, `[postgres]`), on a fresh database, with a `clock` it can m
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
+import logging
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,7 @@ from bot.config import Settings
 from bot.models.chain import ModelChain
 from bot.models.factory import build_chain
 from bot.retry import RetryPolicy
+from kernel import log
 from memory.store import Store
 from tests.backends import BACKENDS, Backend, TestClock
 from tests.waiting import no_sleep
@@ -26,6 +28,18 @@ if TYPE_CHECKING:  # imported by pytest_plugins below, before which it may not b
 JobChain = Callable[[Mapping[str, str]], tuple[Settings, ModelChain]]
 
 pytest_plugins = ["tests.fakes.model_server", "tests.fakes.postgres"]
+
+
+@pytest.fixture(autouse=True)
+def _log_level_kept() -> Iterator[None]:
+    """A test that runs `hilo` in-process (bot.cli.main logs warnings only) leaves the level as it found it. Else a
+    later test in the same process whose logger is first used then gets a logger that drops info events for good
+    (structlog caches each logger with its level), and `capture_logs` sees none of them: which test fails depended
+    on how pytest-xdist spread the tests (test_poll_lease after test_migrate)."""
+    before = log.level()
+    yield
+    if log.level() != before:
+        log.configure(logging.getLevelName(before) if before is not None else "info")
 
 
 @pytest.fixture

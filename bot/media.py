@@ -224,8 +224,11 @@ async def forget(store: Store, files: MediaFiles | None, handle: str) -> dict[st
         logger.error("media.forget_failed", files=len(paths), status=exc.status, error=str(exc))
         raise
     counts = await store.erase(handle)
-    if counts is not None and paths:
-        counts["media_files"] = deleted
+    if counts is not None:
+        # the operator's note of it: a backup taken before brings the person back (docs/deploy.md, "Backups")
+        logger.info("person.forgotten", handle=handle, rows=sum(counts.values()), media_files=deleted)
+        if paths:
+            counts["media_files"] = deleted
     return counts
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import structlog
 
 from bot import commands
 from bot.commands import Command, parse
@@ -93,6 +94,18 @@ async def test_forget_asks_first_then_deletes_the_person(store: Any) -> None:
     assert await say(store, "/forget yes") == catalog.t("cmd_forget_nothing", "en")
     await ingest(store, "again", ext="again")
     assert await say(store, "/forget sí", lang="es") == catalog.t("cmd_forget_done", "es")
+
+
+async def test_a_person_who_forgets_themselves_leaves_their_handle_in_the_log(store: Any) -> None:
+    """The operator's note of an erasure (docs/deploy.md, "Backups"): a restore of a backup taken before it brings
+    the person back, and `hilo forget --user HANDLE` is how to forget them again. The handle (an id), no text."""
+    await ingest(store, "my secret is tangerine")
+    with structlog.testing.capture_logs() as logs:
+        assert await say(store, "/forget yes") == catalog.t("cmd_forget_done", "en")
+        assert await say(store, "/forget yes") == catalog.t("cmd_forget_nothing", "en")
+    said = [e for e in logs if e["event"] == "person.forgotten"]
+    assert [(e["log_level"], e["handle"]) for e in said] == [("info", "telegram:42")]
+    assert said[0]["rows"] >= 2 and "tangerine" not in str(said)
 
 
 async def test_forget_only_touches_the_sender(store: Any) -> None:

@@ -34,6 +34,8 @@ from kernel.errors import StoreError
 #: How long the copy waits for a lock (a checkpoint's, a crash's recovery) before it gives up.
 BUSY_TIMEOUT_S = 5.0
 PARTIAL = ".partial"
+#: What SQLite says when the copy cannot be written (the source is only read).
+WRITE_ERRORS = ("disk is full", "disk I/O error", "readonly database", "unable to open database file")
 PG_DUMP = ("hilo backup copies a SQLite database; for Postgres use pg_dump, e.g. pg_dump --format=custom "
            "--file=hilo.dump \"$HILO_DATABASE_URL\" (pg_restore puts it back; Supabase also keeps daily backups)")
 
@@ -56,15 +58,23 @@ def backup(source: str, dest: str) -> BackupReport:
     src_path, dest_path = Path(source), Path(dest)
     _check_paths(src_path, dest_path)
     partial = dest_path.with_name(dest_path.name + PARTIAL)
-    with _claimed(partial):
-        return _copy(src_path, dest_path, partial, started)
+    try:
+        with _claimed(partial):
+            return _copy(src_path, dest_path, partial, started)
+    except OSError as exc:  # creating, flushing or renaming the copy: a read-only folder, a full disk, a symlink
+        raise StoreError(_unwritable(dest_path, exc.strerror or str(exc))) from exc
+
+
+def _unwritable(dest: Path, why: str) -> str:
+    return (f"could not write the backup {dest} ({why}): check that its folder is writable for this user and has "
+            "room for a copy of the database; no backup was written")
 
 
 @contextlib.contextmanager
 def _claimed(partial: Path) -> Iterator[None]:
     """`partial` created (0600) or emptied (a run killed before its rename left it: never a backup), and held
     against a second run to the same file until the rename."""
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT, 0o600)
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -85,6 +95,8 @@ def _copy(src_path: Path, dest_path: Path, partial: Path, started: float) -> Bac
             try:
                 src.backup(copy)  # every page in one step: one read transaction, one snapshot
             except sqlite3.DatabaseError as exc:
+                if any(what in str(exc) for what in WRITE_ERRORS):  # the copy's side: its disk, its folder
+                    raise StoreError(_unwritable(dest_path, str(exc))) from exc
                 raise StoreError(_unreadable(src_path, exc)) from exc
             report = _check_copy(copy, src_path)
         _flush(partial)

@@ -7,8 +7,10 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import resource
 import shlex
 import shutil
+import signal
 import sqlite3
 import stat
 import subprocess
@@ -24,11 +26,19 @@ import pytest
 from tests.fakes.serve_process import REPO, clean_env, serving
 
 
-def hilo(cwd: Path, db: Path | str, *args: str, code: int = 0) -> str:
-    """`hilo ARGS` on the database `db` (a path, or a URL); its stdout, or its stderr when it must fail."""
+def hilo(cwd: Path, db: Path | str, *args: str, code: int = 0, max_file_bytes: int | None = None) -> str:
+    """`hilo ARGS` on the database `db` (a path, or a URL); its stdout, or its stderr when it must fail.
+    `max_file_bytes`: no file it writes may grow past that (RLIMIT_FSIZE: the kernel refuses the write, as a full
+    disk does)."""
     url = db if isinstance(db, str) else f"sqlite:///{db}"
+
+    def small_disk() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails (EFBIG) instead of the process dying
+        resource.setrlimit(resource.RLIMIT_FSIZE, (max_file_bytes, max_file_bytes))
+
     proc = subprocess.run([sys.executable, "-m", "bot.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          env=clean_env({"HILO_DATABASE_URL": url}), timeout=60)
+                          env=clean_env({"HILO_DATABASE_URL": url}), timeout=60,
+                          preexec_fn=small_disk if max_file_bytes else None)
     assert proc.returncode == code, proc.stdout + proc.stderr
     if code:
         assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr  # one line, no trace
@@ -150,13 +160,23 @@ def said(text: str, pattern: str) -> None:
     ("sqlite:///{tmp}/hilo.db", ".", "is a directory: name the backup file"),
     ("sqlite:///{tmp}/hilo.db", "hilo.db", "is the database itself"),
     ("sqlite:///{tmp}/hilo.db", "hilo.db-wal", "is the database's own wal file"),
-], ids=["postgres", "no file", "in memory", "no folder", "a folder", "the database", "its wal"])
+    ("sqlite:///{tmp}/hilo.db", "/proc/self/hilo.db", "could not write the backup /proc/self/hilo.db"),
+], ids=["postgres", "no file", "in memory", "no folder", "a folder", "the database", "its wal", "unwritable"])
 def test_what_cannot_be_a_backup_is_refused_and_nothing_is_written(
         tmp_path: Path, db: Path, url: str, dest: str, says: str) -> None:
     before = sorted(p.name for p in tmp_path.iterdir())
     said(hilo(tmp_path, url.format(tmp=tmp_path), "backup", dest, code=1), says)
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no new database at a wrong path, no copy
     assert "secret" not in hilo(tmp_path, url.format(tmp=tmp_path), "backup", dest, code=1)
+
+
+def test_a_disk_too_small_for_the_copy_fails_clearly_and_keeps_the_backup_before(tmp_path: Path, db: Path) -> None:
+    hilo(tmp_path, db, "backup", "copy.db")
+    before = (tmp_path / "copy.db").read_bytes()
+    said(hilo(tmp_path, db, "backup", "copy.db", code=1, max_file_bytes=len(before) // 4),
+         r"could not write the backup copy.db \(disk I/O error\): check that its folder is writable .* room")
+    assert (tmp_path / "copy.db").read_bytes() == before
+    assert not (tmp_path / "copy.db.partial").exists()
 
 
 @pytest.fixture

@@ -57,10 +57,11 @@ def private_file(path: str) -> int | None:
     open then says why)."""
     if path == ":memory:" or path.startswith("file:"):
         return None
+    target = os.path.realpath(path)  # a symlink's file, which SQLite opens (and creates when missing)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        mode = os.stat(path).st_mode & 0o777
+        mode = os.stat(target).st_mode & 0o777
         return mode if mode & 0o077 else None
     except OSError:  # no such directory, a read-only one: sqlite3.connect fails with what to do
         return None

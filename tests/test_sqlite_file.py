@@ -68,10 +68,15 @@ def umask_022() -> Iterator[None]:
         os.umask(before)
 
 
-async def test_a_new_database_and_its_wal_and_shm_are_private_to_their_owner(tmp_path: Path, umask_022: None) -> None:
+@pytest.mark.parametrize("through_a_symlink", [False, True], ids=["a path", "a symlink to a file not there yet"])
+async def test_a_new_database_and_its_wal_and_shm_are_private_to_their_owner(
+        tmp_path: Path, umask_022: None, through_a_symlink: bool) -> None:
     """Every person's messages are in the file: like the .secret, the journal and the exports, it is 0600 (SQLite
     made it 0644 less the umask, readable by every local user, and gave its -wal and -shm the same mode)."""
-    store = SqliteStore(tmp_path / "hilo.db")
+    path = tmp_path / "hilo.db"
+    if through_a_symlink:  # SQLite creates the file the link names
+        (tmp_path / "link.db").symlink_to(path)
+    store = SqliteStore(tmp_path / ("link.db" if through_a_symlink else "hilo.db"))
     await store.open()
     try:
         assert await store.ingest(msg(0), 2) is not None

@@ -4,7 +4,7 @@ Copying hilo.db with `cp` while hilo runs is not a backup. The turns committed s
 hilo.db-wal, not in hilo.db, so the copy lacks them; and a copy read while a checkpoint writes pages into the file
 can hold half of one transaction and half of another. SQLite's online backup API reads the database as one read
 transaction sees it, the -wal's commits included, and in WAL mode that read waits for no writer and blocks none:
-`hilo serve` goes on answering while it runs (checkpoints only wait to go past the copy's snapshot).
+`hilo serve` goes on answering while it runs (a checkpoint meanwhile stops short of the copy's snapshot).
 
 The copy is written to FILE.partial beside FILE (mode 0600: it holds every person's messages), made a plain
 rollback-journal file (one file, no -wal beside it), checked with `PRAGMA quick_check`, flushed to disk, and only

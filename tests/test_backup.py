@@ -205,11 +205,11 @@ def test_the_partial_file_of_a_killed_backup_is_taken_over(tmp_path: Path, db: P
 
 
 def test_the_systemd_unit_writes_the_backup_of_the_day(tmp_path: Path, db: Path) -> None:
-    """deploy/hilo-backup.service's command as systemd runs it (%% is %), on this checkout's hilo and a folder of
-    the test's: one backup named after the weekday, which `date +%a` gives the shell."""
+    """deploy/hilo-backup.service's command as systemd runs it (%% is %, $$ is $), on this checkout's hilo and a
+    folder of the test's: one backup named after the weekday, which `date +%a` gives the shell."""
     unit = (REPO / "deploy" / "hilo-backup.service").read_text()
     (line,) = [x for x in unit.splitlines() if x.startswith("ExecStart=")]
-    command = (line.removeprefix("ExecStart=").replace("%%", "%")
+    command = (line.removeprefix("ExecStart=").replace("%%", "%").replace("$$", "$")
                .replace("/opt/hilo/.venv/bin/hilo", f"{sys.executable} -m bot.cli")
                .replace("/var/lib/hilo-backups", str(tmp_path / "backups")))
     (tmp_path / "backups").mkdir()

@@ -406,3 +406,22 @@ async def test_a_store_that_fails_to_open_leaves_no_connection_or_thread_behind(
         await store.open()
     assert {t.name for t in set(threading.enumerate()) - before if t.is_alive()} == set()
     assert store._conn is None
+
+
+def test_an_older_hilo_refuses_a_database_a_newer_one_migrated_in_one_line(tmp_path: Path) -> None:
+    """What docs/deploy.md ("Upgrading") quotes: going back to an older hilo stops at once, naming the migration."""
+    import subprocess
+    import sys
+
+    from tests.fakes.serve_process import clean_env
+
+    path = tmp_path / "hilo.db"
+    asyncio.run(_migrated(path))
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("INSERT INTO schema_migrations(name, applied_at) VALUES ('0999_from_a_newer_hilo', 'x')")
+        conn.commit()
+    proc = subprocess.run([sys.executable, "-m", "bot.cli", "migrate"], cwd=tmp_path, capture_output=True, text=True,
+                          env=clean_env({"HILO_DATABASE_URL": f"sqlite:///{path}"}), timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr == ("hilo: the database has migrations this build does not know (0999_from_a_newer_hilo): "
+                           "upgrade hilo, or point --db at another database\n")

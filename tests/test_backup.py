@@ -17,7 +17,6 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import closing
-from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -213,8 +212,8 @@ def test_the_systemd_unit_writes_the_backup_of_the_day(tmp_path: Path, db: Path)
                .replace("/opt/hilo/.venv/bin/hilo", f"{sys.executable} -m bot.cli")
                .replace("/var/lib/hilo-backups", str(tmp_path / "backups")))
     (tmp_path / "backups").mkdir()
-    day = datetime.now().strftime("%a")
-    subprocess.run(shlex.split(command), cwd=tmp_path, env=clean_env({"HILO_DATABASE_URL": f"sqlite:///{db}"}),
-                   check=True, capture_output=True, timeout=60)
+    env = clean_env({"HILO_DATABASE_URL": f"sqlite:///{db}"})
+    day = subprocess.run(["date", "+%a"], env=env, check=True, capture_output=True, text=True).stdout.strip()
+    subprocess.run(shlex.split(command), cwd=tmp_path, env=env, check=True, capture_output=True, timeout=60)
     assert [p.name for p in (tmp_path / "backups").iterdir()] == [f"hilo-{day}.db"]
     assert rows(tmp_path / "backups" / f"hilo-{day}.db", "SELECT count(*) FROM messages") == [(2,)]

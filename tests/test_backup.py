@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.fakes.postgres import SERVER, client_tool, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
 from tests.fakes.serve_process import REPO, clean_env, serving
 
 
@@ -217,3 +218,20 @@ def test_the_systemd_unit_writes_the_backup_of_the_day(tmp_path: Path, db: Path)
     subprocess.run(shlex.split(command), cwd=tmp_path, env=env, check=True, capture_output=True, timeout=60)
     assert [p.name for p in (tmp_path / "backups").iterdir()] == [f"hilo-{day}.db"]
     assert rows(tmp_path / "backups" / f"hilo-{day}.db", "SELECT count(*) FROM messages") == [(2,)]
+
+
+def test_the_postgres_backup_the_docs_give_restores_a_database_hilo_goes_on_with(tmp_path: Path) -> None:
+    """`hilo backup` on Postgres names pg_dump; docs/deploy.md gives the command. Its dump, restored with pg_restore
+    into an empty database, is hilo's: nothing to migrate, the person's turn there, and the next turn reads it
+    (the sequences came back too: the new rows do not collide with the restored ones)."""
+    source, target = SERVER.create_database(), SERVER.create_database()
+    hilo(tmp_path, source, "chat", "--user", "alice", "--surface", "telegram", "I live in Valencia")
+    said(hilo(tmp_path, source, "backup", "x.db", code=1), r"pg_dump --format=custom --file=hilo.dump")
+    subprocess.run([client_tool("pg_dump"), "--format=custom", f"--file={tmp_path / 'hilo.dump'}", source], check=True,
+                   capture_output=True, timeout=120)
+    subprocess.run([client_tool("pg_restore"), f"--dbname={target}", tmp_path / "hilo.dump"], check=True,
+                   capture_output=True, timeout=120)
+    assert hilo(tmp_path, target, "migrate").strip() == "the database is up to date"
+    assert "I live in Valencia" in hilo(tmp_path, target, "inspect", "--user", "alice")
+    reply = hilo(tmp_path, target, "chat", "--user", "alice", "--surface", "telegram", "and now?")
+    assert "Context: 4 messages" in reply and "conversation 2" in reply

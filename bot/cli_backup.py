@@ -19,13 +19,12 @@ def add(sub: Any, common: argparse.ArgumentParser, settings: Callable[[argparse.
 
 
 def command(args: argparse.Namespace, settings: Settings) -> int:
-    from memory.open import sqlite_path
+    from memory.open import POSTGRES_SCHEMES, scheme_of, sqlite_path
     from memory.sqlite_backup import PG_DUMP, backup
 
-    url = settings.database_url.strip()
-    if url.split(":", 1)[0].lower() in ("postgres", "postgresql"):
+    if scheme_of(settings.database_url) in POSTGRES_SCHEMES:
         raise HiloError(PG_DUMP)
-    report = backup(sqlite_path(url), args.file)
+    report = backup(sqlite_path(settings.database_url.strip()), args.file)
     print(f"backed up to {report.path}: {report.size_bytes / 1e6:.1f} MB, {report.messages:,} messages of "
           f"{report.people:,} people, schema {report.schema}, in {report.seconds:.2f} s")
     return 0

@@ -37,7 +37,16 @@ from memory.rows import INSERT_COLS, Db, Mode, Rollback, columns_by_table, to_ts
 from memory.sql_store import Logic, SqlStore, context_mode, unread
 from memory.sql_vectors import VectorQuery
 from memory.sqlite_checkpoint import SAFETY_PAGES, Checkpointer
-from memory.sqlite_file import FILE_FIX, TRANSIENT, FileIdentity, file_identity, file_problem, private_file
+from memory.sqlite_file import (
+    DAMAGED,
+    FILE_FIX,
+    TRANSIENT,
+    FileIdentity,
+    file_identity,
+    file_problem,
+    not_a_database,
+    private_file,
+)
 from memory.sqlite_worker import Outcome, Worker, outcome
 from memory.store import ContextQuery, Ingested, IngestedContext, StoreError, StoreUnavailable
 from memory.vectors import DEFAULT_CACHE_FLOATS, Matrix, MatrixCache, extend, matrix_cosines, matrix_of, pack, top
@@ -436,15 +445,15 @@ class SqliteStore(SqlStore):
             if isinstance(exc, sqlite3.OperationalError):  # locked, read-only, no directory: it may pass
                 raise StoreUnavailable(self._cannot_open(exc)) from exc
             # another file, encrypted, or damaged: retrying will not help, and nothing of it is touched
-            if "malformed" in str(exc):
-                what, fix = "is damaged", "restore it from a copy"
-            else:
-                what, fix = "is not a SQLite database", "point HILO_DATABASE_URL (or --db) at hilo's database file"
+            what = not_a_database(exc)
+            fix = ("restore it from a copy" if what == DAMAGED
+                   else "point HILO_DATABASE_URL (or --db) at hilo's database file")
             raise StoreError(f"{os.path.abspath(self.path)} {what} ({exc}); it was left as it is: {fix}, or point "
                              "HILO_DATABASE_URL (or --db) at a new path where hilo creates one") from exc
         if shared is not None:  # said once it is known to be a database
-            logger.warning("store.file_readable", path=os.path.abspath(self.path), mode=f"{shared:04o}",
-                           fix=f"chmod 600 {os.path.abspath(self.path)}* (it holds every person's messages)")
+            path = os.path.abspath(self.path)
+            logger.warning("store.file_readable", path=path, mode=f"{shared:04o}",
+                           fix=f"chmod 600 {path}* (it holds every person's messages)")
         self._conn = conn
         self._identity = identity
         self.windows.clear()  # what another connection read says nothing of this one's file

@@ -21,6 +21,12 @@ from kernel.text import url_shown
 from memory.store import Store
 
 SQLITE_PREFIX = "sqlite:///"
+POSTGRES_SCHEMES = ("postgres", "postgresql")
+
+
+def scheme_of(url: str) -> str:
+    """A database URL's scheme, lowercase: "sqlite", "postgresql", ..."""
+    return url.strip().split(":", 1)[0].lower()
 
 
 def sqlite_path(url: str) -> str:
@@ -39,12 +45,12 @@ def sqlite_path(url: str) -> str:
 def open_store(url: str, *, clock: Callable[[], datetime] | None = None) -> Store:
     """The Store for `url` (not opened yet). `clock`: "now" for the store (aware UTC; default the real clock)."""
     url = url.strip()
-    scheme = url.split(":", 1)[0].lower()
+    scheme = scheme_of(url)
     if scheme == "sqlite":
         from memory.dialect_sqlite import SqliteStore
 
         return SqliteStore(sqlite_path(url), clock=clock)
-    if scheme in ("postgres", "postgresql"):
+    if scheme in POSTGRES_SCHEMES:
         try:
             from memory.dialect_pg import PostgresStore
         except ImportError as exc:  # asyncpg is a dependency: only a broken install lacks it

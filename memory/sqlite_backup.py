@@ -30,12 +30,11 @@ from pathlib import Path
 from urllib.parse import quote
 
 from kernel.errors import StoreError
+from memory.sqlite_file import TRANSIENT, not_a_database
 
 #: How long the copy waits for a lock (a checkpoint's, a crash's recovery) before it gives up.
 BUSY_TIMEOUT_S = 5.0
 PARTIAL = ".partial"
-#: What SQLite says when the copy cannot be written (the source is only read).
-WRITE_ERRORS = ("disk is full", "disk I/O error", "readonly database", "unable to open database file")
 PG_DUMP = ("hilo backup copies a SQLite database; for Postgres use pg_dump, e.g. pg_dump --format=custom "
            "--file=hilo.dump \"$HILO_DATABASE_URL\" (pg_restore puts it back; Supabase also keeps daily backups)")
 
@@ -95,7 +94,7 @@ def _copy(src_path: Path, dest_path: Path, partial: Path, started: float) -> Bac
             try:
                 src.backup(copy)  # every page in one step: one read transaction, one snapshot
             except sqlite3.DatabaseError as exc:
-                if any(what in str(exc) for what in WRITE_ERRORS):  # the copy's side: its disk, its folder
+                if any(kind in str(exc) for kind in TRANSIENT):  # the copy's side (the source is only read)
                     raise StoreError(_unwritable(dest_path, str(exc))) from exc
                 raise StoreError(_unreadable(src_path, exc)) from exc
             report = _check_copy(copy, src_path)
@@ -149,7 +148,7 @@ def _open_source(path: Path) -> sqlite3.Connection:
 def _unreadable(path: Path, exc: sqlite3.DatabaseError) -> str:
     if isinstance(exc, sqlite3.OperationalError):  # locked past the timeout, an I/O error: it may pass
         return f"could not read {path.resolve()} ({exc}): try again"
-    return f"{path.resolve()} cannot be copied ({exc}): it is not a SQLite database, or it is damaged"
+    return f"{path.resolve()} cannot be copied ({exc}): it {not_a_database(exc)}"
 
 
 def _check_copy(copy: sqlite3.Connection, src: Path) -> tuple[int, int, str]:

@@ -19,12 +19,22 @@ a group on purpose): the store says when others may read it (`private_file`).
 from __future__ import annotations
 
 import os
+import sqlite3
 
 #: (st_dev, st_ino)
 FileIdentity = tuple[int, int]
 
 FILE_FIX = ("Put the database file back at its path (a backup, or the file that was moved), then restart hilo; "
             "hilo does not create a new, empty database while it runs")
+
+DAMAGED = "is damaged"
+
+
+def not_a_database(exc: sqlite3.DatabaseError) -> str:
+    """What a DatabaseError other than an OperationalError says of the file: DAMAGED, or another kind of file
+    (a text file, an encrypted database)."""
+    return DAMAGED if "malformed" in str(exc) else "is not a SQLite database"
+
 
 #: SQLite errors that may pass by themselves (a full disk, a read-only file or mount, an I/O error): the store is
 #: unavailable, not broken, and the next transaction tries again.

@@ -165,9 +165,10 @@ def said(text: str, pattern: str) -> None:
 def test_what_cannot_be_a_backup_is_refused_and_nothing_is_written(
         tmp_path: Path, db: Path, url: str, dest: str, says: str) -> None:
     before = sorted(p.name for p in tmp_path.iterdir())
-    said(hilo(tmp_path, url.format(tmp=tmp_path), "backup", dest, code=1), says)
+    refused = hilo(tmp_path, url.format(tmp=tmp_path), "backup", dest, code=1)
+    said(refused, says)
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no new database at a wrong path, no copy
-    assert "secret" not in hilo(tmp_path, url.format(tmp=tmp_path), "backup", dest, code=1)
+    assert "secret" not in refused
 
 
 def test_a_disk_too_small_for_the_copy_fails_clearly_and_keeps_the_backup_before(tmp_path: Path, db: Path) -> None:

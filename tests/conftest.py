@@ -42,6 +42,19 @@ def _log_level_kept() -> Iterator[None]:
         log.configure(logging.getLevelName(before) if before is not None else "info")
 
 
+#: What hilo writes in its working directory when told nowhere else (HILO_DATA_DIR's default with Postgres, the
+#: Postgres secret key): a test that writes them into the checkout is a test that forgot to say where.
+_STRAYS = [Path(__file__).resolve().parent.parent / name for name in ("data", ".hilo-secret")]
+
+
+@pytest.fixture(autouse=True)
+def _no_strays_in_the_checkout() -> Iterator[None]:
+    before = [p for p in _STRAYS if p.exists()]
+    yield
+    strays = [p.name for p in _STRAYS if p.exists() and p not in before]
+    assert not strays, f"the test wrote {strays} into the checkout: give it HILO_DATA_DIR / HILO_SECRET_KEY"
+
+
 @pytest.fixture
 def db_url(tmp_path: Path) -> str:
     """A fresh SQLite database file for the test."""

@@ -56,6 +56,7 @@ REPO = Path(__file__).resolve().parent.parent
 def env_for(tmp_path: Path, twilio: fake_twilio.FakeTwilioApi, **extra: str) -> dict[str, str]:
     return {
         "HILO_DATABASE_URL": f"sqlite:///{tmp_path / 'hilo.db'}", "HILO_SECRET_KEY": "test-secret",
+        "HILO_DATA_DIR": str(tmp_path),  # SQLite's default; on Postgres too (whose default is ./data, in the checkout)
         "HILO_PUBLIC_URL": PUBLIC, "TWILIO_ACCOUNT_SID": twilio.account_sid, "TWILIO_AUTH_TOKEN": twilio.auth_token,
         "TWILIO_WHATSAPP_NUMBER": NUMBER, "TWILIO_API_BASE_URL": twilio.base_url, **extra,
     }

@@ -23,6 +23,7 @@ from bot import job_list
 from bot.config import Settings, ensure_secret_key
 from bot.health import Health
 from bot.jobs import JobRegistry, Scheduler
+from bot.media import forget
 from bot.metrics import Metrics
 from bot.metrics_http import MetricsServer, metrics_route
 from bot.models.base import Chain
@@ -162,6 +163,9 @@ def create_app(
             ch = chain if chain is not None else build_chain(settings)
             runtime = Runtime(settings, ch, Pipeline(settings, st, ch, embedder), TaskSet(), budget)
             state["runtime"] = runtime
+            pipeline = runtime.pipeline
+            if pipeline.erasures is not None:  # before any surface serves the people a restored backup brought back
+                await pipeline.erasures.reapply(st, lambda handle: forget(st, pipeline.media_files, handle))
             for surface in active:
                 await surface.start(runtime)
                 started.append(surface)

@@ -206,15 +206,20 @@ def cmd_forget(args: argparse.Namespace) -> int:
             from bot.cli_memory import forget_memory
 
             return await forget_memory(store, args.user, args.memory)
+        from bot.erasures import ErasureNotKept, Erasures
         from bot.media import forget
         from bot.media_store import MediaStoreError, media_files
 
-        # every table, counted (memory/sql_forget.py), and the person's media files (deleted first)
+        # noted in the record of erasures (bot/erasures.py), then the person's media files, then every table,
+        # counted (memory/sql_forget.py)
         try:
-            counts = await forget(store, media_files(settings), args.user)
+            counts = await forget(store, media_files(settings), args.user, Erasures.of(settings))
         except MediaStoreError as exc:
             print(f"hilo: {args.user}'s media files could not be deleted ({exc}); nothing was forgotten: "
                   "try again when the media store answers", file=sys.stderr)
+            return 1
+        except ErasureNotKept as exc:
+            print(f"hilo: {exc}; nothing was forgotten", file=sys.stderr)
             return 1
         print(catalog.t("forgotten" if counts else "nothing_to_forget", settings.language, handle=args.user))
         if counts:

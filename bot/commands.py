@@ -33,12 +33,13 @@ from zoneinfo import ZoneInfo
 from bot import memory_commands
 from bot.export import ExportLinks
 from bot.notices import Notices
-from kernel import catalog
+from kernel import catalog, log
 from kernel.types import InboundMessage, Memory
 from kernel.zones import MAX_CHARS, find_zone, zone_name
 from memory.store import Inspection, Store
 
 if TYPE_CHECKING:
+    from bot.erasures import Erasures
     from bot.media_store import MediaFiles
 
 #: "/forget yes", "/forget sí": the words that confirm a deletion, in any catalogue language.
@@ -83,6 +84,8 @@ class CommandContext:
     exports: ExportLinks | None = None
     #: the downloaded media files (bot/media.py) `/forget yes` deletes; None: none here
     media: MediaFiles | None = None
+    #: where `/forget yes` notes the erasure first (bot/erasures.py); None: nowhere (an in-memory database)
+    erasures: Erasures | None = None
 
     @property
     def in_group(self) -> bool:
@@ -142,11 +145,15 @@ async def forget(ctx: CommandContext) -> str:
     if what.casefold() not in CONFIRM_WORDS:
         return ctx.t("cmd_forget_confirm")
     handle = await ctx.handle()
-    from bot.media import forget as forget_all  # the person's rows, and their media files
+    from bot.erasures import ErasureNotKept
+    from bot.media import forget as forget_all  # noted, then the person's media files, then their rows
     from bot.media_store import MediaStoreError
 
     try:
-        existed = handle is not None and await forget_all(ctx.store, ctx.media, handle) is not None
+        existed = handle is not None and await forget_all(ctx.store, ctx.media, handle, ctx.erasures) is not None
+    except ErasureNotKept as exc:  # nothing forgotten yet: they can ask again
+        log.get("hilo.erasures").error("erasures.not_kept", handle=handle, error=str(exc))
+        return ctx.t("cmd_forget_failed")
     except MediaStoreError:  # nothing forgotten yet (logged where it failed): they can ask again
         return ctx.t("cmd_forget_failed")
     return ctx.t("cmd_forget_done" if existed else "cmd_forget_nothing")
@@ -239,6 +246,7 @@ PRIVATE_ONLY = frozenset({"remember", "memory", "forget", "link", "unlink", "exp
 async def run(
     command: Command, msg: InboundMessage, store: Store, *, default_language: str = "en",
     notices: Notices | None = None, exports: ExportLinks | None = None, media: MediaFiles | None = None,
+    erasures: Erasures | None = None,
 ) -> str:
     """The reply to `command`, sent by the person of `msg`, in their language (msg.language, else the default).
     `notices`: where to tell others what a command did to them (the owner of a link code who was joined)."""
@@ -246,7 +254,7 @@ async def run(
     handler = HANDLERS.get(command.name)
     if handler is None:
         return catalog.t("cmd_unknown", lang, name=command.name)
-    ctx = CommandContext(msg, store, lang, command.args, notices, default_language, exports, media)
+    ctx = CommandContext(msg, store, lang, command.args, notices, default_language, exports, media, erasures)
     if command.name in PRIVATE_ONLY and ctx.in_group:
         return catalog.t("cmd_private_only", lang, name=command.name)
     return await handler(ctx)

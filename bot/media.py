@@ -35,6 +35,7 @@ from kernel.types import InboundMessage, Ingested, OutboundMessage
 
 if TYPE_CHECKING:
     from bot.config import Settings
+    from bot.erasures import Erasures
     from bot.pipeline import Pipeline, Prepare, Taken
     from bot.transcribe import Transcriber
     from memory.store import Store
@@ -212,11 +213,19 @@ class Listener:
         return catalog.t(key, lang, **params)
 
 
-async def forget(store: Store, files: MediaFiles | None, handle: str) -> dict[str, int] | None:
-    """Forget the person `handle`: their media files deleted first, then every row (Store.erase, counted): the
-    counts, with "media_files" when some were deleted; None when nobody has that handle. `hilo forget` and
-    `/forget yes`. MediaStoreError when a file's place cannot delete it: then nothing is forgotten yet (the rows
-    still name the files, so trying again finds them; no object is left behind unrecorded)."""
+async def forget(store: Store, files: MediaFiles | None, handle: str,
+                 erasures: Erasures | None = None) -> dict[str, int] | None:
+    """Forget the person `handle`: noted in `erasures` first (bot/erasures.py: a restored backup does not bring
+    them back), then their media files deleted, then every row (Store.erase, counted): the counts, with
+    "media_files" when some were deleted; None when nobody has that handle. `hilo forget` and `/forget yes`
+    (`erasures` None: a start forgetting again whom the record lists). ErasureNotKept when the note cannot be
+    written, MediaStoreError when a file's place cannot delete it: then nothing is forgotten yet (the rows still
+    name the files, so trying again finds them; no object is left behind unrecorded)."""
+    if erasures is not None:
+        identities = await store.identities_of(handle)
+        if identities is None:
+            return None
+        await erasures.note(handle, identities)
     paths = await store.media_paths(handle) if files is not None else []
     try:
         deleted = await files.delete(paths) if paths and files is not None else 0

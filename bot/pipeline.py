@@ -29,6 +29,7 @@ from bot.alerts import Alerts
 from bot.config import Settings
 from bot.embedders.base import Embedder
 from bot.embedding import active
+from bot.erasures import Erasures
 from bot.export import ExportLinks, Exports
 from bot.keyed import KeyedLocks
 from bot.media_store import MediaFiles, media_files
@@ -126,6 +127,7 @@ class Pipeline:
                                       extra=[http_tool(spec) for spec in settings.http_tools])
         #: downloaded media (voice notes, bot/media.py) under HILO_DATA_DIR/media: `/forget yes` deletes them too
         self.media_files: MediaFiles = media_files(settings)
+        self.erasures = Erasures.of(settings)
         #: what a recovered message's turn runs first, inside its lease (bot/media.py: a voice note never heard);
         #: set by its owner, None: nothing
         self.recovering: Callable[[InboundMessage], Prepare | None] | None = None
@@ -243,7 +245,8 @@ class Pipeline:
     async def command(self, command: commands.Command, msg: InboundMessage) -> str:
         """The reply to a command (/link, /memory ...) sent by the person of `msg`; nothing is stored as a message."""
         return await commands.run(command, msg, self.store, default_language=self.settings.language,
-                                  notices=self.notices, exports=self.exports.links, media=self.media_files)
+                                  notices=self.notices, exports=self.exports.links, media=self.media_files,
+                                  erasures=self.erasures)
 
     async def _turn(
         self, msg: InboundMessage, turn: Ingested, lang: str, started: float,

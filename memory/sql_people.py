@@ -13,9 +13,9 @@ from kernel.errors import NotFound
 from kernel.types import ModelCallRecord
 from memory import sql_summaries, tool_rows
 from memory.inspection import Inspection
-from memory.rows import MSG_COLS, Db, to_message, to_ts
+from memory.rows import MSG_COLS, Db, as_dt, to_message, to_ts
 from memory.sql_turns import INSERT_CALL, identity_user
-from memory.store import Delivery, StoredMessage
+from memory.store import Delivery, Person, StoredMessage
 
 CALL_KEYS = ("id", "message_id", "model", "provider", "tokens_in", "tokens_out", "latency_ms", "outcome",
              "fallback_from", "error", "created_at", "purpose", "cost_usd", "tokens_cached", "route")
@@ -161,3 +161,33 @@ def _memory_json(row: dict[str, Any]) -> Any:
         value = row[key]
         row[key] = json.loads(value) if isinstance(value, str) else value
     return {"short_id": f"m{row['id']}", **row}
+
+
+async def identities_of(db: Db, handle: str) -> list[tuple[str, str]] | None:
+    user_id = await db.value("SELECT id FROM users WHERE handle = $1", handle)
+    if user_id is None:
+        return None
+    rows = await db.all("SELECT surface, external_user_id FROM identities WHERE user_id = $1 ORDER BY id", user_id)
+    return [(str(surface), str(ext)) for surface, ext in rows]
+
+
+async def people_page(db: Db, after: int, limit: int) -> list[Person]:
+    users = await db.all("SELECT id, handle, created_at FROM users WHERE id > $1 ORDER BY id LIMIT $2", after, limit)
+    if not users:
+        return []
+    found: dict[int, list[tuple[str, str, datetime]]] = {int(u[0]): [] for u in users}
+    for user_id, surface, ext, created in await db.all(
+            "SELECT user_id, surface, external_user_id, created_at FROM identities WHERE user_id >= $1 "
+            "AND user_id <= $2 ORDER BY id", users[0][0], users[-1][0]):
+        found[int(user_id)].append((str(surface), str(ext), as_dt(created)))
+    return [Person(int(uid), str(handle), as_dt(created), tuple(found[int(uid)])) for uid, handle, created in users]
+
+
+async def erasures_through(db: Db, record: str) -> datetime | None:
+    through = await db.value("SELECT through FROM erasure_marks WHERE record = $1", record)
+    return None if through is None else as_dt(through)
+
+
+async def mark_erasures(db: Db, record: str, through: datetime) -> None:
+    await db.run("INSERT INTO erasure_marks (record, through) VALUES ($1, $2) "
+                 "ON CONFLICT (record) DO UPDATE SET through = excluded.through", record, db.ts(through))

@@ -47,6 +47,7 @@ from memory.store import (
     MemoryDraft,
     MemoryVectors,
     Pending,
+    Person,
     Redemption,
     StoredMessage,
     with_vector,
@@ -592,6 +593,26 @@ class SqlStore:
         from memory import sql_forget as forgetting
 
         return await self._tx("write", forgetting.erase, handle)
+
+    async def identities_of(self, handle: str) -> list[tuple[str, str]] | None:
+        from memory import sql_people as people
+
+        return await self._tx("read", people.identities_of, handle)
+
+    async def people_page(self, after: int, limit: int) -> list[Person]:
+        from memory import sql_people as people
+
+        return await self._tx("read", people.people_page, after, limit)
+
+    async def erasures_through(self, record: str) -> datetime | None:
+        from memory import sql_people as people
+
+        return await self._tx("read", people.erasures_through, record)
+
+    async def mark_erasures(self, record: str, through: datetime) -> None:
+        from memory import sql_people as people
+
+        await self._tx("write", people.mark_erasures, record, through)
 
     # -- identities, linking, deliveries ------------------------------------------------------------------
 

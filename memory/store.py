@@ -189,6 +189,17 @@ class Redemption:
     owner: LinkCodeOwner | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Person:
+    """A person as the record of erasures matches them (bot/erasures.py): their handle and identities
+    ((surface, external user id, created_at)), each with when it was created."""
+
+    id: int
+    handle: str
+    created_at: datetime
+    identities: tuple[tuple[str, str, datetime], ...]
+
+
 class Store(Protocol):
     """A database of people, their conversations and messages. Every method is async and never blocks the loop."""
 
@@ -443,6 +454,21 @@ class Store(Protocol):
     async def erase(self, handle: str) -> dict[str, int] | None:
         """`forget`, saying what went: {table: rows deleted} (memory/sql_forget.py), None when nobody has that
         handle."""
+
+    async def identities_of(self, handle: str) -> list[tuple[str, str]] | None:
+        """The person's identities as (surface, external user id), oldest first; None when nobody has that handle
+        (the record of erasures notes them before `erase`: bot/erasures.py)."""
+
+    async def people_page(self, after: int, limit: int) -> list[Person]:
+        """Up to `limit` people whose id is above `after`, by id, each with their identities (the record of
+        erasures walks everyone so after a restore)."""
+
+    async def erasures_through(self, record: str) -> datetime | None:
+        """How far the record of erasures `record` (a digest of its first line) was applied here: its newest
+        erasure then; None if never (migration 0047: a restored database holds the backup's mark)."""
+
+    async def mark_erasures(self, record: str, through: datetime) -> None:
+        """The record `record` was applied here up to its erasure of `through`."""
 
     async def model_calls(self, user_id: int) -> list[dict[str, Any]]:
         """The user's model_calls rows, oldest first (JSON-ready)."""

@@ -1,0 +1,217 @@
+"""The record of erasures kept outside the database (bot/erasures.py): each `hilo forget` and `/forget yes` is noted
+first, in HILO_DATA_DIR/erasures.jsonl, and a start of `hilo serve` forgets again whoever a restored backup brought
+back, and nobody who came back by themselves since."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import stat
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from bot import erasures as erasures_module
+from bot.erasures import Erasures, digests
+from kernel.types import utcnow
+from memory.store import Store
+from tests.backends import TestClock
+from tests.fakes.postgres import SERVER, client_tool, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
+from tests.fakes.serve_process import ServeProcess, clean_env
+
+
+def hilo(cwd: Path, url: str, *args: str, code: int = 0) -> str:
+    """`hilo ARGS` on the database `url`, its data directory `cwd`/data: its stdout, or its stderr when it must
+    fail (one line, no traceback)."""
+    proc = subprocess.run([sys.executable, "-m", "bot.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          env=clean_env({"HILO_DATABASE_URL": url, "HILO_DATA_DIR": str(cwd / "data")}), timeout=60)
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    if code:
+        assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    return proc.stdout if code == 0 else proc.stderr
+
+
+def started_and_stopped(cwd: Path, url: str) -> list[dict[str, object]]:
+    """`hilo serve` started on `url` (JSON logs) and stopped: its log records."""
+    daemon = ServeProcess(cwd, {"HILO_DATABASE_URL": url, "HILO_DATA_DIR": str(cwd / "data"),
+                                "HILO_LOG_FORMAT": "json"})
+    try:
+        daemon.wait_started()
+        daemon.terminate()
+        assert daemon.wait() == 0, "\n".join(daemon.lines)
+    finally:
+        daemon.kill()
+    return [json.loads(line) for line in daemon.lines if line.startswith("{")]
+
+
+def events(records: list[dict[str, object]], name: str) -> list[dict[str, object]]:
+    return [r for r in records if r["event"] == name]
+
+
+def said_by(cwd: Path, url: str, handle: str) -> list[str]:
+    record = json.loads(hilo(cwd, url, "inspect", "--user", handle, "--json"))
+    if record is None:
+        return []
+    return [m["content"] for c in record["conversations"] for m in c["messages"] if m["role"] == "user"]
+
+
+def test_a_restored_sqlite_backup_does_not_bring_a_forgotten_person_back(tmp_path: Path) -> None:
+    db = tmp_path / "hilo.db"
+    url = f"sqlite:///{db}"
+    hilo(tmp_path, url, "chat", "--user", "alice", "--surface", "telegram", "my phone is 600 123 456")
+    hilo(tmp_path, url, "chat", "--user", "bob", "--surface", "whatsapp", "I live in Valencia")
+    hilo(tmp_path, url, "backup", "backup.db")
+    # `hilo chat` speaks as a handle, with no identity on a platform (the walk test below matches those)
+    identities = [(i["surface"], i["external_user_id"])
+                  for i in json.loads(hilo(tmp_path, url, "inspect", "--user", "alice", "--json"))["identities"]]
+    assert "deleted" in hilo(tmp_path, url, "forget", "--user", "alice")
+    record = tmp_path / "data" / "erasures.jsonl"
+    assert stat.S_IMODE(record.stat().st_mode) == 0o600
+    text = record.read_text()
+    # the digests of the handle and of each identity, never the identifiers
+    assert json.loads(text)["ids"] == digests("alice", identities) == digests("alice", [])
+    assert "alice" not in text
+    # the restore docs/deploy.md gives: the backup in place of the database, no -wal of the one before
+    for leftover in (tmp_path / "hilo.db-wal", tmp_path / "hilo.db-shm"):
+        leftover.unlink(missing_ok=True)
+    shutil.copyfile(tmp_path / "backup.db", db)
+    assert said_by(tmp_path, url, "alice") == ["my phone is 600 123 456"]  # the backup brought her back
+
+    logs = started_and_stopped(tmp_path, url)
+    assert said_by(tmp_path, url, "alice") == []
+    assert said_by(tmp_path, url, "bob") == ["I live in Valencia"]
+    assert [(e["people"], e["entries"]) for e in events(logs, "erasures.reapplied")] == [(1, 1)]
+    assert [e["handle"] for e in events(logs, "person.forgotten")] == ["alice"]
+    # the next start finds nobody to forget, and says nothing of it
+    assert events(started_and_stopped(tmp_path, url), "erasures.reapplied") == []
+    # a backup holding the mark of what was applied by then, and an erasure after it: restored, bob goes too
+    hilo(tmp_path, url, "backup", "backup.db")
+    hilo(tmp_path, url, "forget", "--user", "bob")
+    shutil.copyfile(tmp_path / "backup.db", db)
+    (tmp_path / "hilo.db-wal").unlink(missing_ok=True)
+    assert said_by(tmp_path, url, "bob") == ["I live in Valencia"]
+    logs = started_and_stopped(tmp_path, url)
+    assert said_by(tmp_path, url, "bob") == [] and said_by(tmp_path, url, "alice") == []
+    assert [(e["people"], e["entries"]) for e in events(logs, "erasures.reapplied")] == [(1, 2)]
+
+
+def test_someone_who_came_back_after_their_erasure_keeps_what_they_said_since(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'hilo.db'}"
+    hilo(tmp_path, url, "chat", "--user", "alice", "--surface", "telegram", "before")
+    hilo(tmp_path, url, "forget", "--user", "alice")
+    hilo(tmp_path, url, "chat", "--user", "alice", "--surface", "telegram", "I am back")
+    logs = started_and_stopped(tmp_path, url)
+    assert said_by(tmp_path, url, "alice") == ["I am back"]
+    assert events(logs, "erasures.reapplied") == []
+
+
+def test_a_persons_own_forget_is_noted_before_anything_is_deleted(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'hilo.db'}"
+    hilo(tmp_path, url, "chat", "--user", "alice", "--surface", "telegram", "hello")
+    hilo(tmp_path, url, "backup", "backup.db")
+    hilo(tmp_path, url, "chat", "--user", "alice", "--surface", "telegram", "/forget yes")
+    assert said_by(tmp_path, url, "alice") == []
+    [line] = (tmp_path / "data" / "erasures.jsonl").read_text().splitlines()
+    assert json.loads(line)["ids"][0] == digests("alice", [])[0]
+    shutil.copyfile(tmp_path / "backup.db", tmp_path / "hilo.db")
+    (tmp_path / "hilo.db-wal").unlink(missing_ok=True)
+    started_and_stopped(tmp_path, url)
+    assert said_by(tmp_path, url, "alice") == []
+
+
+def test_an_erasure_that_cannot_be_noted_deletes_nothing(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'hilo.db'}"
+    hilo(tmp_path, url, "chat", "--user", "alice", "--surface", "telegram", "hello")
+    (tmp_path / "data" / "erasures.jsonl").mkdir(parents=True)  # where the record goes: not a file it can append to
+    err = hilo(tmp_path, url, "forget", "--user", "alice", code=1)
+    assert "erasures.jsonl cannot be written" in err and "nothing was forgotten" in err, err
+    assert said_by(tmp_path, url, "alice") == ["hello"]
+
+
+def test_a_record_that_cannot_be_read_stops_the_start_in_one_line(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'hilo.db'}"
+    hilo(tmp_path, url, "migrate")
+    (tmp_path / "data" / "erasures.jsonl").mkdir(parents=True)
+    proc = subprocess.run([sys.executable, "-m", "bot.cli", "serve", "--port", "0"], cwd=tmp_path, timeout=60,
+                          capture_output=True, text=True,
+                          env=clean_env({"HILO_DATABASE_URL": url, "HILO_DATA_DIR": str(tmp_path / "data")}))
+    assert proc.returncode != 0
+    failed = [line for line in proc.stderr.splitlines() + proc.stdout.splitlines() if "daemon.failed" in line]
+    assert len(failed) == 1 and "cannot read the record of erasures" in failed[0], proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_line_cut_by_a_crash_is_skipped_and_said_and_the_others_apply(tmp_path: Path) -> None:
+    db = tmp_path / "hilo.db"
+    url = f"sqlite:///{db}"
+    for who in ("alice", "bob", "carol"):
+        hilo(tmp_path, url, "chat", "--user", who, "--surface", "telegram", f"I am {who}")
+    hilo(tmp_path, url, "backup", "backup.db")
+    hilo(tmp_path, url, "forget", "--user", "alice")
+    record = tmp_path / "data" / "erasures.jsonl"
+    cut = '{"at": "2026-12-07T22:4'
+    with record.open("a") as fh:
+        fh.write(cut)  # bob's line, cut by a crash: his erasure never began
+    hilo(tmp_path, url, "forget", "--user", "carol")  # the next line starts on a line of its own
+    shutil.copyfile(tmp_path / "backup.db", db)
+    (tmp_path / "hilo.db-wal").unlink(missing_ok=True)
+    logs = started_and_stopped(tmp_path, url)
+    assert said_by(tmp_path, url, "alice") == [] and said_by(tmp_path, url, "carol") == []
+    assert said_by(tmp_path, url, "bob") == ["I am bob"]
+    assert [(e["line"], e["bytes"]) for e in events(logs, "erasures.line_unreadable")] == [(2, len(cut))]
+    assert [(e["people"], e["entries"]) for e in events(logs, "erasures.reapplied")] == [(2, 2)]
+
+
+def test_a_restored_postgres_dump_does_not_bring_a_forgotten_person_back(tmp_path: Path) -> None:
+    source, target = SERVER.create_database(), SERVER.create_database()
+    hilo(tmp_path, source, "chat", "--user", "alice", "--surface", "telegram", "my phone is 600 123 456")
+    hilo(tmp_path, source, "chat", "--user", "bob", "--surface", "telegram", "I live in Valencia")
+    dump = tmp_path / "hilo.dump"
+    subprocess.run([client_tool("pg_dump"), "--format=custom", f"--file={dump}", source], check=True,
+                   capture_output=True, timeout=120)
+    hilo(tmp_path, source, "forget", "--user", "alice")
+    subprocess.run([client_tool("pg_restore"), f"--dbname={target}", dump], check=True, capture_output=True,
+                   timeout=120)
+    assert said_by(tmp_path, target, "alice") == ["my phone is 600 123 456"]
+    logs = started_and_stopped(tmp_path, target)
+    assert said_by(tmp_path, target, "alice") == [] and said_by(tmp_path, target, "bob") == ["I live in Valencia"]
+    assert [e["people"] for e in events(logs, "erasures.reapplied")] == [1]
+
+
+async def test_the_walk_finds_everyone_listed_across_pages_by_handle_or_identity(
+        store: Store, clock: TestClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(erasures_module, "PAGE", 2)  # five people: three pages
+    handles = []
+    for n in range(5):
+        await store.identity_user("telegram", f"tg{n}", create=True)
+        handles.append(await store.identity_handle("telegram", f"tg{n}"))
+    record = Erasures(tmp_path / "erasures.jsonl")
+    created = utcnow()
+    # tg1 by its identity, tg4 by its handle alone; tg2 was "erased" before it existed (so it came back since)
+    await record.note("someone-else", [("telegram", "tg1")])
+    await record.note(str(handles[4]), [])
+    await record.note(str(handles[2]), [("telegram", "tg2")], at=created - timedelta(hours=1))
+    forgotten: list[str] = []
+
+    async def forget(handle: str) -> None:
+        forgotten.append(handle)
+        assert await store.erase(handle) is not None
+
+    assert await record.reapply(store, forget) == 2
+    assert forgotten == [handles[1], handles[4]]
+    assert await store.identities_of(str(handles[1])) is None
+    assert await store.identities_of(str(handles[2])) == [("telegram", "tg2")]
+    # applied up to its newest erasure: the next start reads the mark and walks nobody
+    name, entries = record.read()
+    assert await store.erasures_through(name) == max(e.at for e in entries)
+    clock.advance(-3600)
+    await store.identity_user("telegram", "tg1", create=True)  # created before its erasure, as a restore brings it
+    clock.advance(3600)
+    assert await record.reapply(store, forget) == 0 and len(forgotten) == 2  # not looked for
+    await record.note("someone-new", [])  # a newer erasure: the next start walks everyone again, and finds it
+    assert await record.reapply(store, forget) == 1
+    assert await store.identity_handle("telegram", "tg1") is None
+

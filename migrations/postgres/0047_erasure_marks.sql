@@ -6,3 +6,15 @@ CREATE TABLE erasure_marks (
     record text NOT NULL PRIMARY KEY,
     through timestamptz NOT NULL
 );
+-- Row-level security on every table, as migrations/postgres/0011_rls.sql explains.
+ALTER TABLE erasure_marks ENABLE ROW LEVEL SECURITY;
+DO $$
+DECLARE
+    grantee text;
+BEGIN
+    FOREACH grantee IN ARRAY ARRAY['anon', 'authenticated'] LOOP
+        CONTINUE WHEN NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = grantee);
+        EXECUTE format('REVOKE TRUNCATE, REFERENCES, TRIGGER ON TABLE erasure_marks FROM %I', grantee);
+    END LOOP;
+END
+$$;

@@ -43,16 +43,21 @@ def _log_level_kept() -> Iterator[None]:
 
 
 #: What hilo writes in its working directory when told nowhere else (HILO_DATA_DIR's default with Postgres, the
-#: Postgres secret key): a test that writes them into the checkout is a test that forgot to say where.
-_STRAYS = [Path(__file__).resolve().parent.parent / name for name in ("data", ".hilo-secret")]
+#: Postgres secret key; with `sqlite:///hilo.db`, the journal and the record of erasures beside it).
+_STRAYS = [Path(__file__).resolve().parent.parent / name
+           for name in ("data", ".hilo-secret", "hilo.db", "erasures.jsonl", "inbound.journal")]
 
 
 @pytest.fixture(autouse=True)
-def _no_strays_in_the_checkout() -> Iterator[None]:
+def _in_a_directory_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Each test runs in its own temporary directory: what hilo writes by default in its working directory (the
+    list above: a Settings() built without a data directory, a pipeline over a test's store) lands there, never
+    in the checkout, where one test's record of erasures would be the next one's."""
     before = [p for p in _STRAYS if p.exists()]
+    monkeypatch.chdir(tmp_path)
     yield
     strays = [p.name for p in _STRAYS if p.exists() and p not in before]
-    assert not strays, f"the test wrote {strays} into the checkout: give it HILO_DATA_DIR / HILO_SECRET_KEY"
+    assert not strays, f"the test wrote {strays} into the checkout"
 
 
 @pytest.fixture

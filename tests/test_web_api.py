@@ -33,7 +33,8 @@ from tests.fakes.full_disk import PAGE_SIZED_TEXT, disk_full, read_only
 
 @pytest.fixture
 async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
-    settings = Settings(database_url=f"sqlite:///{tmp_path / 'hilo.db'}", secret_key="test-secret")
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'hilo.db'}", secret_key="test-secret",
+                        data_dir=str(tmp_path))  # as from_mapping makes it: the database's directory
     async with running_daemon(settings) as c:
         yield c
 

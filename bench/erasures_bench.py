@@ -1,10 +1,11 @@
 """What the record of erasures (bot/erasures.py) adds to a start of `hilo serve`, on SQLite, at several numbers of
 people: the walk over everyone that looks for the people the record lists, and the start that skips it.
 
-    python bench/erasures_bench.py [--people 1000,100000] [--entries 100] [--rounds 5]
+    python bench/erasures_bench.py [--people 1000,100000] [--entries 100] [--memories 100] [--rounds 5]
 
 Each size is a fresh database: `--people` people, each with one Telegram identity (written straight into the
-migrated schema, as an import would), and a record of `--entries` erasures of people who are not there. Timed, in
+migrated schema, as an import would), and a record of `--entries` erasures of people who are not there and
+`--memories` of single memories that are not there (each looked up by its ids: no walk). Timed, in
 `--rounds` interleaved rounds, each as a start runs it (Erasures.reapply):
 - walk: the database's mark of the record cleared first, as after a restore (or after new erasures): every person
   read and digested, nobody found;
@@ -45,7 +46,7 @@ def _seed(db: Path, people: int) -> None:
         conn.commit()
 
 
-async def _measure(work: Path, people: int, entries: int, rounds: int) -> dict[str, Any]:
+async def _measure(work: Path, people: int, entries: int, memories: int, rounds: int) -> dict[str, Any]:
     db = work / f"p{people}.db"
     store = open_store(f"sqlite:///{db}")
     await store.open()
@@ -54,6 +55,8 @@ async def _measure(work: Path, people: int, entries: int, rounds: int) -> dict[s
     record = Erasures(work / f"p{people}.erasures.jsonl")
     for n in range(entries):
         await record.note(f"gone:{n}", [("telegram", f"gone{n}")])
+    for n in range(memories):
+        await record.note_memory(people + n, n + 1)
     absent = Erasures(work / "none.jsonl")
     store = open_store(f"sqlite:///{db}")
     await store.open()
@@ -71,7 +74,8 @@ async def _measure(work: Path, people: int, entries: int, rounds: int) -> dict[s
                 times.append(time.perf_counter() - began)
     finally:
         await store.close()
-    return {"people": people, "entries": entries, "walk_p50_ms": round(statistics.median(walks) * 1000, 1),
+    return {"people": people, "entries": entries, "memories": memories,
+            "walk_p50_ms": round(statistics.median(walks) * 1000, 1),
             "walk_max_ms": round(max(walks) * 1000, 1), "marked_ms": round(statistics.median(marked) * 1000, 3),
             "no_record_ms": round(statistics.median(skips) * 1000, 3)}
 
@@ -79,17 +83,19 @@ async def _measure(work: Path, people: int, entries: int, rounds: int) -> dict[s
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--people", default="1000,100000", help="comma list of database sizes")
-    p.add_argument("--entries", type=int, default=100)
+    p.add_argument("--entries", type=int, default=100, help="people the record lists")
+    p.add_argument("--memories", type=int, default=100, help="single memories the record lists")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "erasures.json")
     args = p.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="hilo-erasures-") as tmp:
         for people in (int(x) for x in args.people.split(",")):
-            rows.append(asyncio.run(_measure(Path(tmp), people, args.entries, args.rounds)))
+            rows.append(asyncio.run(_measure(Path(tmp), people, args.entries, args.memories, args.rounds)))
             r = rows[-1]
-            print(f"{r['people']:>9,} people, {r['entries']} entries: walk p50 {r['walk_p50_ms']} ms (slowest "
-                  f"{r['walk_max_ms']}), marked {r['marked_ms']} ms, no record {r['no_record_ms']} ms", flush=True)
+            print(f"{r['people']:>9,} people, {r['entries']} + {r['memories']} entries: walk p50 "
+                  f"{r['walk_p50_ms']} ms (slowest {r['walk_max_ms']}), marked {r['marked_ms']} ms, "
+                  f"no record {r['no_record_ms']} ms", flush=True)
     out = {"rows": rows, "machine": f"{os.cpu_count()} cpus, {os.uname().sysname} {os.uname().release}"}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2) + "\n")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
+from bot.erasures import Erasures, forget_memory
 from bot.memory_commands import memory_json
 from kernel.errors import HiloError
 from kernel.types import MemoryDraft, StoredMessage
@@ -49,8 +50,9 @@ class MemoryEnded(HiloError):
 class Admin:
     """The admin page's reads and writes, over the store."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, erasures: Erasures | None = None) -> None:
         self._store = store
+        self._erasures = erasures  # a memory deleted here is noted first (bot/erasures.py)
 
     async def people(self, offset: int, limit: int | None) -> dict[str, Any]:
         size = page_size(limit)
@@ -93,7 +95,7 @@ class Admin:
         return Edited(memory_json(added.memory), added.outcome, old.id)
 
     async def forget_memory(self, user_id: int, memory_id: int) -> bool:
-        return await self._store.forget_memory(user_id, memory_id)
+        return await forget_memory(self._store, self._erasures, user_id, memory_id)
 
     async def costs(self, user_id: int | None) -> dict[str, Any]:
         """Today's (UTC), this month's and all model calls' count, cost and tokens, of the person or (None) of

@@ -204,8 +204,9 @@ def cmd_forget(args: argparse.Namespace) -> int:
     async def run(store: Any) -> int:
         if args.memory is not None:
             from bot.cli_memory import forget_memory
+            from bot.erasures import Erasures
 
-            return await forget_memory(store, args.user, args.memory)
+            return await forget_memory(store, args.user, args.memory, Erasures.of(settings))
         from bot.erasures import ErasureNotKept, Erasures
         from bot.media import forget
         from bot.media_store import MediaStoreError, media_files

@@ -6,6 +6,8 @@ import json
 import sys
 from typing import Any
 
+from bot.erasures import Erasures
+from bot.erasures import forget_memory as forget_noted
 from bot.memory_commands import memory_json, parse_id
 from kernel.errors import ConfigError
 
@@ -24,13 +26,13 @@ async def show_memories(store: Any, handle: str, include_ended: bool, as_json: b
     return 0
 
 
-async def forget_memory(store: Any, handle: str, ref: str) -> int:
-    """One memory of `handle` (ref: m12 or 12), not the person."""
+async def forget_memory(store: Any, handle: str, ref: str, erasures: Erasures | None = None) -> int:
+    """One memory of `handle` (ref: m12 or 12), not the person; noted in `erasures` first (bot/erasures.py)."""
     memory_id = parse_id(ref)
     if memory_id is None:
         raise ConfigError(f"--memory {ref!r} is not a memory id: give one as `hilo memory` lists it, e.g. m12")
     user_id = await store.user_id(handle)
-    if user_id is None or not await store.forget_memory(user_id, memory_id):
+    if user_id is None or not await forget_noted(store, erasures, user_id, memory_id):
         print(f"hilo: {handle} has no memory m{memory_id}: see `hilo memory --user {handle}`", file=sys.stderr)
         return 1
     print(f"forgot m{memory_id} of {handle}")

@@ -141,7 +141,13 @@ async def forget(ctx: CommandContext) -> str:
     if what and what.casefold() not in CONFIRM_WORDS:
         handle = await ctx.handle()
         user_id = await ctx.store.user_id(handle) if handle else None
-        return await memory_commands.forget_one(ctx.store, user_id, what, ctx.lang)
+        from bot.erasures import ErasureNotKept
+
+        try:
+            return await memory_commands.forget_one(ctx.store, user_id, what, ctx.lang, ctx.erasures)
+        except ErasureNotKept as exc:  # nothing forgotten: they can ask again
+            log.get("hilo.erasures").error("erasures.not_kept", user_id=user_id, error=str(exc))
+            return ctx.t("cmd_forget_failed")
     if what.casefold() not in CONFIRM_WORDS:
         return ctx.t("cmd_forget_confirm")
     handle = await ctx.handle()

@@ -1,4 +1,5 @@
-"""The record of erasures, kept outside the database: a restored backup does not bring forgotten people back.
+"""The record of erasures, kept outside the database: a restored backup does not bring forgotten people (or
+memories) back.
 
 A backup holds everyone it held when it was taken; restored, it brings back every person forgotten since (a
 `/forget` or `hilo forget` after the backup). So each erasure is noted, before anything is deleted, as one line of
@@ -11,14 +12,19 @@ the file names nobody in the clear. Each start of `hilo serve` reads it before a
 again every person whose handle or identity it lists and who existed by then (created at or before that line's
 `at`): a restore's resurrected people go, with their media files. Someone who came back after their erasure has a
 handle and identities created after it, so what they said since stays (a backup taken since holds only that).
-The walk over everyone (~0.6 s at 100,000 people on SQLite, bench/erasures_bench.py) runs only when the record
+One memory forgotten (`forget_memory` below: /forget m12, the `forget` tool, the widget, the admin page, `hilo
+forget --memory`) is a line of its own, `{"at": ..., "memory": [user id, memory id]}` (numbers that name nobody),
+forgotten again when that memory was stored by then: after a restore the ids start over where the backup's ended,
+and a memory stored since under the same id is newer than the line.
+The walk over everyone (~0.5 s at 100,000 people on SQLite, bench/erasures_bench.py) runs only when the record
 holds an erasure newer than the database's mark of it (migration 0047, `erasure_marks`): after a restore, whose
 mark is as old as the backup, or once after erasures made since; otherwise a start reads one row.
 
 What the file cannot hold is said at once: a line that is not one (a write cut by a crash: its erasure never
 began, since the line comes first) is skipped and logged (`erasures.line_unreadable`); a file that cannot be read
 stops the start (ConfigError), since a start that skipped it would serve the people it lists. A line that cannot be
-written fails the erasure before anything is deleted (ErasureNotKept): the person is told to ask again.
+written fails the erasure before anything is deleted (ErasureNotKept, a StoreError: the web and the admin page
+answer 503): the person is told to ask again.
 Several processes on one Postgres database each keep their own file (HILO_DATA_DIR is per machine): each start
 applies the erasures its own machine made. docs/deploy.md, "Backups"."""
 
@@ -36,7 +42,7 @@ from pathlib import Path
 from bot.config import Settings
 from kernel import log
 from kernel.digests import erased
-from kernel.errors import ConfigError, HiloError
+from kernel.errors import ConfigError, StoreError
 from kernel.types import utcnow
 from memory.rows import as_dt, to_ts
 from memory.store import Person, Store
@@ -47,14 +53,19 @@ FILE = "erasures.jsonl"
 PAGE = 1000
 
 
-class ErasureNotKept(HiloError):
-    """The erasure could not be noted (a full disk, a directory hilo cannot write): nothing was deleted."""
+class ErasureNotKept(StoreError):
+    """The erasure could not be noted (a full disk, a directory hilo cannot write): nothing was deleted. A store
+    error: the web and the admin page answer 503 (try again), as for a database that cannot write."""
 
 
 @dataclass(frozen=True, slots=True)
 class Erasure:
+    """One line: a person (`ids`: the digests of their handle and identities) or one memory (`memory`: the user
+    id and memory id; `ids` empty), forgotten at `at`."""
+
     at: datetime
     ids: frozenset[str]
+    memory: tuple[int, int] | None = None
 
 
 def digests(handle: str, identities: Sequence[tuple[str, str]]) -> list[str]:
@@ -77,9 +88,15 @@ class Erasures:
 
     async def note(self, handle: str, identities: Sequence[tuple[str, str]], at: datetime | None = None) -> None:
         """One line for the person about to be forgotten, on disk before this returns; ErasureNotKept if not."""
-        line = json.dumps({"at": to_ts(at or utcnow()), "ids": digests(handle, identities)}) + "\n"
+        await self._write({"at": to_ts(at or utcnow()), "ids": digests(handle, identities)})
+
+    async def note_memory(self, user_id: int, memory_id: int, at: datetime | None = None) -> None:
+        """One line for the memory about to be forgotten (its ids: numbers that name nobody)."""
+        await self._write({"at": to_ts(at or utcnow()), "memory": [user_id, memory_id]})
+
+    async def _write(self, entry: dict[str, object]) -> None:
         try:
-            await asyncio.to_thread(self._append, line.encode())
+            await asyncio.to_thread(self._append, (json.dumps(entry) + "\n").encode())
         except OSError as exc:
             raise ErasureNotKept(f"the record of erasures {self.path} cannot be written ({exc.strerror})") from None
 
@@ -117,7 +134,9 @@ class Erasures:
         for number, raw in enumerate(lines, 1):
             try:
                 entry = json.loads(raw)
-                found.append(Erasure(as_dt(entry["at"]), frozenset(entry["ids"])))
+                memory = entry.get("memory")
+                found.append(Erasure(as_dt(entry["at"]), frozenset(entry.get("ids", ())),
+                                     (int(memory[0]), int(memory[1])) if memory is not None else None))
             except (ValueError, KeyError, TypeError, AttributeError):
                 logger.warning("erasures.line_unreadable", path=str(self.path), line=number, bytes=len(raw))
         name = hashlib.blake2b(lines[0], digest_size=12).hexdigest() if lines else ""
@@ -125,9 +144,10 @@ class Erasures:
 
     async def reapply(self, store: Store, forget: Callable[[str], Awaitable[object]]) -> int:
         """Forget again, through `forget` (bot/media.py's, not noted again), every person the record lists who
-        existed by their line's time; how many there were, in one `erasures.reapplied` line. The walk over everyone
-        runs only when the record holds an erasure newer than the database's mark of it (Store.erasures_through:
-        after a restore, or after erasures since the last start); then the mark moves up to it."""
+        existed by their line's time, and every memory it lists that was stored by then; how many there were, in
+        one `erasures.reapplied` line. Only when the record holds an erasure newer than the database's mark of it
+        (Store.erasures_through: after a restore, or after erasures since the last start); then the mark moves up
+        to it."""
         name, entries = await asyncio.to_thread(self.read)
         if not entries:
             return 0
@@ -141,15 +161,34 @@ class Erasures:
                 erased_at[digest] = max(entry.at, erased_at.get(digest, entry.at))
         listed: list[str] = []
         after = 0
-        while page := await store.people_page(after, PAGE):
+        while erased_at and (page := await store.people_page(after, PAGE)):
             listed.extend(p.handle for p in page if _listed(p, erased_at))
             after = page[-1].id
         for handle in listed:
             await forget(handle)
+        memories = 0
+        for entry in entries:
+            if entry.memory is not None:  # a memory stored since has the id again only after a restore: newer
+                memory = await store.memory(*entry.memory)
+                if memory is not None and memory.created_at <= entry.at and await store.forget_memory(*entry.memory):
+                    memories += 1
         await store.mark_erasures(name, newest)
-        if listed:
-            logger.warning("erasures.reapplied", people=len(listed), entries=len(entries), path=str(self.path))
-        return len(listed)
+        if listed or memories:
+            logger.warning("erasures.reapplied", people=len(listed), memories=memories, entries=len(entries),
+                           path=str(self.path))
+        return len(listed) + memories
+
+
+async def forget_memory(store: Store, erasures: Erasures | None, user_id: int, memory_id: int) -> bool:
+    """Forget the memory `memory_id` of the person `user_id`: noted in `erasures` first (a restored backup does
+    not bring it back), then deleted; False when it is not theirs (or gone). Every way one memory is forgotten
+    comes here: `/forget m12` and its words, the `forget` tool, the widget's Forget, the admin page, `hilo forget
+    --memory`. ErasureNotKept: nothing was deleted."""
+    if erasures is not None:
+        if await store.memory(user_id, memory_id) is None:
+            return False
+        await erasures.note_memory(user_id, memory_id)
+    return await store.forget_memory(user_id, memory_id)
 
 
 def _listed(person: Person, erased_at: dict[str, datetime]) -> bool:

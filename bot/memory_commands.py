@@ -14,6 +14,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from bot.erasures import Erasures, forget_memory
 from kernel import catalog, tokens
 from kernel.types import Memory, MemoryDraft
 from memory.store import Store
@@ -81,12 +82,13 @@ async def named(store: Store, user_id: int, what: str) -> tuple[int | None, list
     return None, await store.find_memories(user_id, what)
 
 
-async def forget_one(store: Store, user_id: int | None, what: str, lang: str) -> str:
-    """Forget the memory `what` names: a short id, or words (see the module docstring)."""
+async def forget_one(store: Store, user_id: int | None, what: str, lang: str, erasures: Erasures | None = None) -> str:
+    """Forget the memory `what` names: a short id, or words (see the module docstring); noted in `erasures` first
+    (bot/erasures.py; ErasureNotKept: nothing forgotten)."""
     memory_id, matches = await named(store, user_id, what) if user_id is not None else (parse_id(what), [])
     if memory_id is not None:
         found = matches[0] if matches else None
-        if found is None or not await store.forget_memory(found.user_id, found.id):
+        if found is None or not await forget_memory(store, erasures, found.user_id, found.id):
             return catalog.t("cmd_forget_no_id", lang, id=f"m{memory_id}")
         return catalog.t("cmd_forget_one_done", lang, id=found.short_id, content=found.content)
     if not matches:
@@ -94,5 +96,5 @@ async def forget_one(store: Store, user_id: int | None, what: str, lang: str) ->
     if len(matches) > 1:
         return catalog.t("cmd_forget_which", lang, items="\n".join(line(m) for m in matches[:MEMORY_SHOWN]))
     [only] = matches
-    await store.forget_memory(only.user_id, only.id)
+    await forget_memory(store, erasures, only.user_id, only.id)
     return catalog.t("cmd_forget_one_done", lang, id=only.short_id, content=only.content)

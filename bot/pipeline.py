@@ -112,7 +112,9 @@ class Pipeline:
         #: what hilo tells a person outside their turn (stored, then sent through the outbox)
         self.notices = Notices(store, self.outbox)
         #: what surfaces reach of the store (they import no memory module): reads, deliveries, opt-out
-        self.history = History(store)
+        #: where every erasure is noted before it is made (bot/erasures.py): a restored backup does not undo it
+        self.erasures = Erasures.of(settings)
+        self.history = History(store, self.erasures)
         self.deliveries: Deliveries = store
         #: the web's rate limits, counted in the database so that every process shares them (issue 12, faults)
         self.rate_limits: RateLimits = store
@@ -121,13 +123,12 @@ class Pipeline:
         self.exports = Exports(store, ExportLinks(settings.secret_key, settings.public_url,
                                                   settings.export_link_minutes))
         #: the admin page's reads and writes (bot/admin.py), served by surfaces/admin.py when HILO_ADMIN_TOKEN is set
-        self.admin = Admin(store)
+        self.admin = Admin(store, self.erasures)
         #: the tools offered to the model (HILO_TOOLS; none by default) and the loop's bounds (bot/tools/loop.py)
         self.tools = builtin.registry(settings.tools, timeout=settings.tool_timeout,
                                       extra=[http_tool(spec) for spec in settings.http_tools])
         #: downloaded media (voice notes, bot/media.py) under HILO_DATA_DIR/media: `/forget yes` deletes them too
         self.media_files: MediaFiles = media_files(settings)
-        self.erasures = Erasures.of(settings)
         #: what a recovered message's turn runs first, inside its lease (bot/media.py: a voice note never heard);
         #: set by its owner, None: nothing
         self.recovering: Callable[[InboundMessage], Prepare | None] | None = None
@@ -423,7 +424,7 @@ class Pipeline:
         # The person's time zone (the widget's browser zone is remembered): one statement, on turns with tools.
         zone = await self.store.person_zone(turn.user_id, zone_name(m.metadata.get("timezone"))) if offer else None
         tool_ctx = ToolContext(turn.user_id, self.store, utcnow(), timezone=zone or "UTC", zone_known=zone is not None,
-                               language=lang, message_id=m.id)
+                               language=lang, message_id=m.id, erasures=self.erasures)
         loop = ToolLoop(self.chain, self.tools, steps=self.settings.tool_steps, seconds=self.settings.tool_seconds,
                         cost_usd=self.settings.tool_cost_usd)
         ran = await loop.run(ctx.messages, offer, tool_ctx, on_delta)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from bot.erasures import Erasures, forget_memory
 from kernel.types import Delivery, Memory, StoredMessage
 from memory.store import ConversationInfo, Store
 from memory.tool_rows import is_tool_message
@@ -36,8 +37,9 @@ class RateLimits(Protocol):
 class History:
     """What a surface may read of a person's history: always of one user, who must be known first."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, erasures: Erasures | None = None) -> None:
         self._store = store
+        self._erasures = erasures
 
     async def identity_user(self, surface: str, external_user_id: str) -> int | None:
         """The user an identity (surface, id on that surface) belongs to, or None."""
@@ -57,8 +59,9 @@ class History:
         return await self._store.memories(user_id)
 
     async def forget_memory(self, user_id: int, memory_id: int) -> bool:
-        """Delete one of the user's memories; False when it is not theirs (or gone)."""
-        return await self._store.forget_memory(user_id, memory_id)
+        """Delete one of the user's memories, noted first (bot/erasures.py); False when it is not theirs (or
+        gone)."""
+        return await forget_memory(self._store, self._erasures, user_id, memory_id)
 
     async def latest_conversation(self, handle: str, surface: str) -> int | None:
         """The conversation of the user with `handle` on `surface` (on the web: their latest), or None."""

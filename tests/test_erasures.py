@@ -12,6 +12,7 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
+import httpx
 import pytest
 
 from bot import erasures as erasures_module
@@ -20,7 +21,7 @@ from kernel.types import utcnow
 from memory.store import Store
 from tests.backends import TestClock
 from tests.fakes.postgres import SERVER, client_tool, postgres_databases, postgres_session  # noqa: F401  (autouse fixtures)
-from tests.fakes.serve_process import ServeProcess, clean_env
+from tests.fakes.serve_process import ServeProcess, clean_env, serving
 
 
 def hilo(cwd: Path, url: str, *args: str, code: int = 0) -> str:
@@ -215,3 +216,63 @@ async def test_the_walk_finds_everyone_listed_across_pages_by_handle_or_identity
     assert await record.reapply(store, forget) == 1
     assert await store.identity_handle("telegram", "tg1") is None
 
+
+
+def memories_of(cwd: Path, url: str, handle: str) -> list[str]:
+    return [m["content"] for m in json.loads(hilo(cwd, url, "memory", "--user", handle, "--all", "--json"))]
+
+
+def test_a_memory_forgotten_after_a_backup_stays_forgotten_when_it_is_restored(tmp_path: Path) -> None:
+    db = tmp_path / "hilo.db"
+    url = f"sqlite:///{db}"
+    for fact in ("my address is Calle Mayor 5", "I like tea"):
+        hilo(tmp_path, url, "chat", "--user", "alice", "--surface", "telegram", f"/remember {fact}")
+    hilo(tmp_path, url, "backup", "backup.db")
+    assert hilo(tmp_path, url, "forget", "--user", "alice", "--memory", "m1").strip() == "forgot m1 of alice"
+    [line] = (tmp_path / "data" / "erasures.jsonl").read_text().splitlines()
+    assert "Calle" not in line and json.loads(line)["memory"] == [1, 1]  # the user's id and the memory's: no text
+    shutil.copyfile(tmp_path / "backup.db", db)
+    (tmp_path / "hilo.db-wal").unlink(missing_ok=True)
+    assert memories_of(tmp_path, url, "alice") == ["I like tea", "my address is Calle Mayor 5"]
+    logs = started_and_stopped(tmp_path, url)
+    assert memories_of(tmp_path, url, "alice") == ["I like tea"]
+    assert json.loads(hilo(tmp_path, url, "inspect", "--user", "alice", "--json"))["user"]["handle"] == "alice"
+    assert [(e["people"], e["memories"]) for e in events(logs, "erasures.reapplied")] == [(0, 1)]
+
+
+def test_the_widgets_forget_is_noted_and_one_that_cannot_be_noted_is_a_503_that_deletes_nothing(
+        tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'hilo.db'}"
+    env = {"HILO_DATABASE_URL": url, "HILO_DATA_DIR": str(tmp_path / "data"), "HILO_RATE_LIMIT_IP": "10000"}
+    with serving(tmp_path, env) as daemon, httpx.Client(base_url=daemon.url, timeout=30) as client:
+        auth = {"authorization": f"Bearer {client.post('/api/session').json()['session']}"}
+        for fact in ("I live in Valencia", "I like tea"):
+            said = client.post("/api/messages", json={"text": f"/remember {fact}"}, headers=auth)
+            assert said.status_code == 200, said.text
+        ids = {m["content"]: m["id"] for m in client.get("/api/memories", headers=auth).json()["memories"]}
+        assert client.delete(f"/api/memories/{ids['I live in Valencia']}", headers=auth).status_code == 200
+        record = tmp_path / "data" / "erasures.jsonl"
+        [line] = record.read_text().splitlines()
+        assert json.loads(line)["memory"][1] == int(ids["I live in Valencia"][1:])
+        record.rename(tmp_path / "data" / "kept.jsonl")
+        record.mkdir()  # the record cannot be appended to now
+        refused = client.delete(f"/api/memories/{ids['I like tea']}", headers=auth)
+        assert refused.status_code == 503 and refused.headers["retry-after"] == "5", refused.text
+        assert [m["content"] for m in client.get("/api/memories", headers=auth).json()["memories"]] == ["I like tea"]
+
+
+async def test_a_memory_stored_after_its_erasure_under_the_same_id_is_kept(store: Store, tmp_path: Path) -> None:
+    """A restore sets the ids back: a memory stored since may have the id of one forgotten after the backup."""
+    user_id = await store.identity_user("telegram", "tg1", create=True)
+    assert user_id is not None
+    kept = await store.remember(user_id, "I like tea", 3)
+    gone = await store.remember(user_id, "my address is Calle Mayor 5", 6)
+    record = Erasures(tmp_path / "erasures.jsonl")
+    await record.note_memory(user_id, kept.id, at=kept.created_at - timedelta(seconds=1))  # before it was stored
+    await record.note_memory(user_id, gone.id)
+
+    async def nobody(handle: str) -> None:
+        raise AssertionError(handle)
+
+    assert await record.reapply(store, nobody) == 1
+    assert [m.content for m in await store.memories(user_id)] == ["I like tea"]

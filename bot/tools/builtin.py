@@ -16,6 +16,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from bot import memory_commands
+from bot.erasures import forget_memory
 from bot.tools.registry import Registry, Tool, ToolContext, ToolError
 from kernel.types import MemoryDraft, ToolSpec
 from kernel.zones import MAX_CHARS, find_zone, zone_name
@@ -78,7 +79,7 @@ async def forget(ctx: ToolContext, arguments: Mapping[str, Any]) -> str:
         listed = "\n".join(memory_commands.line(m) for m in matches[:memory_commands.MEMORY_SHOWN])
         return f"several memories match; call forget again with one id:\n{listed}"
     [found] = matches
-    if not await ctx.store.forget_memory(ctx.user_id, found.id):
+    if not await forget_memory(ctx.store, ctx.erasures, ctx.user_id, found.id):
         return f"no memory {found.short_id}"
     return f"forgotten {found.short_id}: {found.content}"
 

@@ -30,6 +30,8 @@ from memory.store import Store
 if TYPE_CHECKING:
     from jsonschema import Draft202012Validator
 
+    from bot.erasures import Erasures
+
 logger = log.get("hilo.tools")
 
 
@@ -52,6 +54,8 @@ class ToolContext:
     zone_known: bool = True
     #: the person's message whose turn this is (a reminder records it); None outside a turn
     message_id: int | None = None
+    #: where `forget` notes a memory before deleting it (bot/erasures.py); None: nowhere (an in-memory database)
+    erasures: Erasures | None = None
 
 
 Run = Callable[[ToolContext, Mapping[str, Any]], Awaitable[str]]

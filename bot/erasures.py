@@ -44,7 +44,7 @@ from kernel import log
 from kernel.digests import erased
 from kernel.errors import ConfigError, StoreError
 from kernel.types import utcnow
-from memory.rows import as_dt, to_ts
+from memory.rows import aware, to_ts
 from memory.store import Person, Store
 
 logger = log.get("hilo.erasures")
@@ -134,8 +134,10 @@ class Erasures:
         for number, raw in enumerate(lines, 1):
             try:
                 entry = json.loads(raw)
-                memory = entry.get("memory")
-                found.append(Erasure(as_dt(entry["at"]), frozenset(entry.get("ids", ())),
+                memory, ids = entry.get("memory"), entry.get("ids", [])
+                if not isinstance(entry["at"], str) or not all(isinstance(i, str) for i in ids):
+                    raise TypeError("not a line of this record")
+                found.append(Erasure(aware(datetime.fromisoformat(entry["at"])), frozenset(ids),
                                      (int(memory[0]), int(memory[1])) if memory is not None else None))
             except (ValueError, KeyError, TypeError, AttributeError):
                 logger.warning("erasures.line_unreadable", path=str(self.path), line=number, bytes=len(raw))

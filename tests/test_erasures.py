@@ -155,6 +155,7 @@ def test_a_line_cut_by_a_crash_is_skipped_and_said_and_the_others_apply(tmp_path
     record = tmp_path / "data" / "erasures.jsonl"
     cut = '{"at": "2026-12-07T22:4'
     with record.open("a") as fh:
+        fh.write('{"at": 1765147200, "ids": ["handle:00"]}\n')  # hand-written, not a line of this record
         fh.write(cut)  # bob's line, cut by a crash: his erasure never began
     hilo(tmp_path, url, "forget", "--user", "carol")  # the next line starts on a line of its own
     shutil.copyfile(tmp_path / "backup.db", db)
@@ -162,7 +163,7 @@ def test_a_line_cut_by_a_crash_is_skipped_and_said_and_the_others_apply(tmp_path
     logs = started_and_stopped(tmp_path, url)
     assert said_by(tmp_path, url, "alice") == [] and said_by(tmp_path, url, "carol") == []
     assert said_by(tmp_path, url, "bob") == ["I am bob"]
-    assert [(e["line"], e["bytes"]) for e in events(logs, "erasures.line_unreadable")] == [(2, len(cut))]
+    assert [(e["line"], e["bytes"]) for e in events(logs, "erasures.line_unreadable")] == [(2, 40), (3, len(cut))]
     assert [(e["people"], e["entries"]) for e in events(logs, "erasures.reapplied")] == [(2, 2)]
 
 

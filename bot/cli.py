@@ -59,15 +59,34 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     from memory.open import open_store
 
     async def run() -> int:
-        store = open_store(_settings(args).database_url)
+        settings = _settings(args)
+        store = open_store(settings.database_url)
         try:
             applied = await store.migrate()
+            again = await _erasures_again(settings, store)
         finally:
             await store.close()
         print("\n".join(f"applied {name}" for name in applied) or "the database is up to date")
+        if again:
+            print(f"applied again {again} erasures of the record of erasures (people or memories a restore brought "
+                  "back)")
         return 0
 
     return asyncio.run(run())
+
+
+async def _erasures_again(settings: Settings, store: Any) -> int:
+    """What `hilo serve` does at its start (bot/erasures.py): the record of erasures applied again, after a
+    restore; how many people and memories it forgot."""
+    from bot.erasures import Erasures
+    from bot.media import forget
+    from bot.media_store import media_files
+
+    record = Erasures.of(settings)
+    if record is None:
+        return 0
+    files = media_files(settings)
+    return await record.reapply(store, lambda handle: forget(store, files, handle))
 
 
 def _pipeline(settings: Settings, store: Any) -> Pipeline:

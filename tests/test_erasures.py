@@ -99,6 +99,23 @@ def test_a_restored_sqlite_backup_does_not_bring_a_forgotten_person_back(tmp_pat
     assert [(e["people"], e["entries"]) for e in events(logs, "erasures.reapplied")] == [(1, 2)]
 
 
+def test_hilo_migrate_after_a_restore_forgets_again_before_anything_else_reads(tmp_path: Path) -> None:
+    db = tmp_path / "hilo.db"
+    url = f"sqlite:///{db}"
+    hilo(tmp_path, url, "chat", "--user", "alice", "--surface", "telegram", "/remember my address is Calle Mayor 5")
+    hilo(tmp_path, url, "chat", "--user", "bob", "--surface", "telegram", "hello")
+    hilo(tmp_path, url, "backup", "backup.db")
+    hilo(tmp_path, url, "forget", "--user", "alice", "--memory", "m1")
+    hilo(tmp_path, url, "forget", "--user", "bob")
+    shutil.copyfile(tmp_path / "backup.db", db)
+    (tmp_path / "hilo.db-wal").unlink(missing_ok=True)
+    assert hilo(tmp_path, url, "migrate").splitlines() == [
+        "the database is up to date",
+        "applied again 2 erasures of the record of erasures (people or memories a restore brought back)"]
+    assert memories_of(tmp_path, url, "alice") == [] and said_by(tmp_path, url, "bob") == []
+    assert hilo(tmp_path, url, "migrate").strip() == "the database is up to date"
+
+
 def test_someone_who_came_back_after_their_erasure_keeps_what_they_said_since(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'hilo.db'}"
     hilo(tmp_path, url, "chat", "--user", "alice", "--surface", "telegram", "before")

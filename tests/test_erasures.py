@@ -52,6 +52,14 @@ def events(records: list[dict[str, object]], name: str) -> list[dict[str, object
     return [r for r in records if r["event"] == name]
 
 
+def restore(db: Path) -> None:
+    """The restore docs/deploy.md gives: backup.db beside it in place of the database `db`, no -wal or -shm of the
+    database before."""
+    for leftover in (db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
+        leftover.unlink(missing_ok=True)
+    shutil.copyfile(db.with_name("backup.db"), db)
+
+
 def said_by(cwd: Path, url: str, handle: str) -> list[str]:
     record = json.loads(hilo(cwd, url, "inspect", "--user", handle, "--json"))
     if record is None:
@@ -75,10 +83,7 @@ def test_a_restored_sqlite_backup_does_not_bring_a_forgotten_person_back(tmp_pat
     # the digests of the handle and of each identity, never the identifiers
     assert json.loads(text)["ids"] == digests("alice", identities) == digests("alice", [])
     assert "alice" not in text
-    # the restore docs/deploy.md gives: the backup in place of the database, no -wal of the one before
-    for leftover in (tmp_path / "hilo.db-wal", tmp_path / "hilo.db-shm"):
-        leftover.unlink(missing_ok=True)
-    shutil.copyfile(tmp_path / "backup.db", db)
+    restore(db)
     assert said_by(tmp_path, url, "alice") == ["my phone is 600 123 456"]  # the backup brought her back
 
     logs = started_and_stopped(tmp_path, url)
@@ -91,8 +96,7 @@ def test_a_restored_sqlite_backup_does_not_bring_a_forgotten_person_back(tmp_pat
     # a backup holding the mark of what was applied by then, and an erasure after it: restored, bob goes too
     hilo(tmp_path, url, "backup", "backup.db")
     hilo(tmp_path, url, "forget", "--user", "bob")
-    shutil.copyfile(tmp_path / "backup.db", db)
-    (tmp_path / "hilo.db-wal").unlink(missing_ok=True)
+    restore(db)
     assert said_by(tmp_path, url, "bob") == ["I live in Valencia"]
     logs = started_and_stopped(tmp_path, url)
     assert said_by(tmp_path, url, "bob") == [] and said_by(tmp_path, url, "alice") == []
@@ -107,8 +111,7 @@ def test_hilo_migrate_after_a_restore_forgets_again_before_anything_else_reads(t
     hilo(tmp_path, url, "backup", "backup.db")
     hilo(tmp_path, url, "forget", "--user", "alice", "--memory", "m1")
     hilo(tmp_path, url, "forget", "--user", "bob")
-    shutil.copyfile(tmp_path / "backup.db", db)
-    (tmp_path / "hilo.db-wal").unlink(missing_ok=True)
+    restore(db)
     assert hilo(tmp_path, url, "migrate").splitlines() == [
         "the database is up to date",
         "applied again 2 erasures of the record of erasures (people or memories a restore brought back)"]
@@ -134,8 +137,7 @@ def test_a_persons_own_forget_is_noted_before_anything_is_deleted(tmp_path: Path
     assert said_by(tmp_path, url, "alice") == []
     [line] = (tmp_path / "data" / "erasures.jsonl").read_text().splitlines()
     assert json.loads(line)["ids"][0] == digests("alice", [])[0]
-    shutil.copyfile(tmp_path / "backup.db", tmp_path / "hilo.db")
-    (tmp_path / "hilo.db-wal").unlink(missing_ok=True)
+    restore(tmp_path / "hilo.db")
     started_and_stopped(tmp_path, url)
     assert said_by(tmp_path, url, "alice") == []
 
@@ -175,8 +177,7 @@ def test_a_line_cut_by_a_crash_is_skipped_and_said_and_the_others_apply(tmp_path
         fh.write('{"at": 1765147200, "ids": ["handle:00"]}\n')  # hand-written, not a line of this record
         fh.write(cut)  # bob's line, cut by a crash: his erasure never began
     hilo(tmp_path, url, "forget", "--user", "carol")  # the next line starts on a line of its own
-    shutil.copyfile(tmp_path / "backup.db", db)
-    (tmp_path / "hilo.db-wal").unlink(missing_ok=True)
+    restore(db)
     logs = started_and_stopped(tmp_path, url)
     assert said_by(tmp_path, url, "alice") == [] and said_by(tmp_path, url, "carol") == []
     assert said_by(tmp_path, url, "bob") == ["I am bob"]
@@ -249,8 +250,7 @@ def test_a_memory_forgotten_after_a_backup_stays_forgotten_when_it_is_restored(t
     assert hilo(tmp_path, url, "forget", "--user", "alice", "--memory", "m1").strip() == "forgot m1 of alice"
     [line] = (tmp_path / "data" / "erasures.jsonl").read_text().splitlines()
     assert "Calle" not in line and json.loads(line)["memory"] == [1, 1]  # the user's id and the memory's: no text
-    shutil.copyfile(tmp_path / "backup.db", db)
-    (tmp_path / "hilo.db-wal").unlink(missing_ok=True)
+    restore(db)
     assert memories_of(tmp_path, url, "alice") == ["I like tea", "my address is Calle Mayor 5"]
     logs = started_and_stopped(tmp_path, url)
     assert memories_of(tmp_path, url, "alice") == ["I like tea"]

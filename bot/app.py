@@ -23,7 +23,7 @@ from bot import job_list
 from bot.config import Settings, ensure_secret_key
 from bot.health import Health
 from bot.jobs import JobRegistry, Scheduler
-from bot.media import forget
+from bot.media import forget_again
 from bot.metrics import Metrics
 from bot.metrics_http import MetricsServer, metrics_route
 from bot.models.base import Chain
@@ -163,9 +163,8 @@ def create_app(
             ch = chain if chain is not None else build_chain(settings)
             runtime = Runtime(settings, ch, Pipeline(settings, st, ch, embedder), TaskSet(), budget)
             state["runtime"] = runtime
-            pipeline = runtime.pipeline
-            if pipeline.erasures is not None:  # before any surface serves the people a restored backup brought back
-                await pipeline.erasures.reapply(st, lambda handle: forget(st, pipeline.media_files, handle))
+            if runtime.pipeline.erasures is not None:  # before any surface serves whom a restored backup brought back
+                await forget_again(runtime.pipeline.erasures, st, runtime.pipeline.media_files)
             for surface in active:
                 await surface.start(runtime)
                 started.append(surface)

@@ -79,14 +79,11 @@ async def _erasures_again(settings: Settings, store: Any) -> int:
     """What `hilo serve` does at its start (bot/erasures.py): the record of erasures applied again, after a
     restore; how many people and memories it forgot."""
     from bot.erasures import Erasures
-    from bot.media import forget
+    from bot.media import forget_again
     from bot.media_store import media_files
 
     record = Erasures.of(settings)
-    if record is None:
-        return 0
-    files = media_files(settings)
-    return await record.reapply(store, lambda handle: forget(store, files, handle))
+    return await forget_again(record, store, media_files(settings)) if record is not None else 0
 
 
 def _pipeline(settings: Settings, store: Any) -> Pipeline:
@@ -221,19 +218,19 @@ def cmd_forget(args: argparse.Namespace) -> int:
     settings = _settings(args)
 
     async def run(store: Any) -> int:
+        from bot.erasures import ErasureNotKept, Erasures
+
+        record = Erasures.of(settings)  # each erasure is noted there first (bot/erasures.py)
         if args.memory is not None:
             from bot.cli_memory import forget_memory
-            from bot.erasures import Erasures
 
-            return await forget_memory(store, args.user, args.memory, Erasures.of(settings))
-        from bot.erasures import ErasureNotKept, Erasures
+            return await forget_memory(store, args.user, args.memory, record)
         from bot.media import forget
         from bot.media_store import MediaStoreError, media_files
 
-        # noted in the record of erasures (bot/erasures.py), then the person's media files, then every table,
-        # counted (memory/sql_forget.py)
+        # noted, then the person's media files, then every table, counted (memory/sql_forget.py)
         try:
-            counts = await forget(store, media_files(settings), args.user, Erasures.of(settings))
+            counts = await forget(store, media_files(settings), args.user, record)
         except MediaStoreError as exc:
             print(f"hilo: {args.user}'s media files could not be deleted ({exc}); nothing was forgotten: "
                   "try again when the media store answers", file=sys.stderr)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 from bot import memory_commands
+from bot.erasures import ErasureNotKept, Erasures
 from bot.export import ExportLinks
 from bot.notices import Notices
 from kernel import catalog, log
@@ -39,7 +40,6 @@ from kernel.zones import MAX_CHARS, find_zone, zone_name
 from memory.store import Inspection, Store
 
 if TYPE_CHECKING:
-    from bot.erasures import Erasures
     from bot.media_store import MediaFiles
 
 #: "/forget yes", "/forget sí": the words that confirm a deletion, in any catalogue language.
@@ -137,29 +137,26 @@ async def remember(ctx: CommandContext) -> str:
 
 
 async def forget(ctx: CommandContext) -> str:
-    what = ctx.args.strip()
-    if what and what.casefold() not in CONFIRM_WORDS:
-        handle = await ctx.handle()
-        user_id = await ctx.store.user_id(handle) if handle else None
-        from bot.erasures import ErasureNotKept
+    try:
+        return await _forget(ctx)
+    except ErasureNotKept as exc:  # the record of erasures took no line: nothing forgotten, they can ask again
+        log.get("hilo.erasures").error("erasures.not_kept", handle=await ctx.handle(), error=str(exc))
+        return ctx.t("cmd_forget_failed")
 
-        try:
-            return await memory_commands.forget_one(ctx.store, user_id, what, ctx.lang, ctx.erasures)
-        except ErasureNotKept as exc:  # nothing forgotten: they can ask again
-            log.get("hilo.erasures").error("erasures.not_kept", user_id=user_id, error=str(exc))
-            return ctx.t("cmd_forget_failed")
+
+async def _forget(ctx: CommandContext) -> str:
+    what = ctx.args.strip()
+    handle = await ctx.handle()
+    if what and what.casefold() not in CONFIRM_WORDS:
+        user_id = await ctx.store.user_id(handle) if handle else None
+        return await memory_commands.forget_one(ctx.store, user_id, what, ctx.lang, ctx.erasures)
     if what.casefold() not in CONFIRM_WORDS:
         return ctx.t("cmd_forget_confirm")
-    handle = await ctx.handle()
-    from bot.erasures import ErasureNotKept
     from bot.media import forget as forget_all  # noted, then the person's media files, then their rows
     from bot.media_store import MediaStoreError
 
     try:
         existed = handle is not None and await forget_all(ctx.store, ctx.media, handle, ctx.erasures) is not None
-    except ErasureNotKept as exc:  # nothing forgotten yet: they can ask again
-        log.get("hilo.erasures").error("erasures.not_kept", handle=handle, error=str(exc))
-        return ctx.t("cmd_forget_failed")
     except MediaStoreError:  # nothing forgotten yet (logged where it failed): they can ask again
         return ctx.t("cmd_forget_failed")
     return ctx.t("cmd_forget_done" if existed else "cmd_forget_nothing")

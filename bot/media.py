@@ -241,6 +241,12 @@ async def forget(store: Store, files: MediaFiles | None, handle: str,
     return counts
 
 
+async def forget_again(erasures: Erasures, store: Store, files: MediaFiles | None) -> int:
+    """The record of erasures applied again after a restore (bot/erasures.py), each person through `forget`
+    above (their media files too, not noted again): `hilo serve` at its start, `hilo migrate`."""
+    return await erasures.reapply(store, lambda handle: forget(store, files, handle))
+
+
 def _hint(msg: InboundMessage) -> str | None:
     """The language the person is known to use (Telegram's language_code: "es-AR" -> "es"), else None: the
     transcriber detects it (a wrong hint garbles the transcript)."""

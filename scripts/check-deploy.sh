@@ -11,17 +11,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MAX_EXPOSURE="${HILO_MAX_EXPOSURE:-4.0}"
-apt_updated=
+# shellcheck source=scripts/needs.sh
+. scripts/needs.sh
 need() {  # need BINARY PACKAGE
-  command -v "$1" >/dev/null && return 0
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "check-deploy: $1 is missing: installing Debian's $2 with apt-get" >&2
-    [ -n "$apt_updated" ] || { apt-get update -qq; apt_updated=1; }
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$2" >/dev/null
-  else
-    echo "check-deploy: $1 is missing: sudo apt-get install -y --no-install-recommends $2" >&2
-    exit 1
-  fi
+  command -v "$1" >/dev/null || debian "$2" "$1 is missing. The deploy checks need" "(or put $1 on PATH)"
 }
 need systemd-analyze systemd
 need node nodejs

@@ -39,21 +39,20 @@ def _apt_installs(text: str) -> list[str]:
 
 def test_every_apt_get_install_skips_recommends() -> None:
     """Debian's chromium recommends ~120 packages (avahi, upower, ...) that headless tests never use."""
-    files = [REPO / "scripts" / "test.sh", REPO / ".ci" / "run", REPO / "deploy" / "Dockerfile", REPO / "README.md"]
+    files = [REPO / "scripts" / "needs.sh", REPO / "scripts" / "test.sh", REPO / "scripts" / "check-deploy.sh",
+             REPO / ".ci" / "run", REPO / "deploy" / "Dockerfile", REPO / "README.md", REPO / "docs" / "deploy.md"]
     found = 0
     for path in files:
         for command in _apt_installs(path.read_text()):
             found += 1
             assert "--no-install-recommends" in command, f"{path.relative_to(REPO)}: {command}"
-    assert found >= 1  # scripts/test.sh installs chromium with apt-get
+    assert found >= 1  # scripts/needs.sh installs chromium, pgbouncer and python3.X-venv with apt-get
 
 
-def test_the_dockerfile_copies_every_package_pip_installs() -> None:
-    """`pip install .` in the image builds from the folders COPY put there: one left out fails the build."""
+def _packages() -> list[str]:
+    """The top-level packages pyproject.toml has setuptools find (and so every wheel holds)."""
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
-    top = {p.split(".")[0] for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]}
-    copied = set(re.findall(r"^COPY\s+(\S+)\s+\./\1$", (REPO / "deploy" / "Dockerfile").read_text(), re.M))
-    assert top <= copied, f"deploy/Dockerfile does not COPY {sorted(top - copied)}"
+    return sorted({p.split(".")[0] for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]})
 
 
 def _dockerfile_copies() -> list[str]:
@@ -63,6 +62,12 @@ def _dockerfile_copies() -> list[str]:
         if line.startswith("COPY "):
             copied += line.split()[1:-1]
     return copied
+
+
+def test_the_dockerfile_copies_every_package_pip_installs() -> None:
+    """`pip install .` in the image builds from the folders COPY put there: one left out fails the build."""
+    missing = set(_packages()) - set(_dockerfile_copies())
+    assert not missing, f"deploy/Dockerfile does not COPY {sorted(missing)}"
 
 
 def test_the_wheel_the_dockerfile_builds_holds_every_module_and_file(tmp_path: Path) -> None:
@@ -88,8 +93,8 @@ def test_the_wheel_the_dockerfile_builds_holds_every_module_and_file(tmp_path: P
     [wheel] = (tmp_path / "dist").glob("hilo-*.whl")
     with zipfile.ZipFile(wheel) as z:
         held = {n for n in z.namelist() if ".dist-info/" not in n}
-    tracked = subprocess.run(["git", "ls-files", "kernel", "bot", "surfaces", "memory", "migrations"], cwd=REPO,
-                             check=True, capture_output=True, text=True).stdout.split()
+    tracked = subprocess.run(["git", "ls-files", *_packages()], cwd=REPO, check=True, capture_output=True,
+                             text=True).stdout.split()
     assert len(tracked) > 200
     missing = sorted(set(tracked) - held)
     assert not missing, f"the wheel leaves out {missing}"
